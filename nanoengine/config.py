@@ -1,0 +1,95 @@
+"""Model configuration: read from a GGUF's metadata, or made tiny for fast tests."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+
+@dataclass(slots=True, frozen=True)
+class LlamaConfig:
+    """The shape of a Llama-architecture model.
+
+    Field names follow Hugging Face's LlamaConfig so a learner can compare the two side by side.
+    Invariants: num_attention_heads is a multiple of num_key_value_heads (GQA groups are whole),
+    and hidden_size == num_attention_heads * head_dim.
+    """
+
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    rope_theta: float = 10000.0
+    rms_norm_eps: float = 1e-5
+    max_position_embeddings: int = 2048
+    tie_word_embeddings: bool = True
+    bos_token_id: int = 1
+    eos_token_id: int = 2
+
+    def __post_init__(self) -> None:
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError(
+                f"num_attention_heads={self.num_attention_heads} must be a multiple of "
+                f"num_key_value_heads={self.num_key_value_heads}"
+            )
+        if self.hidden_size != self.num_attention_heads * self.head_dim:
+            raise ValueError(
+                f"hidden_size={self.hidden_size} != num_attention_heads*head_dim="
+                f"{self.num_attention_heads * self.head_dim}"
+            )
+
+    @property
+    def num_queries_per_kv(self) -> int:
+        return self.num_attention_heads // self.num_key_value_heads
+
+    def kv_bytes_per_token(self, dtype_bytes: int) -> int:
+        """K and V bytes one token occupies across all layers."""
+        return 2 * self.num_hidden_layers * self.num_key_value_heads * self.head_dim * dtype_bytes
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "LlamaConfig":
+        return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d})
+
+    @classmethod
+    def from_gguf_metadata(cls, meta: dict, has_output_weight: bool) -> "LlamaConfig":
+        """Build from llama.cpp's `llama.*` keys (the caller has checked the architecture)."""
+        n_heads = int(meta["llama.attention.head_count"])
+        hidden = int(meta["llama.embedding_length"])
+        return cls(
+            vocab_size=int(meta.get("llama.vocab_size", meta["_num_tokens"])),
+            hidden_size=hidden,
+            intermediate_size=int(meta["llama.feed_forward_length"]),
+            num_hidden_layers=int(meta["llama.block_count"]),
+            num_attention_heads=n_heads,
+            num_key_value_heads=int(meta.get("llama.attention.head_count_kv", n_heads)),
+            head_dim=hidden // n_heads,
+            rope_theta=float(meta.get("llama.rope.freq_base", 10000.0)),
+            rms_norm_eps=float(meta["llama.attention.layer_norm_rms_epsilon"]),
+            max_position_embeddings=int(meta.get("llama.context_length", 2048)),
+            tie_word_embeddings=not has_output_weight,
+            bos_token_id=int(meta.get("tokenizer.ggml.bos_token_id", 1)),
+            eos_token_id=int(meta.get("tokenizer.ggml.eos_token_id", 2)),
+        )
+
+    @classmethod
+    def tiny(cls, **overrides) -> "LlamaConfig":
+        """A random-weight model small enough for unit tests, with SmolLM2's odd GQA group of 3."""
+        base = dict(
+            vocab_size=256,
+            hidden_size=48,
+            intermediate_size=96,
+            num_hidden_layers=2,
+            num_attention_heads=6,
+            num_key_value_heads=2,
+            head_dim=8,
+            rope_theta=10000.0,
+            max_position_embeddings=512,
+        )
+        base.update(overrides)
+        return cls(**base)

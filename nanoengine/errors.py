@@ -1,0 +1,27 @@
+"""The exceptions nanoengine raises on bad input.
+
+Every message says what went wrong *and* what to do about it. Each class also derives from the
+built-in exception a Python user would reach for first (ValueError, FileNotFoundError,
+MemoryError), so `except ValueError` keeps working in code that does not know nanoengine.
+After any of these the engine is unchanged: no request was queued and no KV block was taken.
+"""
+
+
+class NanoEngineError(Exception):
+    """Base class of every error nanoengine raises on purpose."""
+
+
+class ModelNotFoundError(NanoEngineError, FileNotFoundError):
+    """The model could not be found: the embedded package is missing, or a path does not exist."""
+
+
+class UnsupportedModelError(NanoEngineError, ValueError):
+    """The file exists but is not a model nanoengine can run (not a GGUF, or not llama)."""
+
+
+class InvalidRequestError(NanoEngineError, ValueError):
+    """A prompt or its sampling parameters cannot be served (empty, too long, out of range)."""
+
+
+class KVCacheTooSmallError(NanoEngineError, MemoryError):
+    """The KV memory budget cannot hold what was asked of it."""

@@ -1,0 +1,172 @@
+"""A Llama decoder over a flat batch of tokens.
+
+Like vLLM (and unlike Hugging Face) there is no batch dimension: the tokens of every request in a
+step are concatenated into one [T] vector with their own positions. Attention is the only place
+where requests must be kept apart, so the model hands it to an `attn` object that knows which
+token belongs to which request and where each request's K/V live (see nanoengine.attention).
+Everything else, the norms, projections and MLP, runs on all T tokens at once.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from nanoengine.attention import AttentionContext
+from nanoengine.config import LlamaConfig
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Normalize in fp32 even when the model runs in bf16: the mean of squares loses too much otherwise.
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(x.dtype)
+
+
+class RotaryEmbedding(nn.Module):
+    """RoPE in the "rotate half" layout Hugging Face checkpoints use.
+
+    Position enters attention only here, by rotating q and k. That is why a cached K block can be
+    reused by any request with the same prefix: its tokens sit at the same positions.
+    """
+
+    def __init__(self, head_dim: int, base: float, max_positions: int):
+        super().__init__()
+        inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+        freqs = torch.outer(torch.arange(max_positions, dtype=torch.float32), inv_freq)
+        # Plain attributes, not buffers: model.to(bf16) must not round the angles.
+        self.cos, self.sin = freqs.cos(), freqs.sin()
+
+    def forward(self, positions: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """x: [T, heads, head_dim] -> same shape, rotated by each token's position."""
+        cos = self.cos[positions].unsqueeze(1)
+        sin = self.sin[positions].unsqueeze(1)
+        x1, x2 = x.float().chunk(2, dim=-1)
+        return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
+
+
+class LlamaAttention(nn.Module):
+    def __init__(self, config: LlamaConfig, layer_idx: int, rope: RotaryEmbedding):
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.num_key_value_heads
+        self.head_dim = config.head_dim
+        self.q_proj = nn.Linear(config.hidden_size, self.num_heads * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(config.hidden_size, self.num_kv_heads * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(config.hidden_size, self.num_kv_heads * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(self.num_heads * self.head_dim, config.hidden_size, bias=False)
+        self.rope = rope
+
+    def forward(self, positions: torch.Tensor, x: torch.Tensor, attn: AttentionContext) -> torch.Tensor:
+        t = x.shape[0]
+        q = self.rope(positions, self.q_proj(x).view(t, self.num_heads, self.head_dim))
+        k = self.rope(positions, self.k_proj(x).view(t, self.num_kv_heads, self.head_dim))
+        v = self.v_proj(x).view(t, self.num_kv_heads, self.head_dim)
+        o = attn(self.layer_idx, q, k, v)
+        return self.o_proj(o.reshape(t, self.num_heads * self.head_dim))
+
+
+class LlamaMLP(nn.Module):
+    def __init__(self, config: LlamaConfig):
+        super().__init__()
+        self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class LlamaDecoderLayer(nn.Module):
+    def __init__(self, config: LlamaConfig, layer_idx: int, rope: RotaryEmbedding):
+        super().__init__()
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.self_attn = LlamaAttention(config, layer_idx, rope)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.mlp = LlamaMLP(config)
+
+    def forward(self, positions, x, attn):
+        x = x + self.self_attn(positions, self.input_layernorm(x), attn)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class LlamaModel(nn.Module):
+    def __init__(self, config: LlamaConfig):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        rope = RotaryEmbedding(config.head_dim, config.rope_theta, config.max_position_embeddings)
+        self.layers = nn.ModuleList(LlamaDecoderLayer(config, i, rope) for i in range(config.num_hidden_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+    def forward(self, input_ids, positions, attn):
+        x = self.embed_tokens(input_ids)
+        for layer in self.layers:
+            x = layer(positions, x, attn)
+        return self.norm(x)
+
+
+class LlamaForCausalLM(nn.Module):
+    """forward(input_ids[T], positions[T], attn) -> hidden[T, H]; compute_logits(hidden) -> [T, V].
+
+    Logits are a separate call so the engine projects only the one row per request it samples
+    from, not all T rows (the vocabulary projection is the single largest matmul in SmolLM2).
+    """
+
+    def __init__(self, config: LlamaConfig):
+        super().__init__()
+        self.config = config
+        self.model = LlamaModel(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: AttentionContext) -> torch.Tensor:
+        return self.model(input_ids, positions, attn)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(hidden).float()
+
+    @classmethod
+    def from_state_dict(cls, config: LlamaConfig, state_dict: dict, device="cpu", dtype=torch.float32):
+        """Build without initializing random weights first (that alone would cost seconds)."""
+        with torch.device("meta"):
+            model = cls(config)
+        state_dict = {k: v for k, v in state_dict.items() if not (k == "lm_head.weight" and config.tie_word_embeddings)}
+        model.load_state_dict(state_dict, strict=False, assign=True)
+        if config.tie_word_embeddings:
+            model.lm_head.weight = model.model.embed_tokens.weight
+        missing = [n for n, p in model.named_parameters() if p.is_meta]
+        if missing:
+            raise ValueError(f"checkpoint lacks weights for: {missing[:5]}")
+        return model._finish(device, dtype)
+
+    @classmethod
+    def random(cls, config: LlamaConfig, seed: int = 0, device="cpu", dtype=torch.float32):
+        """Random weights with a realistic scale, for tests and benchmarks that need no real model."""
+        gen = torch.Generator().manual_seed(seed)
+        model = cls(config)
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if name.endswith("norm.weight"):
+                    p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=gen))
+                else:
+                    p.copy_(0.02 * torch.randn(p.shape, generator=gen))
+        return model._finish(device, dtype)
+
+    def _finish(self, device, dtype) -> "LlamaForCausalLM":
+        """Move to device/dtype, then build RoPE tables there in fp32: bf16 angles drift at long positions."""
+        self.to(device=device, dtype=dtype).eval().requires_grad_(False)
+        c = self.config
+        with torch.device(device):
+            rope = RotaryEmbedding(c.head_dim, c.rope_theta, c.max_position_embeddings)
+        for layer in self.model.layers:
+            layer.self_attn.rope = rope
+        return self

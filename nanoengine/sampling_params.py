@@ -1,0 +1,53 @@
+"""Sampling parameters, named and defaulted as in vLLM's SamplingParams."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from nanoengine.errors import InvalidRequestError
+
+_GREEDY_EPS = 1e-5
+
+
+@dataclass(slots=True)
+class SamplingParams:
+    """How to pick each next token, and when to stop.
+
+    temperature: 0 means greedy (argmax); higher flattens the distribution.
+    top_p: keep the smallest set of tokens whose probability sums to top_p, in (0, 1].
+    top_k: keep the k most likely tokens; -1 keeps all.
+    max_tokens: the most tokens to generate, >= 1.
+    seed: makes a sampled request reproducible, independent of what else is in the batch.
+    stop: strings that end the output (not included in it).
+    ignore_eos: keep going past the end-of-sequence token (for benchmarks).
+    Invalid values raise InvalidRequestError at construction, before anything is queued.
+    """
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    max_tokens: int = 16
+    seed: int | None = None
+    stop: list[str] = field(default_factory=list)
+    ignore_eos: bool = False
+
+    def __post_init__(self) -> None:
+        if isinstance(self.stop, str):
+            self.stop = [self.stop]
+        self.stop = list(self.stop or [])
+        if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
+            raise InvalidRequestError(f"max_tokens must be an integer >= 1, got {self.max_tokens!r}.")
+        if self.temperature < 0:
+            raise InvalidRequestError(
+                f"temperature must be >= 0, got {self.temperature}. Use 0 for greedy decoding."
+            )
+        if not 0 < self.top_p <= 1:
+            raise InvalidRequestError(f"top_p must be in (0, 1], got {self.top_p}. Use 1.0 to disable it.")
+        if not isinstance(self.top_k, int) or self.top_k == 0 or self.top_k < -1:
+            raise InvalidRequestError(f"top_k must be -1 (disabled) or >= 1, got {self.top_k!r}.")
+        if any(not isinstance(s, str) or not s for s in self.stop):
+            raise InvalidRequestError(f"stop must be non-empty strings, got {self.stop!r}.")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature < _GREEDY_EPS
