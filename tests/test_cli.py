@@ -1,0 +1,34 @@
+"""`python -m nanoengine generate|chat` prints text, TTFT and tokens/s."""
+
+import subprocess
+import sys
+
+import pytest
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "nanoengine", *args], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.model
+def test_chat_answers_with_timings():
+    r = run("chat", "What is the capital of Japan?")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "The capital of Japan is Tokyo."
+    assert "TTFT" in r.stderr and "tokens/s" in r.stderr
+
+
+@pytest.mark.model
+def test_generate_sampling_flags_and_seed_reproduce():
+    args = ("generate", "--prompt", "Once upon a time", "--max-tokens", "8", "--temperature", "0.9",
+            "--top-p", "0.9", "--seed", "3")
+    first, second = run(*args), run(*args)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout == second.stdout and first.stdout.strip()
+    assert "8 generated (length)" in first.stderr
+
+
+def test_bad_input_exits_2_with_a_message():
+    r = run("generate", "--prompt", "hi", "--max-tokens", "0")
+    assert r.returncode == 2
+    assert "max_tokens must be an integer >= 1" in r.stderr

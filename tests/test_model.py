@@ -1,0 +1,107 @@
+"""The Llama model against Hugging Face transformers on the same weights."""
+
+import pytest
+import torch
+
+from nanoengine.attention import ContiguousKVCache
+from nanoengine.config import LlamaConfig
+from nanoengine.model import LlamaForCausalLM
+from nanoengine.sampling_params import SamplingParams
+
+
+def full_logits(model, ids):
+    cache = ContiguousKVCache(model.config, len(ids))
+    with torch.no_grad():
+        return model.compute_logits(model(torch.tensor(ids), torch.arange(len(ids)), cache))
+
+
+def hf_tiny(config: LlamaConfig):
+    transformers = pytest.importorskip("transformers")
+    hf_config = transformers.LlamaConfig(
+        vocab_size=config.vocab_size, hidden_size=config.hidden_size,
+        intermediate_size=config.intermediate_size, num_hidden_layers=config.num_hidden_layers,
+        num_attention_heads=config.num_attention_heads, num_key_value_heads=config.num_key_value_heads,
+        head_dim=config.head_dim, rope_theta=config.rope_theta, rms_norm_eps=config.rms_norm_eps,
+        max_position_embeddings=config.max_position_embeddings, tie_word_embeddings=True,
+    )
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(hf_config).eval()
+
+
+@pytest.mark.reference
+@pytest.mark.parametrize("heads,kv_heads", [(6, 2), (4, 4), (8, 2)])
+def test_tiny_random_model_matches_hf(heads, kv_heads):
+    config = LlamaConfig.tiny(num_attention_heads=heads, num_key_value_heads=kv_heads, hidden_size=heads * 8)
+    hf = hf_tiny(config)
+    ours = LlamaForCausalLM.from_state_dict(config, hf.state_dict())
+    ids = torch.randint(0, config.vocab_size, (37,), generator=torch.Generator().manual_seed(1)).tolist()
+    with torch.no_grad():
+        expected = hf(torch.tensor([ids])).logits[0]
+    torch.testing.assert_close(full_logits(ours, ids), expected, rtol=0, atol=1e-5)
+
+
+def test_incremental_decode_equals_full_forward():
+    """Prefill a prefix, then feed tokens one and three at a time: same logits as one full pass."""
+    model = LlamaForCausalLM.random(LlamaConfig.tiny(), seed=1)
+    ids = list(range(3, 23))
+    expected = full_logits(model, ids)
+    cache = ContiguousKVCache(model.config, len(ids))
+    rows = []
+    with torch.no_grad():
+        for chunk in (ids[:9], ids[9:10], ids[10:13], ids[13:]):
+            pos = torch.arange(cache.num_tokens, cache.num_tokens + len(chunk))
+            rows.append(model.compute_logits(model(torch.tensor(chunk), pos, cache)))
+            cache.advance(len(chunk))
+    torch.testing.assert_close(torch.cat(rows), expected, rtol=0, atol=1e-5)
+
+
+def test_tied_embeddings_share_storage():
+    model = LlamaForCausalLM.random(LlamaConfig.tiny())
+    assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+
+
+LOGIT_PROMPTS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "def add(a, b):\n    return",
+    "<|im_start|>user\nWhy is the sky blue?<|im_end|>\n<|im_start|>assistant\n",
+]
+CHAT_PROMPTS = [
+    "What is the capital of Japan?",
+    "Name three primary colors.",
+    "Write a haiku about the sea.",
+    "What is 12 times 12?",
+    "Explain what a KV cache is in one sentence.",
+]
+
+
+@pytest.mark.model
+@pytest.mark.reference
+@pytest.mark.parametrize("prompt", LOGIT_PROMPTS)
+def test_embedded_logits_match_hf(llm, hf_model, prompt):
+    ids = llm.tokenizer.encode(prompt)
+    with torch.no_grad():
+        expected = hf_model(torch.tensor([ids])).logits[0]
+    diff = (full_logits(llm.model, ids) - expected).abs().max().item()
+    assert diff <= 1e-3, f"max abs logit diff {diff:.2e}"
+
+
+@pytest.mark.model
+@pytest.mark.reference
+@pytest.mark.parametrize("question", CHAT_PROMPTS)
+def test_embedded_greedy_32_tokens_match_hf(llm, hf_model, question):
+    prompt = llm.tokenizer.apply_chat_template([{"role": "user", "content": question}])
+    ids = llm.tokenizer.encode(prompt)
+    with torch.no_grad():
+        hf_out = hf_model.generate(
+            torch.tensor([ids]), max_new_tokens=32, do_sample=False, pad_token_id=2
+        )[0, len(ids):].tolist()
+    ours = llm.generate(prompt, SamplingParams(temperature=0, max_tokens=32))[0]
+    assert len(ours.token_ids) >= 8
+    assert ours.token_ids == hf_out  # both stop at the same EOS, or both run to 32 tokens
+
+
+@pytest.mark.model
+def test_capital_of_japan(llm):
+    out = llm.chat("What is the capital of Japan?", SamplingParams(temperature=0, max_tokens=32))
+    assert out.text == "The capital of Japan is Tokyo."
+    assert out.finish_reason == "stop"
