@@ -1,0 +1,309 @@
+"""The pool of KV blocks and the prefix-cache map, as in vllm/v1/core/block_pool.py."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+from .kv_cache_utils import BlockHash, FreeKVCacheBlockQueue, KVCacheBlock
+from .kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KVCacheEvent
+
+
+class BlockHashToBlockMap:
+    """block_hash -> {block_id: block}.
+
+    Two requests with the same prefix admitted in the same step both miss and
+    both cache their own copy of the content. Keeping every copy under one
+    hash lets block tables stay append-only (no request is switched to the
+    other copy), and evicting one copy removes only its own entry.
+    """
+
+    __slots__ = ("_cache",)
+
+    def __init__(self) -> None:
+        self._cache: dict[BlockHash, dict[int, KVCacheBlock]] = {}
+
+    def get_one_block(self, block_hash: BlockHash) -> KVCacheBlock | None:
+        blocks = self._cache.get(block_hash)
+        return next(iter(blocks.values())) if blocks else None
+
+    def get_blocks(self, block_hash: BlockHash) -> Iterable[KVCacheBlock]:
+        blocks = self._cache.get(block_hash)
+        return blocks.values() if blocks else ()
+
+    def insert(self, block_hash: BlockHash, block: KVCacheBlock) -> None:
+        blocks = self._cache.get(block_hash)
+        if blocks is None:
+            self._cache[block_hash] = {block.block_id: block}
+        else:
+            blocks[block.block_id] = block
+
+    def pop(self, block_hash: BlockHash, block_id: int) -> KVCacheBlock | None:
+        blocks = self._cache.get(block_hash)
+        if blocks is None:
+            return None
+        block = blocks.pop(block_id, None)
+        if not blocks:
+            del self._cache[block_hash]
+        return block
+
+    def items(self) -> Iterator[tuple[BlockHash, KVCacheBlock]]:
+        """Every (hash, block) entry, duplicates included."""
+        for block_hash, blocks in self._cache.items():
+            for block in blocks.values():
+                yield block_hash, block
+
+    def __len__(self) -> int:
+        return len(self._cache)
+
+
+class BlockPool:
+    """All KV blocks of one cache group, their free queue and the prefix cache.
+
+    Invariants (the stateful test checks each):
+    - Block 0 is the null block: never in the free queue, ref_cnt untracked.
+    - A non-null block is in the free queue iff its ref_cnt is 0, so the free
+      queue holds both never-cached blocks and cached blocks nobody uses.
+    - A block has a hash iff the map holds it under that hash.
+    - Eviction is lazy: a cached free block stays findable until
+      get_new_blocks pops it, and only then loses its hash (LRU from the head).
+
+    vLLM can serve groups whose block size is a multiple of hash_block_size;
+    here the two must be equal, and cache_full_blocks checks it.
+
+    With check_hash_collisions the pool also keeps each cached block's token
+    ids, and a lookup whose tokens differ from the stored ones is a miss.
+    """
+
+    def __init__(
+        self,
+        num_gpu_blocks: int,
+        enable_caching: bool,
+        hash_block_size: int | None = None,
+        enable_kv_cache_events: bool = False,
+        *,
+        check_hash_collisions: bool = False,
+    ) -> None:
+        if num_gpu_blocks < 1:
+            raise ValueError(
+                f"num_gpu_blocks must be at least 1 (block 0 is the null block), "
+                f"got {num_gpu_blocks}."
+            )
+        self.num_gpu_blocks = num_gpu_blocks
+        self.enable_caching = enable_caching
+        # Tokens per entry of request.block_hashes; None trusts every caller.
+        self.hash_block_size = hash_block_size
+        self.blocks = [KVCacheBlock(block_id=i) for i in range(num_gpu_blocks)]
+        self.free_block_queue = FreeKVCacheBlockQueue(self.blocks)
+        self.cached_block_hash_to_block = BlockHashToBlockMap()
+        self.null_block = self.free_block_queue.popleft()
+        self.null_block.is_null = True
+        self.enable_kv_cache_events = enable_kv_cache_events
+        self.kv_event_queue: list[KVCacheEvent] = []
+        # block_id -> token ids, only when collisions are checked.
+        self.cached_token_ids: dict[int, tuple[int, ...]] | None = (
+            {} if check_hash_collisions else None
+        )
+        self.num_collisions = 0
+
+    def get_cached_block(
+        self, block_hash: BlockHash, token_ids: Sequence[int] | None = None
+    ) -> KVCacheBlock | None:
+        """A block cached under block_hash, or None. Does not touch it.
+
+        token_ids are required when collisions are checked: a block counts
+        only if it was cached with exactly these tokens.
+        """
+        if self.cached_token_ids is None:
+            return self.cached_block_hash_to_block.get_one_block(block_hash)
+        if token_ids is None:
+            raise ValueError(
+                "This pool checks hash collisions: pass the block's token ids "
+                "to get_cached_block."
+            )
+        blocks = self.cached_block_hash_to_block.get_blocks(block_hash)
+        wanted = tuple(token_ids)
+        for block in blocks:
+            if self.cached_token_ids[block.block_id] == wanted:
+                return block
+        if blocks:
+            self.num_collisions += 1
+        return None
+
+    def cache_full_blocks(
+        self,
+        request: Any,
+        blocks: Sequence[KVCacheBlock],
+        num_cached_blocks: int,
+        num_full_blocks: int,
+        block_size: int,
+    ) -> None:
+        """Name blocks[num_cached_blocks:num_full_blocks] by the request's hashes.
+
+        The blocks must be full and unhashed, and request.block_hashes must
+        cover them (the request's block hasher runs as tokens are appended).
+        """
+        if num_cached_blocks >= num_full_blocks:
+            return
+        new_blocks = blocks[num_cached_blocks:num_full_blocks]
+        new_hashes = request.block_hashes[num_cached_blocks:num_full_blocks]
+        self._check_cacheable(
+            request, new_blocks, new_hashes, num_cached_blocks, num_full_blocks, block_size
+        )
+        insert = self.cached_block_hash_to_block.insert
+        for block, block_hash in zip(new_blocks, new_hashes):
+            block._block_hash = block_hash
+            insert(block_hash, block)
+        if self.cached_token_ids is None and not self.enable_kv_cache_events:
+            return
+        token_ids = request.all_token_ids[
+            num_cached_blocks * block_size : num_full_blocks * block_size
+        ]
+        if self.cached_token_ids is not None:
+            for i, block in enumerate(new_blocks):
+                self.cached_token_ids[block.block_id] = tuple(
+                    token_ids[i * block_size : (i + 1) * block_size]
+                )
+        if self.enable_kv_cache_events:
+            parent = request.block_hashes[num_cached_blocks - 1] if num_cached_blocks else None
+            self.kv_event_queue.append(
+                BlockStored(
+                    block_hashes=list(new_hashes),
+                    parent_block_hash=parent,
+                    token_ids=list(token_ids),
+                    block_size=block_size,
+                    lora_name=request.lora_name,
+                )
+            )
+
+    def _check_cacheable(
+        self,
+        request: Any,
+        new_blocks: Sequence[KVCacheBlock],
+        new_hashes: Sequence[BlockHash],
+        num_cached_blocks: int,
+        num_full_blocks: int,
+        block_size: int,
+    ) -> None:
+        # Checked before any change so that a bad call leaves the pool intact.
+        if self.hash_block_size not in (None, block_size):
+            raise ValueError(
+                f"block_size {block_size} differs from the pool's hash_block_size "
+                f"{self.hash_block_size}; hash requests with the pool's block size."
+            )
+        num_new = num_full_blocks - num_cached_blocks
+        if len(new_blocks) != num_new:
+            raise ValueError(
+                f"Cannot cache blocks {num_cached_blocks}..{num_full_blocks - 1}: "
+                f"the request holds only {num_cached_blocks + len(new_blocks)} "
+                "blocks. Allocate the blocks before caching them."
+            )
+        if len(new_hashes) != num_new:
+            raise ValueError(
+                f"Cannot cache {num_full_blocks} full blocks: request "
+                f"{request.request_id!r} has only {len(request.block_hashes)} "
+                "block hashes. Give it a block hasher so that its full blocks "
+                "are hashed as tokens arrive."
+            )
+        for block in new_blocks:
+            if block.block_hash is not None:
+                raise ValueError(
+                    f"Block {block.block_id} is already cached; count it in "
+                    "num_cached_blocks instead of caching it again."
+                )
+
+    def get_new_blocks(self, num_blocks: int) -> list[KVCacheBlock]:
+        """Pop num_blocks from the head of the free queue, ref_cnt 1 each.
+
+        A popped block that is still cached is evicted now (lazy LRU): its
+        map entry goes, and a BlockRemoved event is queued if enabled.
+        """
+        ret = self.free_block_queue.popleft_n(num_blocks)
+        if self.enable_caching:
+            for block in ret:
+                if block._block_hash is not None:
+                    self._evict_cached_block(block)
+                block.ref_cnt += 1
+        else:
+            for block in ret:
+                block.ref_cnt += 1
+        return ret
+
+    def _evict_cached_block(self, block: KVCacheBlock) -> None:
+        block_hash = block._block_hash
+        self.cached_block_hash_to_block.pop(block_hash, block.block_id)
+        block.reset_hash()
+        if self.cached_token_ids is not None:
+            del self.cached_token_ids[block.block_id]
+        if self.enable_kv_cache_events:
+            self.kv_event_queue.append(BlockRemoved(block_hashes=[block_hash]))
+
+    def touch(self, blocks: Iterable[KVCacheBlock]) -> None:
+        """Take a reference on each block, rescuing free ones from eviction."""
+        remove = self.free_block_queue.remove
+        for block in blocks:
+            if block.ref_cnt == 0:
+                if block.is_null:
+                    continue
+                remove(block)
+            block.ref_cnt += 1
+
+    def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock]) -> None:
+        """Drop one reference on each block; blocks reaching 0 become free.
+
+        Pass a request's blocks in reverse order, each at most once. Unhashed
+        blocks go to the head (their content is worthless, reuse them first);
+        cached ones go to the tail in the given order, so a chain's last
+        block is evicted before its root. A block already at ref_cnt 0 raises
+        ValueError and nothing changes.
+        """
+        blocks = [block for block in ordered_blocks if not block.is_null]
+        for block in blocks:
+            block.ref_cnt -= 1
+        unhashed: list[KVCacheBlock] = []
+        hashed: list[KVCacheBlock] = []
+        for block in blocks:
+            ref_cnt = block.ref_cnt
+            if ref_cnt == 0:
+                (unhashed if block._block_hash is None else hashed).append(block)
+            elif ref_cnt < 0:
+                for b in blocks:
+                    b.ref_cnt += 1
+                raise ValueError(
+                    f"Double free: block {block.block_id} has no reference left "
+                    "to drop. Free each request's blocks once, via "
+                    "KVCacheManager.free(request)."
+                )
+        self.free_block_queue.prepend_n(unhashed)
+        self.free_block_queue.append_n(hashed)
+
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached hash, e.g. after a weight update.
+
+        Refused (False, nothing changed) while any request holds a block,
+        since its KV would then outlive the reset unnoticed.
+        """
+        if self.get_num_free_blocks() != self.num_gpu_blocks - 1:
+            return False
+        self.cached_block_hash_to_block = BlockHashToBlockMap()
+        for block in self.blocks:
+            block.reset_hash()
+        if self.cached_token_ids is not None:
+            self.cached_token_ids.clear()
+        if self.enable_kv_cache_events:
+            self.kv_event_queue.append(AllBlocksCleared())
+        return True
+
+    def get_num_free_blocks(self) -> int:
+        """Blocks with ref_cnt 0, cached ones included (they are evictable)."""
+        return self.free_block_queue.num_free_blocks
+
+    def get_usage(self) -> float:
+        """Fraction of the usable blocks (all but the null block) in use."""
+        total = self.num_gpu_blocks - 1
+        return 1.0 - self.get_num_free_blocks() / total if total else 0.0
+
+    def take_events(self) -> list[KVCacheEvent]:
+        """The queued KV events, oldest first; the queue is emptied."""
+        events, self.kv_event_queue = self.kv_event_queue, []
+        return events

@@ -1,0 +1,85 @@
+"""A request as the scheduler and the KV cache manager see it (vllm/v1/request.py)."""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class RequestStatus(enum.IntEnum):
+    """Ordered so that every finished status compares above PREEMPTED."""
+
+    WAITING = enum.auto()
+    RUNNING = enum.auto()
+    PREEMPTED = enum.auto()
+    FINISHED_STOPPED = enum.auto()
+    FINISHED_LENGTH_CAPPED = enum.auto()
+    FINISHED_ABORTED = enum.auto()
+
+    @staticmethod
+    def is_finished(status: RequestStatus) -> bool:
+        return status > RequestStatus.PREEMPTED
+
+
+@dataclass(slots=True, eq=False)
+class Request:
+    """Token ids, progress counters and the block hashes of one request.
+
+    block_hashes always holds one hash per full block of all_token_ids when a
+    block hasher is set; append tokens only through append_output_token_ids
+    so that the hashes keep up.
+    """
+
+    request_id: str
+    prompt_token_ids: list[int]
+    block_hasher: Callable[[Request], list[Any]] | None = field(default=None, repr=False)
+    cache_salt: str | None = None
+    lora_name: str | None = None
+    priority: int = 0
+    arrival_time: float = field(default_factory=time.time)
+    status: RequestStatus = RequestStatus.WAITING
+    num_computed_tokens: int = 0
+    # -1 until the scheduler records the prefix-cache hit at admission.
+    num_cached_tokens: int = -1
+    num_preemptions: int = 0
+    output_token_ids: list[int] = field(default_factory=list, init=False)
+    block_hashes: list[Any] = field(default_factory=list, init=False, repr=False)
+    _all_token_ids: list[int] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.prompt_token_ids = list(self.prompt_token_ids)
+        self._all_token_ids = self.prompt_token_ids.copy()
+        self._hash_new_full_blocks()
+
+    def attach_block_hasher(self, block_hasher: Callable[[Request], list[Any]]) -> None:
+        """Set the hasher after construction and rehash every full block."""
+        self.block_hasher = block_hasher
+        self.block_hashes = []
+        self._hash_new_full_blocks()
+
+    def _hash_new_full_blocks(self) -> None:
+        if self.block_hasher is not None:
+            self.block_hashes.extend(self.block_hasher(self))
+
+    @property
+    def all_token_ids(self) -> list[int]:
+        """Prompt then output tokens. Read-only: do not mutate the list."""
+        return self._all_token_ids
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self._all_token_ids)
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.prompt_token_ids)
+
+    def append_output_token_ids(self, token_ids: int | Sequence[int]) -> None:
+        if isinstance(token_ids, int):
+            token_ids = (token_ids,)
+        self.output_token_ids.extend(token_ids)
+        self._all_token_ids.extend(token_ids)
+        self._hash_new_full_blocks()
