@@ -1,22 +1,29 @@
-"""The user-facing engine: LLM(...).generate(prompts, SamplingParams(...))."""
+"""The user-facing engine: LLM(...).generate(prompts, SamplingParams(...)) (vllm/entrypoints/llm.py)."""
 
 from __future__ import annotations
 
-import itertools
+import logging
 import os
-import time
 from collections.abc import Iterator, Sequence
 
 import torch
 
-from nanoengine.attention import ContiguousKVCache
-from nanoengine.errors import InvalidRequestError
+from nanoengine.attention import get_backend
+from nanoengine.attention.paged import PagedKVCache
+from nanoengine.core import KVCacheManager
+from nanoengine.engine import EngineStats, LLMEngine
+from nanoengine.errors import InvalidRequestError, KVCacheTooSmallError
 from nanoengine.model import LlamaForCausalLM
 from nanoengine.model_loader import load_checkpoint
+from nanoengine.model_runner import ModelRunner
 from nanoengine.outputs import RequestOutput
-from nanoengine.sampler import make_generator, sample
 from nanoengine.sampling_params import SamplingParams
+from nanoengine.scheduler import Scheduler, SchedulerConfig
 from nanoengine.tokenizer import Tokenizer
+
+logger = logging.getLogger("nanoengine")
+
+DEFAULT_CPU_KV_BYTES = 512 * 2**20
 
 
 def resolve_device(device: str | torch.device) -> torch.device:
@@ -26,9 +33,12 @@ def resolve_device(device: str | torch.device) -> torch.device:
 
 
 class LLM:
-    """Load a llama GGUF (the embedded SmolLM2-135M-Instruct by default) and generate text.
+    """Load a llama GGUF (the embedded SmolLM2-135M-Instruct by default) and serve it with a paged KV
+    cache, prefix caching and continuous batching.
 
-    On CPU the model runs in fp32; on CUDA in bf16.
+    CPU runs fp32 with the torch attention backend; CUDA runs bf16 with the Triton kernels.
+    The KV pool is sized from `kv_cache_memory_bytes` (CPU default 512 MiB) or, on CUDA, from
+    `gpu_memory_utilization` of the memory left after loading the weights.
     """
 
     def __init__(
@@ -37,7 +47,17 @@ class LLM:
         *,
         device: str = "auto",
         dtype: torch.dtype | None = None,
+        enable_prefix_caching: bool = True,
+        block_size: int = 16,
+        max_num_seqs: int = 64,
+        max_num_batched_tokens: int = 2048,
+        long_prefill_token_threshold: int = 0,
+        kv_cache_memory_bytes: int | None = None,
+        gpu_memory_utilization: float = 0.9,
         max_model_len: int | None = None,
+        attention_backend: str | None = None,
+        scheduling_policy: str = "fcfs",
+        hash_algo: str = "xxhash",
         progress: bool = True,
     ):
         ckpt = load_checkpoint(model, progress=progress)
@@ -47,35 +67,110 @@ class LLM:
         self.device = resolve_device(device)
         self.dtype = dtype or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
         self.model = LlamaForCausalLM.from_state_dict(self.config, ckpt.state_dict, self.device, self.dtype)
-        self.max_model_len = max_model_len or self.config.max_position_embeddings
-        self._ids = itertools.count()
+        self.backend = get_backend(attention_backend or ("triton" if self.device.type == "cuda" else "torch"))
+        self.block_size = block_size
 
+        num_blocks = self._num_kv_blocks(kv_cache_memory_bytes, gpu_memory_utilization)
+        self.kv_cache = PagedKVCache(self.config, num_blocks, block_size, self.backend, self.device, self.dtype)
+        self.max_model_len = min(max_model_len or self.config.max_position_embeddings, self.config.max_position_embeddings)
+        kv_manager = KVCacheManager(block_size, num_blocks, enable_caching=enable_prefix_caching)
+        scheduler = Scheduler(
+            SchedulerConfig(max_num_batched_tokens, max_num_seqs, long_prefill_token_threshold,
+                            scheduling_policy, self.max_model_len),
+            kv_manager,
+        )
+        self.engine = LLMEngine(ModelRunner(self.model, self.kv_cache, self.device), scheduler, self.tokenizer, hash_algo)
+        logger.info(
+            "KV cache: %d blocks x %d tokens = %d tokens (%.0f MiB), %s backend on %s",
+            num_blocks - 1, block_size, (num_blocks - 1) * block_size,
+            num_blocks * self._bytes_per_block / 2**20, self.backend.name, self.device,
+        )
+
+    @property
+    def _bytes_per_block(self) -> int:
+        return PagedKVCache.bytes_per_block(self.config, self.block_size, self.dtype)
+
+    def _num_kv_blocks(self, budget: int | None, utilization: float) -> int:
+        if budget is None and self.device.type == "cuda":
+            free, _ = torch.cuda.mem_get_info(self.device)
+            budget = int(free * utilization)
+        budget = DEFAULT_CPU_KV_BYTES if budget is None else budget
+        num_blocks = budget // self._bytes_per_block
+        if num_blocks < 2:  # block 0 is the null block, so one usable block needs two
+            raise KVCacheTooSmallError(
+                f"kv_cache_memory_bytes={budget} holds {num_blocks} KV blocks of {self._bytes_per_block} bytes "
+                f"({self.block_size} tokens each); at least two are needed (one is the null block). "
+                f"Give kv_cache_memory_bytes >= {2 * self._bytes_per_block}."
+            )
+        return num_blocks
+
+    @property
+    def num_kv_tokens(self) -> int:
+        """Tokens the KV pool can hold (the null block excluded)."""
+        return (self.kv_cache.num_blocks - 1) * self.block_size
+
+    # ---- requests -----------------------------------------------------------------------------
     def generate(
         self,
         prompts: str | Sequence[str] | None = None,
-        sampling_params: SamplingParams | None = None,
+        sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
         *,
         prompt_token_ids: Sequence[int] | Sequence[Sequence[int]] | None = None,
+        progress: bool = False,
     ) -> list[RequestOutput]:
-        """Complete each prompt (text, or token ids via prompt_token_ids)."""
-        params = sampling_params or SamplingParams()
-        return [self._run(ids, text, params) for text, ids in self._prepare(prompts, prompt_token_ids)]
+        """Complete every prompt together (continuous batching); outputs come back in input order."""
+        batch = self._prepare(prompts, prompt_token_ids)
+        params = self._params_per_prompt(sampling_params, len(batch))
+        ids = [self.engine.add_request(tokens, p, prompt=text) for (text, tokens), p in zip(batch, params)]
+        done: dict[str, RequestOutput] = {}
+        from tqdm.auto import tqdm
+
+        with tqdm(total=len(ids), desc="Generating", unit="req", disable=not progress) as bar:
+            while self.engine.has_unfinished_requests():
+                finished = self.engine.step()
+                done.update((o.request_id, o) for o in finished)
+                bar.update(len(finished))
+        return [done[i] for i in ids]
 
     def chat(self, messages: list[dict] | str, sampling_params: SamplingParams | None = None) -> RequestOutput:
         """One assistant reply to `messages` ([{"role", "content"}], or a single user string)."""
+        return self.generate(self.apply_chat_template(messages), sampling_params)[0]
+
+    def apply_chat_template(self, messages: list[dict] | str) -> str:
         if isinstance(messages, str):
             messages = [{"role": "user", "content": messages}]
-        return self.generate(self.tokenizer.apply_chat_template(messages), sampling_params)[0]
+        return self.tokenizer.apply_chat_template(messages)
 
     def stream(self, prompt: str, sampling_params: SamplingParams | None = None) -> Iterator[str]:
-        """Yield the completion's text piece by piece as tokens are generated."""
-        (text, ids), = self._prepare(prompt, None)
+        """Yield the completion's text piece by piece while the engine steps."""
+        (text, tokens), = self._prepare(prompt, None)
+        req_id = self.engine.add_request(tokens, sampling_params or SamplingParams(), prompt=text)
         emitted = ""
-        for state in self._steps(ids, sampling_params or SamplingParams()):
-            new = state.text[len(emitted):]
-            emitted = state.text
-            if new:
-                yield new
+        while True:
+            finished = {o.request_id: o for o in self.engine.step()}
+            current = finished[req_id].text if req_id in finished else self.engine.outputs[req_id].text
+            if len(current) > len(emitted):
+                yield current[len(emitted):]
+                emitted = current
+            if req_id in finished:
+                return
+
+    def get_stats(self) -> EngineStats:
+        return self.engine.stats
+
+    def reset_prefix_cache(self) -> bool:
+        """Drop every cached block; refuses (False) while requests are running."""
+        return self.engine.kv_cache_manager.reset_prefix_cache()
+
+    # ---- validation: everything is checked before the first request is queued ------------------
+    @staticmethod
+    def _params_per_prompt(sampling_params, n: int) -> list[SamplingParams]:
+        if sampling_params is None or isinstance(sampling_params, SamplingParams):
+            return [sampling_params or SamplingParams()] * n
+        params = list(sampling_params)
+        if len(params) != n or not all(isinstance(p, SamplingParams) for p in params):
+            raise InvalidRequestError(f"Pass one SamplingParams, or a list of {n} (one per prompt).")
+        return params
 
     def _prepare(self, prompts, prompt_token_ids) -> list[tuple[str | None, list[int]]]:
         if (prompts is None) == (prompt_token_ids is None):
@@ -83,11 +178,20 @@ class LLM:
         if prompts is not None:
             prompts = [prompts] if isinstance(prompts, str) else list(prompts)
             if not all(isinstance(p, str) for p in prompts):
-                raise InvalidRequestError("prompts must all be strings; pass token ids via prompt_token_ids=.")
+                raise InvalidRequestError(
+                    "prompts must all be strings; pass token ids separately via prompt_token_ids=."
+                )
             batch = [(p, self.tokenizer.encode(p)) for p in prompts]
         else:
             ids = list(prompt_token_ids)
-            batch = [(None, [*x]) for x in (ids if ids and not isinstance(ids[0], int) else [ids])]
+            nested = [ids] if all(isinstance(t, int) for t in ids) else ids
+            if not all(isinstance(x, (list, tuple)) for x in nested):
+                raise InvalidRequestError(
+                    "prompt_token_ids must be one list of ints or a list of such lists, not a mix."
+                )
+            batch = [(None, list(x)) for x in nested]
+        if not batch:
+            raise InvalidRequestError("No prompts given.")
         for _, ids in batch:
             self._validate(ids)
         return batch
@@ -97,59 +201,14 @@ class LLM:
             raise InvalidRequestError("The prompt is empty; give at least one token of text.")
         if len(ids) >= self.max_model_len:
             raise InvalidRequestError(
-                f"The prompt has {len(ids)} tokens but max_model_len is {self.max_model_len}; shorten it."
+                f"The prompt has {len(ids)} tokens but max_model_len is {self.max_model_len} (which must "
+                "leave room for one new token); shorten the prompt."
+            )
+        if len(ids) + 1 > self.num_kv_tokens:
+            raise InvalidRequestError(
+                f"The prompt has {len(ids)} tokens but the whole KV pool holds {self.num_kv_tokens}; "
+                "shorten the prompt or raise kv_cache_memory_bytes."
             )
         vocab = self.config.vocab_size
-        if any(not isinstance(t, int) or not 0 <= t < vocab for t in ids):
+        if not all(isinstance(t, int) and 0 <= t < vocab for t in ids):
             raise InvalidRequestError(f"Token ids must be integers in [0, {vocab}).")
-
-    def _run(self, ids: list[int], text: str | None, params: SamplingParams) -> RequestOutput:
-        arrival = time.perf_counter()
-        first = None
-        for state in self._steps(ids, params):
-            first = first or time.perf_counter()
-        return RequestOutput(
-            request_id=str(next(self._ids)), prompt=text, prompt_token_ids=ids, text=state.text,
-            token_ids=state.token_ids, finish_reason=state.finish_reason, num_cached_tokens=0,
-            arrival_time=arrival, first_token_time=first, finish_time=time.perf_counter(),
-        )
-
-    @torch.inference_mode()
-    def _steps(self, ids: list[int], params: SamplingParams) -> Iterator["_State"]:
-        """Prefill the prompt into a contiguous cache, then decode one token per step."""
-        max_new = min(params.max_tokens, self.max_model_len - len(ids))
-        cache = ContiguousKVCache(self.config, len(ids) + max_new, self.device, self.dtype)
-        gen = make_generator(params.seed)
-        state = _State(self.tokenizer, params)
-        step_ids = ids
-        while state.finish_reason is None:
-            input_ids = torch.tensor(step_ids, device=self.device)
-            positions = torch.arange(cache.num_tokens, cache.num_tokens + len(step_ids), device=self.device)
-            hidden = self.model(input_ids, positions, cache)
-            cache.advance(len(step_ids))
-            token = sample(self.model.compute_logits(hidden[-1:]), [params], [gen])[0]
-            state.append(token, self.config.eos_token_id, max_new)
-            step_ids = [token]
-            yield state
-
-
-class _State:
-    """A request's output so far, and whether it is done."""
-
-    def __init__(self, tokenizer: Tokenizer, params: SamplingParams):
-        self.tokenizer, self.params = tokenizer, params
-        self.token_ids: list[int] = []
-        self.text = ""
-        self.finish_reason: str | None = None
-
-    def append(self, token: int, eos: int, max_new: int) -> None:
-        p = self.params
-        if token == eos and not p.ignore_eos:
-            self.finish_reason = "stop"
-        self.token_ids.append(token)
-        self.text = self.tokenizer.decode(self.token_ids)
-        for s in p.stop:
-            if (cut := self.text.find(s)) >= 0:
-                self.text, self.finish_reason = self.text[:cut], "stop"
-        if self.finish_reason is None and len(self.token_ids) >= max_new:
-            self.finish_reason = "length"

@@ -35,6 +35,9 @@ class Request:
 
     request_id: str
     prompt_token_ids: list[int]
+    # How to sample and when to stop; the scheduler reads max_tokens and ignore_eos from it.
+    sampling_params: Any = None
+    eos_token_id: int | None = None
     block_hasher: Callable[[Request], list[Any]] | None = field(default=None, repr=False)
     cache_salt: str | None = None
     lora_name: str | None = None

@@ -5,8 +5,9 @@ q is [T, num_heads, head_dim], k and v are [T, num_kv_heads, head_dim], already 
 The context stores k and v wherever its cache keeps them, attends each new query causally over its
 own request's cached prefix plus the new tokens, and returns [T, num_heads, head_dim].
 
-Implementations: `ContiguousKVCache` (one request, one preallocated buffer: the cache before
-paging). The paged backends plug in through the same call.
+Contexts: `ContiguousKVCache` (one request, one preallocated buffer: the cache before paging) and
+`PagedKVCache` (the engine's block pool), which delegates to a backend: "torch" (reference, any
+device) or "triton" (the kernels; on a CPU they run in Triton's interpreter).
 """
 
 from typing import Protocol
@@ -18,6 +19,20 @@ class AttentionContext(Protocol):
     def __call__(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor: ...
 
 
+from nanoengine.attention.backend import AttentionBackend, AttentionMetadata, TorchBackend  # noqa: E402
 from nanoengine.attention.contiguous import ContiguousKVCache  # noqa: E402
 
-__all__ = ["AttentionContext", "ContiguousKVCache"]
+BACKENDS = ("torch", "triton")
+
+
+def get_backend(name: str) -> AttentionBackend:
+    if name == "torch":
+        return TorchBackend()
+    if name == "triton":
+        from nanoengine.attention.triton_backend import TritonBackend
+
+        return TritonBackend()
+    raise ValueError(f"Unknown attention_backend {name!r}; choose one of {BACKENDS}.")
+
+
+__all__ = ["AttentionBackend", "AttentionContext", "AttentionMetadata", "ContiguousKVCache", "TorchBackend", "get_backend"]

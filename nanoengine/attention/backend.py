@@ -1,0 +1,112 @@
+"""The paged-attention seam: one interface, a torch reference and Triton kernels behind it.
+
+Layout (vLLM's, per layer): k_cache and v_cache are [num_blocks, block_size, num_kv_heads, head_dim].
+Token t of a request lives in block `block_table[t // block_size]` at offset `t % block_size`, i.e. at
+flat slot `block_id * block_size + offset`. Block 0 is the null block: it pads block tables and is
+never read for a real token.
+
+A step's new tokens are flat ([T, ...]) and grouped by request: request i owns rows
+query_start_loc[i] : query_start_loc[i+1], and after this step its context holds seq_lens[i] tokens,
+the last (query_start_loc[i+1] - query_start_loc[i]) of which are the new ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+
+@dataclass(slots=True)
+class AttentionMetadata:
+    """Everything a backend needs to find each request's K/V for one step.
+
+    Invariants: requests whose query length is 1 (decodes) come first, `num_decodes` of them; slot
+    entries of -1 are padding and are never written; block_tables rows are padded with 0.
+    """
+
+    slot_mapping: torch.Tensor  # [T] int64
+    query_start_loc: torch.Tensor  # [B + 1] int32, cumulative new-token counts
+    seq_lens: torch.Tensor  # [B] int32, context length after this step
+    block_tables: torch.Tensor  # [B, max_blocks] int32
+    max_query_len: int
+    max_seq_len: int
+    num_decodes: int  # the first num_decodes requests have exactly one new token
+
+
+class AttentionBackend(Protocol):
+    """Three operations, each with a torch reference (TorchBackend) and a Triton kernel."""
+
+    name: str
+
+    def store_kvcache(
+        self, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slot_mapping: torch.Tensor
+    ) -> None:
+        """Write k, v ([T, Hkv, D]) into the caches at slot_mapping ([T]); skip slots of -1."""
+
+    def decode(
+        self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+        block_tables: torch.Tensor, seq_lens: torch.Tensor, scale: float,
+    ) -> torch.Tensor:
+        """One query per request: q [B, Hq, D] attends to all seq_lens[b] cached tokens -> [B, Hq, D]."""
+
+    def prefill(
+        self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
+        query_start_loc: torch.Tensor, seq_lens: torch.Tensor, max_query_len: int, scale: float,
+    ) -> torch.Tensor:
+        """Chunks of new tokens (already stored) attend causally to their cached prefix and to
+        themselves: q [T, Hq, D] -> [T, Hq, D]. query_start_loc and seq_lens are relative to this call."""
+
+
+def gather_kv(cache: torch.Tensor, block_table: torch.Tensor, seq_len: int) -> torch.Tensor:
+    """One request's first seq_len tokens, made contiguous: [seq_len, Hkv, D]."""
+    block_size = cache.shape[1]
+    num_blocks = -(-seq_len // block_size)
+    return cache[block_table[:num_blocks].long()].flatten(0, 1)[:seq_len]
+
+
+class TorchBackend:
+    """The reference: gather each request's blocks into a contiguous tensor, then SDPA.
+
+    Runs on any device and is easy to trust, but the gather copies the whole context every step,
+    which is exactly the cost a paged kernel avoids.
+    """
+
+    name = "torch"
+
+    def store_kvcache(self, k, v, k_cache, v_cache, slot_mapping):
+        valid = slot_mapping >= 0
+        slots = slot_mapping[valid]
+        k_cache.view(-1, *k_cache.shape[2:])[slots] = k[valid].to(k_cache.dtype)
+        v_cache.view(-1, *v_cache.shape[2:])[slots] = v[valid].to(v_cache.dtype)
+
+    def decode(self, q, k_cache, v_cache, block_tables, seq_lens, scale):
+        block_size = k_cache.shape[1]
+        max_len = int(seq_lens.max())
+        tables = block_tables[:, : -(-max_len // block_size)].long()
+        keys = k_cache[tables].flatten(1, 2)[:, :max_len]  # [B, S, Hkv, D]
+        values = v_cache[tables].flatten(1, 2)[:, :max_len]
+        mask = torch.arange(max_len, device=q.device)[None, :] < seq_lens[:, None]  # [B, S]
+        out = _sdpa(q.unsqueeze(2), keys.transpose(1, 2), values.transpose(1, 2), mask[:, None, None, :], scale)
+        return out.squeeze(2)
+
+    def prefill(self, q, k_cache, v_cache, block_tables, query_start_loc, seq_lens, max_query_len, scale):
+        out = torch.empty_like(q)
+        starts = query_start_loc.tolist()
+        for i, seq_len in enumerate(seq_lens.tolist()):
+            lo, hi = starts[i], starts[i + 1]
+            n = hi - lo
+            keys = gather_kv(k_cache, block_tables[i], seq_len).transpose(0, 1)
+            values = gather_kv(v_cache, block_tables[i], seq_len).transpose(0, 1)
+            # New token j sits at position seq_len - n + j and sees keys 0 .. seq_len - n + j.
+            mask = torch.ones(n, seq_len, dtype=torch.bool, device=q.device).tril(diagonal=seq_len - n)
+            out[lo:hi] = _sdpa(q[lo:hi].transpose(0, 1), keys, values, mask, scale).transpose(0, 1)
+        return out
+
+
+def _sdpa(q, k, v, mask, scale):
+    """SDPA in the query's dtype with GQA; q [..., Hq, L, D], k/v [..., Hkv, S, D]."""
+    return torch.nn.functional.scaled_dot_product_attention(
+        q, k.to(q.dtype), v.to(q.dtype), attn_mask=mask, scale=scale, enable_gqa=True
+    )

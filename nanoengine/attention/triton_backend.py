@@ -1,0 +1,51 @@
+"""TritonBackend: the AttentionBackend protocol on the Triton kernels of triton_kernels.py.
+
+On a machine without CUDA the kernels can only run under the Triton interpreter, which is chosen by
+TRITON_INTERPRET=1 when the kernels are defined. Importing this module sets it if triton has not
+been imported yet, and refuses to go on if triton was already imported without it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+
+
+def _ensure_runnable() -> None:
+    if torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1":
+        return
+    if "triton" in sys.modules:
+        raise RuntimeError(
+            "TritonBackend without CUDA needs the Triton interpreter, but triton was already imported "
+            "without it: set TRITON_INTERPRET=1 before importing triton (or torch._inductor)."
+        )
+    os.environ["TRITON_INTERPRET"] = "1"
+
+
+_ensure_runnable()
+
+from nanoengine.attention.triton_kernels import paged_decode, paged_prefill, store_kvcache  # noqa: E402
+
+
+class TritonBackend:
+    """Paged attention straight from the block tables: no gather, K/V read once per GQA group.
+
+    Same contract as TorchBackend (see backend.py). decode picks split-K itself unless
+    `decode_splits` fixes the number of splits (1 = never split).
+    """
+
+    name = "triton"
+
+    def __init__(self, decode_splits: int | None = None):
+        self.decode_splits = decode_splits
+
+    def store_kvcache(self, k, v, k_cache, v_cache, slot_mapping):
+        store_kvcache(k, v, k_cache, v_cache, slot_mapping)
+
+    def decode(self, q, k_cache, v_cache, block_tables, seq_lens, scale):
+        return paged_decode(q, k_cache, v_cache, block_tables, seq_lens, scale, num_splits=self.decode_splits)
+
+    def prefill(self, q, k_cache, v_cache, block_tables, query_start_loc, seq_lens, max_query_len, scale):
+        return paged_prefill(q, k_cache, v_cache, block_tables, query_start_loc, seq_lens, max_query_len, scale)

@@ -1,0 +1,349 @@
+"""Triton kernels for the paged KV cache: store, decode (with split-K) and prefill/extend.
+
+Cache layout per layer: [num_blocks, block_size, num_kv_heads, head_dim], last dim contiguous.
+Token t of a request lives at block `block_table[t // block_size]`, offset `t % block_size`.
+
+Shared invariants of the kernels:
+- block ids are cast to int64 before they multiply a stride: block_id * stride overflows int32 on
+  pools of a few GiB and silently reads the wrong block;
+- every K/V load is masked by the request's length, so neither the partial last block nor the null
+  block padding a table is ever read (a masked lane yields 0 and its score is set to -inf);
+- softmax runs in fp32 with exp2, and a row whose scores are all -inf keeps m = -inf and l = 0
+  without producing NaN (the max is replaced by 0 before it is subtracted);
+- head_dim and block_size are powers of two (head_dim >= 16), so no head_dim mask is needed.
+
+The launchers take torch tensors and return torch tensors; on a CPU tensor they run under the Triton
+interpreter (TRITON_INTERPRET=1 must be set before triton is imported).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+DOT_MIN = 16  # the GPU compiler rejects tl.dot operands with a dimension below 16
+DECODE_BLOCK_N = 64  # KV tokens per decode tile: several cache blocks gathered through the table
+PREFILL_BLOCK_M = 64
+PREFILL_BLOCK_N = 64
+NUM_WARPS = 4
+NUM_STAGES = 2
+# Split-K heuristic (see choose_num_splits): split until there are about this many programs per SM,
+# but never give a split fewer than MIN_SPLIT_TOKENS tokens, nor make more than MAX_SPLITS splits.
+PROGRAMS_PER_SM = 8
+MIN_SPLIT_TOKENS = 512
+MAX_SPLITS = 32
+
+
+@triton.jit
+def _store_kernel(
+    k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, slot_ptr,
+    s_kt, s_kh, s_vt, s_vh,
+    s_kcb, s_kct, s_kch, s_vcb, s_vct, s_vch,
+    num_kv_heads,
+    HEADS_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
+):
+    """One program per new token: copy its K and V rows ([Hkv, D]) to the slot; slot -1 is skipped."""
+    t = tl.program_id(0).to(tl.int64)
+    slot = tl.load(slot_ptr + t).to(tl.int64)
+    if slot < 0:
+        return
+    block, offset = slot // BLOCK_SIZE, slot % BLOCK_SIZE
+    h = tl.arange(0, HEADS_PAD)[:, None]
+    d = tl.arange(0, HEAD_DIM)[None, :]
+    mask = h < num_kv_heads
+    k = tl.load(k_ptr + t * s_kt + h * s_kh + d, mask=mask)
+    v = tl.load(v_ptr + t * s_vt + h * s_vh + d, mask=mask)
+    k_dst = k_cache_ptr + block * s_kcb + offset * s_kct + h * s_kch + d
+    v_dst = v_cache_ptr + block * s_vcb + offset * s_vct + h * s_vch + d
+    tl.store(k_dst, k.to(k_cache_ptr.dtype.element_ty), mask=mask)
+    tl.store(v_dst, v.to(v_cache_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _load_kv_tile(cache_ptr, table_ptr, n, n_mask, kv_head, s_b, s_t, s_h, HEAD_DIM: tl.constexpr,
+                  BLOCK_SIZE: tl.constexpr):
+    """K or V rows of token positions n ([BLOCK_N]) of one request: a [BLOCK_N, HEAD_DIM] tile.
+
+    A tile may span several cache blocks; each token looks up its own block id. Masked tokens read
+    nothing (0), so the table's null-block padding and the tail of the last block are never touched.
+    """
+    block = tl.load(table_ptr + n // BLOCK_SIZE, mask=n_mask, other=0).to(tl.int64)
+    d = tl.arange(0, HEAD_DIM)
+    rows = block * s_b + (n % BLOCK_SIZE) * s_t + kv_head * s_h
+    return tl.load(cache_ptr + rows[:, None] + d[None, :], mask=n_mask[:, None], other=0.0)
+
+
+@triton.jit
+def _online_softmax_step(q, k, v, mask, m_i, l_i, acc, qk_scale, DOT_PRECISION: tl.constexpr):
+    """Fold one KV tile into the running (max, sum, acc) of each query row; scores in log2 units."""
+    s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale
+    s = tl.where(mask, s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    # A row with no visible key yet has m_new = -inf; subtracting 0 instead keeps p and alpha at 0.
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp2(m_i - m_safe)
+    p = tl.exp2(s - m_safe[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
+    return m_new, l_i, acc
+
+
+@triton.jit
+def _decode_kernel(
+    q_ptr, k_cache_ptr, v_cache_ptr, table_ptr, seq_lens_ptr, out_ptr, part_m_ptr, part_l_ptr,
+    qk_scale, tokens_per_split,
+    s_qb, s_qh, s_ob, s_oh, s_ps, s_bt,
+    s_kb, s_kt, s_kh, s_vb, s_vt, s_vh,
+    GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
+    BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):
+    """Program (seq, kv_head, split): all GROUP query heads of one KV head over one range of tokens.
+
+    The group is padded to GROUP_PAD rows (a power of two, >= 16 for tl.dot) so K and V are read
+    once per group. Without SPLIT the program covers the whole context and writes the output; with
+    SPLIT it writes the unnormalised partial (max, sum, acc) rows at index `split`, laid out
+    [B, Hq, num_splits(, D)] with stride s_ps between splits, for _reduce_splits_kernel.
+    """
+    seq = tl.program_id(0).to(tl.int64)
+    kv_head = tl.program_id(1)
+    split = tl.program_id(2)
+    seq_len = tl.load(seq_lens_ptr + seq)
+    start = split * tokens_per_split
+    end = tl.minimum(seq_len, start + tokens_per_split)
+
+    g = tl.arange(0, GROUP_PAD)
+    d = tl.arange(0, HEAD_DIM)
+    heads = kv_head * GROUP + g
+    g_mask = g < GROUP
+    q = tl.load(q_ptr + seq * s_qb + heads[:, None] * s_qh + d[None, :], mask=g_mask[:, None], other=0.0)
+
+    m_i = tl.full([GROUP_PAD], float("-inf"), tl.float32)
+    l_i = tl.zeros([GROUP_PAD], tl.float32)
+    acc = tl.zeros([GROUP_PAD, HEAD_DIM], tl.float32)
+    table = table_ptr + seq * s_bt
+    for tile in range(start, end, BLOCK_N):
+        n = tile + tl.arange(0, BLOCK_N)
+        n_mask = n < end
+        k = _load_kv_tile(k_cache_ptr, table, n, n_mask, kv_head, s_kb, s_kt, s_kh, HEAD_DIM, BLOCK_SIZE)
+        v = _load_kv_tile(v_cache_ptr, table, n, n_mask, kv_head, s_vb, s_vt, s_vh, HEAD_DIM, BLOCK_SIZE)
+        m_i, l_i, acc = _online_softmax_step(q, k, v, n_mask[None, :], m_i, l_i, acc, qk_scale, DOT_PRECISION)
+
+    if SPLIT:
+        row = seq * s_ob + heads * s_oh + split * s_ps
+        tl.store(part_m_ptr + row, m_i, mask=g_mask)
+        tl.store(part_l_ptr + row, l_i, mask=g_mask)
+        tl.store(out_ptr + row[:, None] * HEAD_DIM + d[None, :], acc, mask=g_mask[:, None])
+    else:
+        out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
+        dst = out_ptr + seq * s_ob + heads[:, None] * s_oh + d[None, :]
+        tl.store(dst, out.to(out_ptr.dtype.element_ty), mask=g_mask[:, None])
+
+
+@triton.jit
+def _reduce_splits_kernel(
+    part_acc_ptr, part_m_ptr, part_l_ptr, out_ptr, num_splits, s_ob, s_oh,
+    HEAD_DIM: tl.constexpr, SPLITS_PAD: tl.constexpr,
+):
+    """Program (seq, q_head): merge the split partials, rescaling each by exp2(m_split - m_max).
+
+    Partials are contiguous [B, Hq, num_splits(, D)]. A split past the end of a short request has
+    m = -inf and l = 0 and so weighs 0.
+    """
+    seq = tl.program_id(0).to(tl.int64)
+    head = tl.program_id(1)
+    num_heads = tl.num_programs(1)
+    s = tl.arange(0, SPLITS_PAD)
+    d = tl.arange(0, HEAD_DIM)
+    s_mask = s < num_splits
+    row = (seq * num_heads + head) * num_splits + s
+    m = tl.load(part_m_ptr + row, mask=s_mask, other=float("-inf"))
+    l = tl.load(part_l_ptr + row, mask=s_mask, other=0.0)
+    acc = tl.load(part_acc_ptr + row[:, None] * HEAD_DIM + d[None, :], mask=s_mask[:, None], other=0.0)
+    m_max = tl.max(m, 0)
+    w = tl.exp2(m - tl.where(m_max == float("-inf"), 0.0, m_max))
+    total = tl.sum(w * l, 0)
+    out = tl.sum(w[:, None] * acc, 0) / tl.where(total > 0, total, 1.0)
+    tl.store(out_ptr + seq * s_ob + head * s_oh + d, out.to(out_ptr.dtype.element_ty))
+
+
+@triton.jit
+def _prefill_kernel(
+    q_ptr, k_cache_ptr, v_cache_ptr, table_ptr, query_start_loc_ptr, seq_lens_ptr, out_ptr, qk_scale,
+    s_qt, s_qh, s_ot, s_oh, s_bt,
+    s_kb, s_kt, s_kh, s_vb, s_vt, s_vh,
+    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):
+    """Program (request, query tile, q_head): BLOCK_M new tokens attend causally over the cache.
+
+    The request's q_len new tokens are the last ones of its seq_len-token context (already stored),
+    so new token i sits at position seq_len - q_len + i and sees keys 0 ..= that position: the
+    cached prefix and the chunk itself, all read through the block table.
+    """
+    req = tl.program_id(0)
+    tile = tl.program_id(1)
+    head = tl.program_id(2)
+    q_start = tl.load(query_start_loc_ptr + req)
+    q_len = tl.load(query_start_loc_ptr + req + 1) - q_start
+    if tile * BLOCK_M >= q_len:
+        return
+    seq_len = tl.load(seq_lens_ptr + req)
+    prefix_len = seq_len - q_len
+
+    i = tile * BLOCK_M + tl.arange(0, BLOCK_M)
+    d = tl.arange(0, HEAD_DIM)
+    i_mask = i < q_len
+    tokens = (q_start + i).to(tl.int64)
+    pos = prefix_len + i
+    q = tl.load(q_ptr + tokens[:, None] * s_qt + head * s_qh + d[None, :], mask=i_mask[:, None], other=0.0)
+
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    kv_head = head // GROUP
+    table = table_ptr + req.to(tl.int64) * s_bt
+    # Keys past this tile's last position are masked for every row: stop before them.
+    end = tl.minimum(seq_len, prefix_len + (tile + 1) * BLOCK_M)
+    for start in range(0, end, BLOCK_N):
+        n = start + tl.arange(0, BLOCK_N)
+        n_mask = n < end
+        k = _load_kv_tile(k_cache_ptr, table, n, n_mask, kv_head, s_kb, s_kt, s_kh, HEAD_DIM, BLOCK_SIZE)
+        v = _load_kv_tile(v_cache_ptr, table, n, n_mask, kv_head, s_vb, s_vt, s_vh, HEAD_DIM, BLOCK_SIZE)
+        causal = (n[None, :] <= pos[:, None]) & n_mask[None, :]
+        m_i, l_i, acc = _online_softmax_step(q, k, v, causal, m_i, l_i, acc, qk_scale, DOT_PRECISION)
+
+    out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
+    tl.store(out_ptr + tokens[:, None] * s_ot + head * s_oh + d[None, :],
+             out.to(out_ptr.dtype.element_ty), mask=i_mask[:, None])
+
+
+def _dot_precision(dtype: torch.dtype) -> str:
+    # fp32 tests compare at 1e-4; tf32 (the GPU default for fp32 dots) keeps only 10 mantissa bits.
+    return "ieee" if dtype == torch.float32 else "tf32"
+
+
+def _check_cache(k_cache: torch.Tensor, v_cache: torch.Tensor) -> None:
+    assert k_cache.shape == v_cache.shape and k_cache.stride(-1) == 1 and v_cache.stride(-1) == 1
+    block_size, head_dim = k_cache.shape[1], k_cache.shape[3]
+    assert block_size >= 8 and block_size & (block_size - 1) == 0, "block_size must be a power of two >= 8"
+    assert head_dim >= 16 and head_dim & (head_dim - 1) == 0, "head_dim must be a power of two >= 16"
+
+
+def _last_dim_contiguous(x: torch.Tensor) -> torch.Tensor:
+    return x if x.stride(-1) == 1 else x.contiguous()
+
+
+def store_kvcache(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                  slot_mapping: torch.Tensor) -> None:
+    """Write k, v ([T, Hkv, D]) at flat slots slot_mapping ([T]) of the caches; slots of -1 are skipped."""
+    _check_cache(k_cache, v_cache)
+    num_tokens, num_kv_heads, head_dim = k.shape
+    if num_tokens == 0:
+        return
+    k, v = _last_dim_contiguous(k), _last_dim_contiguous(v)
+    _store_kernel[(num_tokens,)](
+        k, v, k_cache, v_cache, slot_mapping,
+        k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+        *k_cache.stride()[:3], *v_cache.stride()[:3],
+        num_kv_heads,
+        HEADS_PAD=triton.next_power_of_2(num_kv_heads), HEAD_DIM=head_dim, BLOCK_SIZE=k_cache.shape[1],
+    )
+
+
+def choose_num_splits(num_seqs: int, num_kv_heads: int, max_context_len: int, num_sms: int) -> int:
+    """How many programs share one (seq, kv_head) in decode.
+
+    Decode runs one program per (seq, kv_head), each streaming its whole context. When there are
+    fewer than PROGRAMS_PER_SM programs per SM (few sequences, long contexts), most SMs idle, or the
+    last wave runs a third full; so split each context into ranges of at least MIN_SPLIT_TOKENS
+    tokens until the grid reaches that many programs. A split costs a partial write (fp32 [D] per
+    query head) and a small reduce launch, negligible next to MIN_SPLIT_TOKENS of K and V.
+    """
+    programs = num_seqs * num_kv_heads
+    wanted = math.ceil(PROGRAMS_PER_SM * num_sms / max(programs, 1))
+    return max(1, min(wanted, max_context_len // MIN_SPLIT_TOKENS, MAX_SPLITS))
+
+
+def _num_sms(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 1  # the interpreter runs programs one by one: splitting only adds work
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
+                 seq_lens: torch.Tensor, scale: float, *, num_splits: int | None = None,
+                 block_n: int = DECODE_BLOCK_N) -> torch.Tensor:
+    """One query token per request: q [B, Hq, D] over its seq_lens[b] cached tokens -> [B, Hq, D].
+
+    num_splits=None picks the split-K factor with choose_num_splits, taking the context bound from
+    the block table's width (block_tables.shape[1] * block_size) so the launch needs no device sync.
+    num_splits=1 is the plain kernel; > 1 forces split-K (flash-decoding) with a reduce kernel.
+    """
+    _check_cache(k_cache, v_cache)
+    num_seqs, num_heads, head_dim = q.shape
+    block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
+    out = torch.empty_like(q)
+    if num_seqs == 0:
+        return out
+    q = _last_dim_contiguous(q)
+    group = num_heads // num_kv_heads
+    max_context = block_tables.shape[1] * block_size
+    if num_splits is None:
+        num_splits = choose_num_splits(num_seqs, num_kv_heads, max_context, _num_sms(q.device))
+    # Round each split to whole tiles so that only the last tile of a range is partial.
+    tokens_per_split = triton.cdiv(triton.cdiv(max_context, num_splits), block_n) * block_n
+    num_splits = triton.cdiv(max_context, tokens_per_split)
+    split = num_splits > 1
+    if split:
+        part_acc = torch.empty(num_seqs, num_heads, num_splits, head_dim, device=q.device, dtype=torch.float32)
+        part_m = torch.empty(num_seqs, num_heads, num_splits, device=q.device, dtype=torch.float32)
+        part_l = torch.empty_like(part_m)
+        dst, s_b, s_h, s_s = part_acc, part_m.stride(0), part_m.stride(1), part_m.stride(2)
+    else:
+        part_m = part_l = dst = out
+        s_b, s_h, s_s = out.stride(0), out.stride(1), 0
+    _decode_kernel[(num_seqs, num_kv_heads, num_splits)](
+        q, k_cache, v_cache, block_tables, seq_lens, dst, part_m, part_l,
+        scale * math.log2(math.e), tokens_per_split,
+        q.stride(0), q.stride(1), s_b, s_h, s_s, block_tables.stride(0),
+        *k_cache.stride()[:3], *v_cache.stride()[:3],
+        GROUP=group, GROUP_PAD=max(DOT_MIN, triton.next_power_of_2(group)), HEAD_DIM=head_dim,
+        BLOCK_SIZE=block_size, BLOCK_N=block_n, SPLIT=split, DOT_PRECISION=_dot_precision(q.dtype),
+        num_warps=NUM_WARPS, num_stages=NUM_STAGES,
+    )
+    if split:
+        _reduce_splits_kernel[(num_seqs, num_heads)](
+            part_acc, part_m, part_l, out, num_splits, out.stride(0), out.stride(1),
+            HEAD_DIM=head_dim, SPLITS_PAD=triton.next_power_of_2(num_splits), num_warps=NUM_WARPS,
+        )
+    return out
+
+
+def paged_prefill(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
+                  query_start_loc: torch.Tensor, seq_lens: torch.Tensor, max_query_len: int, scale: float, *,
+                  block_m: int = PREFILL_BLOCK_M, block_n: int = PREFILL_BLOCK_N) -> torch.Tensor:
+    """Chunks of new tokens (already stored) attend causally to their cached prefix and themselves.
+
+    q [T, Hq, D] -> [T, Hq, D]; request i owns rows query_start_loc[i]:query_start_loc[i+1] and has
+    seq_lens[i] tokens of context including them. The grid covers max_query_len for every request;
+    tiles past a shorter request's chunk exit at once.
+    """
+    _check_cache(k_cache, v_cache)
+    num_tokens, num_heads, head_dim = q.shape
+    out = torch.empty_like(q)
+    num_reqs = seq_lens.shape[0]
+    if num_tokens == 0 or num_reqs == 0:
+        return out
+    q = _last_dim_contiguous(q)
+    group = num_heads // k_cache.shape[2]
+    _prefill_kernel[(num_reqs, triton.cdiv(max_query_len, block_m), num_heads)](
+        q, k_cache, v_cache, block_tables, query_start_loc, seq_lens, out, scale * math.log2(math.e),
+        q.stride(0), q.stride(1), out.stride(0), out.stride(1), block_tables.stride(0),
+        *k_cache.stride()[:3], *v_cache.stride()[:3],
+        GROUP=group, HEAD_DIM=head_dim, BLOCK_SIZE=k_cache.shape[1], BLOCK_M=block_m, BLOCK_N=block_n,
+        DOT_PRECISION=_dot_precision(q.dtype), num_warps=NUM_WARPS, num_stages=NUM_STAGES,
+    )
+    return out

@@ -1,0 +1,125 @@
+"""The engine loop: schedule, run the model, turn tokens into text (vllm/v1/engine/).
+
+One `step()` is one forward pass. Requests join and leave between steps, so a long generation
+never blocks a short one (continuous batching).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass
+
+from nanoengine.core import KVCacheManager, get_hash_fn_by_name, get_request_block_hasher
+from nanoengine.model_runner import ModelRunner
+from nanoengine.outputs import RequestOutput
+from nanoengine.request import Request, RequestStatus
+from nanoengine.sampling_params import SamplingParams
+from nanoengine.scheduler import Scheduler
+from nanoengine.tokenizer import Tokenizer
+
+_FINISH_REASONS = {
+    RequestStatus.FINISHED_STOPPED: "stop",
+    RequestStatus.FINISHED_LENGTH_CAPPED: "length",
+    RequestStatus.FINISHED_ABORTED: "abort",
+}
+
+
+@dataclass(slots=True)
+class EngineStats:
+    """Totals since the engine started. Hit rate is in tokens, counted at admission, and excludes
+    re-admissions after preemption (their recompute is not a cache win)."""
+
+    num_steps: int = 0
+    num_preemptions: int = 0
+    prefix_cache_queries: int = 0
+    prefix_cache_hits: int = 0
+    kv_cache_usage: float = 0.0
+    num_prefill_tokens: int = 0
+    num_decode_tokens: int = 0
+
+    @property
+    def prefix_cache_hit_rate(self) -> float:
+        return self.prefix_cache_hits / self.prefix_cache_queries if self.prefix_cache_queries else 0.0
+
+
+@dataclass(slots=True)
+class _OutputState:
+    request: Request
+    prompt: str | None
+    text: str = ""
+    first_token_time: float | None = None
+    finish_reason: str | None = None
+
+
+class LLMEngine:
+    def __init__(self, runner: ModelRunner, scheduler: Scheduler, tokenizer: Tokenizer, hash_algo: str = "xxhash"):
+        self.runner, self.scheduler, self.tokenizer = runner, scheduler, tokenizer
+        self.kv_cache_manager: KVCacheManager = scheduler.kv_cache_manager
+        self.block_hasher = get_request_block_hasher(scheduler.block_size, get_hash_fn_by_name(hash_algo))
+        self.outputs: dict[str, _OutputState] = {}
+        self.stats = EngineStats()
+        self._ids = itertools.count()
+
+    def add_request(self, prompt_token_ids: list[int], params: SamplingParams, prompt: str | None = None,
+                    priority: int = 0, cache_salt: str | None = None) -> str:
+        req_id = str(next(self._ids))
+        request = Request(
+            req_id, prompt_token_ids, sampling_params=params, eos_token_id=self.tokenizer.eos_token_id,
+            block_hasher=self.block_hasher, cache_salt=cache_salt, priority=priority,
+            arrival_time=time.perf_counter(),
+        )
+        self.outputs[req_id] = _OutputState(request, prompt)
+        self.scheduler.add_request(request)
+        return req_id
+
+    def has_unfinished_requests(self) -> bool:
+        return self.scheduler.has_unfinished_requests()
+
+    def step(self) -> list[RequestOutput]:
+        """One forward pass. Returns the requests that finished in it."""
+        so = self.scheduler.schedule()
+        sampled = self.runner.execute_model(so)
+        finished = self.scheduler.update_from_output(so, sampled)
+        now = time.perf_counter()
+        self._record(so)
+        stopped = [req_id for req_id in sampled if self._detokenize(req_id, now)]
+        self.scheduler.finish_requests(stopped, RequestStatus.FINISHED_STOPPED)
+        done = finished + [self.outputs[r].request for r in stopped]
+        return [self._finish(r, now) for r in done]
+
+    def _detokenize(self, req_id: str, now: float) -> bool:
+        """Update the text; True if a stop string just matched (the scheduler has not finished it)."""
+        state = self.outputs[req_id]
+        request = state.request
+        state.first_token_time = state.first_token_time or now
+        text = self.tokenizer.decode(request.output_token_ids)
+        for stop in request.sampling_params.stop:
+            if (cut := text.find(stop)) >= 0:
+                text = text[:cut]
+                state.finish_reason = "stop"
+        state.text = text
+        return state.finish_reason is not None and not RequestStatus.is_finished(request.status)
+
+    def _finish(self, request: Request, now: float) -> RequestOutput:
+        state = self.outputs.pop(request.request_id)
+        return RequestOutput(
+            request_id=request.request_id, prompt=state.prompt, prompt_token_ids=request.prompt_token_ids,
+            text=state.text, token_ids=list(request.output_token_ids),
+            finish_reason=state.finish_reason or _FINISH_REASONS[request.status],
+            num_cached_tokens=max(request.num_cached_tokens, 0), arrival_time=request.arrival_time,
+            first_token_time=state.first_token_time or now, finish_time=now,
+        )
+
+    def _record(self, so) -> None:
+        s = self.stats
+        s.num_steps += 1
+        s.num_preemptions = self.scheduler.num_preemptions
+        s.kv_cache_usage = self.kv_cache_manager.usage
+        decodes = sum(n == 1 for n in so.num_scheduled_tokens.values())
+        s.num_decode_tokens += decodes
+        s.num_prefill_tokens += so.total_num_scheduled_tokens - decodes
+        cache_stats = self.kv_cache_manager.make_prefix_cache_stats()
+        if cache_stats is not None:
+            s.prefix_cache_queries += cache_stats.queries
+            s.prefix_cache_hits += cache_stats.hits

@@ -1,0 +1,275 @@
+"""The scheduler: which requests run this step, and how many tokens each (vllm/v1/core/sched/scheduler.py).
+
+There is no prefill phase and no decode phase. Every request has `num_computed_tokens` and
+`num_tokens`; a step gives each request some tokens so the first catches up with the second, all
+from one token budget. A 500-token prompt and a one-token decode can share a step; a long prompt
+is split into chunks over several steps (chunked prefill).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from dataclasses import dataclass, field
+
+from nanoengine.core import KVCacheManager
+from nanoengine.request import Request, RequestStatus
+
+
+@dataclass(slots=True)
+class SchedulerConfig:
+    """max_num_batched_tokens: the per-step token budget, shared by prefill chunks and decodes.
+    max_num_seqs: the most requests running at once.
+    long_prefill_token_threshold: the largest chunk one request may take in a step (0: no cap).
+    policy: "fcfs" or "priority" (lower priority value first, then earlier arrival).
+    """
+
+    max_num_batched_tokens: int = 2048
+    max_num_seqs: int = 64
+    long_prefill_token_threshold: int = 0
+    policy: str = "fcfs"
+    max_model_len: int = 8192
+
+    def __post_init__(self) -> None:
+        if self.policy not in ("fcfs", "priority"):
+            raise ValueError(f"policy must be 'fcfs' or 'priority', got {self.policy!r}")
+        if self.max_num_batched_tokens < 1 or self.max_num_seqs < 1:
+            raise ValueError("max_num_batched_tokens and max_num_seqs must be >= 1")
+
+
+@dataclass(slots=True)
+class NewRequestData:
+    """A request the model runner has not seen (or dropped at preemption): everything it needs."""
+
+    req_id: str
+    token_ids: list[int]
+    block_ids: list[int]
+    num_computed_tokens: int
+    request: Request
+
+
+@dataclass(slots=True)
+class CachedRequestData:
+    """Requests the runner already holds: only what changed (parallel lists)."""
+
+    req_ids: list[str] = field(default_factory=list)
+    new_block_ids: list[list[int]] = field(default_factory=list)
+    num_computed_tokens: list[int] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class SchedulerOutput:
+    scheduled_new_reqs: list[NewRequestData]
+    scheduled_cached_reqs: CachedRequestData
+    num_scheduled_tokens: dict[str, int]
+    total_num_scheduled_tokens: int
+    preempted_req_ids: set[str]
+    finished_req_ids: set[str]
+
+
+class Scheduler:
+    """Invariants: every running request holds KV blocks for its computed tokens; a waiting request
+    holds none (preemption frees everything and recomputes, as vLLM v1 does); a finished request is
+    freed at once and reported to the runner in the next SchedulerOutput."""
+
+    def __init__(self, config: SchedulerConfig, kv_cache_manager: KVCacheManager):
+        self.config = config
+        self.kv_cache_manager = kv_cache_manager
+        self.block_size = kv_cache_manager.block_size
+        self.requests: dict[str, Request] = {}
+        self.waiting: deque[Request] | list[tuple] = deque() if config.policy == "fcfs" else []
+        self.running: list[Request] = []
+        self.finished_req_ids: set[str] = set()
+        self._capped: list[Request] = []  # finished inside schedule(); reported by update_from_output
+        self.num_preemptions = 0
+
+    # ---- queue ------------------------------------------------------------------------------
+    def add_request(self, request: Request) -> None:
+        self.requests[request.request_id] = request
+        self._push_waiting(request, front=False)
+
+    def _push_waiting(self, request: Request, front: bool) -> None:
+        request.status = RequestStatus.PREEMPTED if request.num_preemptions else RequestStatus.WAITING
+        if self.config.policy == "priority":
+            heapq.heappush(self.waiting, (request.priority, request.arrival_time, request.request_id, request))
+        elif front:
+            self.waiting.appendleft(request)
+        else:
+            self.waiting.append(request)
+
+    def _peek_waiting(self) -> Request:
+        return self.waiting[0][-1] if self.config.policy == "priority" else self.waiting[0]
+
+    def _pop_waiting(self) -> None:
+        if self.config.policy == "priority":
+            heapq.heappop(self.waiting)
+        else:
+            self.waiting.popleft()
+
+    def _choose_victim(self) -> Request:
+        """FCFS preempts the newest running request; priority the worst (priority, arrival)."""
+        if self.config.policy == "priority":
+            victim = max(self.running, key=lambda r: (r.priority, r.arrival_time))
+            self.running.remove(victim)
+            return victim
+        return self.running.pop()
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    # ---- scheduling -------------------------------------------------------------------------
+    def schedule(self) -> SchedulerOutput:
+        budget = self.config.max_num_batched_tokens
+        num_scheduled: dict[str, int] = {}
+        new_blocks: dict[str, list[int]] = {}
+        preempted: list[Request] = []
+        threshold = self.config.long_prefill_token_threshold
+
+        # Running requests first: they already hold blocks, and stalling them wastes those blocks.
+        i = 0
+        while i < len(self.running) and budget > 0:
+            request = self.running[i]
+            n = request.num_tokens - request.num_computed_tokens
+            if 0 < threshold < n:
+                n = threshold
+            n = min(n, budget)
+            while (blocks := self.kv_cache_manager.allocate_slots(request, n)) is None:
+                if len(self.running) == 1:
+                    # Alone and still out of blocks: the request has outgrown the whole pool.
+                    self._finish(request, RequestStatus.FINISHED_LENGTH_CAPPED)
+                    self._capped.append(request)
+                    break
+                victim = self._choose_victim()
+                if victim.request_id in num_scheduled:  # already scheduled earlier in this step
+                    budget += num_scheduled.pop(victim.request_id)
+                    new_blocks.pop(victim.request_id)
+                    i -= 1
+                self._preempt(victim)
+                preempted.append(victim)
+                if victim is request:
+                    break
+            if blocks is None:
+                break
+            num_scheduled[request.request_id] = n
+            new_blocks[request.request_id] = [b.block_id for b in blocks]
+            budget -= n
+            i += 1
+
+        new_reqs: list[NewRequestData] = []
+        # Admit waiting requests only in a step without preemption, or they would just evict each other.
+        if not preempted:
+            budget = self._admit(budget, threshold, num_scheduled, new_reqs)
+
+        cached = CachedRequestData()
+        admitted = {d.req_id for d in new_reqs}
+        for req_id in num_scheduled:
+            if req_id not in admitted:
+                cached.req_ids.append(req_id)
+                cached.new_block_ids.append(new_blocks[req_id])
+                cached.num_computed_tokens.append(self.requests[req_id].num_computed_tokens)
+        out = SchedulerOutput(
+            scheduled_new_reqs=new_reqs,
+            scheduled_cached_reqs=cached,
+            num_scheduled_tokens=num_scheduled,
+            total_num_scheduled_tokens=sum(num_scheduled.values()),
+            preempted_req_ids={r.request_id for r in preempted},
+            finished_req_ids=self.finished_req_ids,
+        )
+        self.finished_req_ids = set()
+        # Advance now, before the step runs, so the next schedule() sees these tokens as computed.
+        for req_id, n in num_scheduled.items():
+            self.requests[req_id].num_computed_tokens += n
+        return out
+
+    def _admit(self, budget, threshold, num_scheduled, new_reqs) -> int:
+        kv = self.kv_cache_manager
+        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
+            request = self._peek_waiting()
+            computed_blocks, num_computed = kv.get_computed_blocks(request)
+            # Admit only what can hold its whole prompt; a prompt that fits just its first chunk would
+            # be preempted mid-prefill and readmitted over and over (the thrashing vLLM users reported).
+            num_prompt_blocks = -(-request.num_tokens // self.block_size) - len(computed_blocks)
+            evictable_hits = sum(b.ref_cnt == 0 for b in computed_blocks)
+            if num_prompt_blocks + evictable_hits > kv.block_pool.get_num_free_blocks():
+                break
+            n = request.num_tokens - num_computed
+            if 0 < threshold < n:
+                n = threshold
+            n = min(n, budget)
+            blocks = kv.allocate_slots(request, n, num_computed, computed_blocks)
+            if blocks is None:
+                break
+            self._pop_waiting()
+            self.running.append(request)
+            request.status = RequestStatus.RUNNING
+            request.num_computed_tokens = num_computed
+            if request.num_cached_tokens < 0:
+                request.num_cached_tokens = num_computed
+            num_scheduled[request.request_id] = n
+            budget -= n
+            new_reqs.append(
+                NewRequestData(
+                    req_id=request.request_id,
+                    token_ids=list(request.all_token_ids),
+                    block_ids=kv.get_block_ids(request.request_id),
+                    num_computed_tokens=num_computed,
+                    request=request,
+                )
+            )
+        return budget
+
+    def _preempt(self, request: Request) -> None:
+        """Recompute-style preemption: free every block and start over from the waiting queue's front."""
+        self.kv_cache_manager.free(request)
+        request.num_computed_tokens = 0
+        request.num_preemptions += 1
+        self.num_preemptions += 1
+        self._push_waiting(request, front=True)
+
+    # ---- results ----------------------------------------------------------------------------
+    def update_from_output(self, scheduler_output: SchedulerOutput, sampled: dict[str, int]) -> list[Request]:
+        """Append each request's sampled token (none for a prompt chunk that is not the last);
+        finish and free the requests that hit EOS, max_tokens or max_model_len."""
+        finished, self._capped = self._capped, []
+        for req_id in scheduler_output.num_scheduled_tokens:
+            request = self.requests.get(req_id)
+            if request is None or request.num_computed_tokens < request.num_tokens:
+                continue
+            request.append_output_token_ids(sampled[req_id])
+            status = self._check_stop(request)
+            if status is not None:
+                self._finish(request, status)
+                finished.append(request)
+        return finished
+
+    def _check_stop(self, request: Request) -> RequestStatus | None:
+        params = request.sampling_params
+        if request.output_token_ids[-1] == request.eos_token_id and not params.ignore_eos:
+            return RequestStatus.FINISHED_STOPPED
+        if len(request.output_token_ids) >= params.max_tokens or request.num_tokens >= self.config.max_model_len:
+            return RequestStatus.FINISHED_LENGTH_CAPPED
+        return None
+
+    def finish_requests(self, request_ids, status: RequestStatus) -> None:
+        """End requests from outside (a stop string matched, or an abort)."""
+        for req_id in request_ids:
+            request = self.requests.get(req_id)
+            if request is not None:
+                self._finish(request, status)
+
+    def _finish(self, request: Request, status: RequestStatus) -> None:
+        request.status = status
+        if request in self.running:
+            self.running.remove(request)
+        else:
+            self._remove_waiting(request)
+        self.kv_cache_manager.free(request)
+        del self.requests[request.request_id]
+        self.finished_req_ids.add(request.request_id)
+
+    def _remove_waiting(self, request: Request) -> None:
+        if self.config.policy == "priority":
+            self.waiting = [e for e in self.waiting if e[-1] is not request]
+            heapq.heapify(self.waiting)
+        elif request in self.waiting:
+            self.waiting.remove(request)
