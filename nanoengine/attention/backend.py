@@ -85,9 +85,11 @@ class TorchBackend:
         block_size = k_cache.shape[1]
         max_len = int(seq_lens.max())
         tables = block_tables[:, : -(-max_len // block_size)].long()
-        keys = k_cache[tables].flatten(1, 2)[:, :max_len]  # [B, S, Hkv, D]
-        values = v_cache[tables].flatten(1, 2)[:, :max_len]
         mask = torch.arange(max_len, device=q.device)[None, :] < seq_lens[:, None]  # [B, S]
+        # Zero the padding so stale or NaN contents of unused slots cannot leak through 0 * NaN.
+        keep = mask[:, :, None, None]
+        keys = k_cache[tables].flatten(1, 2)[:, :max_len].where(keep, 0)  # [B, S, Hkv, D]
+        values = v_cache[tables].flatten(1, 2)[:, :max_len].where(keep, 0)
         out = _sdpa(q.unsqueeze(2), keys.transpose(1, 2), values.transpose(1, 2), mask[:, None, None, :], scale)
         return out.squeeze(2)
 

@@ -1,0 +1,86 @@
+"""Bad input raises one documented exception with an actionable message, and loses nothing."""
+
+import pytest
+
+from nanoengine import LLM, SamplingParams
+from nanoengine.errors import InvalidRequestError, KVCacheTooSmallError, ModelNotFoundError
+
+pytestmark = pytest.mark.model
+
+OK = SamplingParams(temperature=0, max_tokens=4)
+
+
+@pytest.fixture(scope="module")
+def small():
+    # 8 usable blocks (128 tokens) and max_model_len 100, so both limits are easy to cross.
+    return LLM(progress=False, kv_cache_memory_bytes=9 * 16 * 46080, max_model_len=100)
+
+
+def assert_intact(llm):
+    kv = llm.engine.kv_cache_manager
+    assert not kv.req_to_blocks and not llm.engine.has_unfinished_requests()
+    assert kv.block_pool.get_num_free_blocks() == llm.kv_cache.num_blocks - 1
+    assert llm.generate("Hello", OK)[0].token_ids  # still serves
+    assert not kv.req_to_blocks
+
+
+@pytest.mark.parametrize(
+    "call,match",
+    [
+        (lambda llm: llm.generate("", OK), "prompt is empty"),
+        (lambda llm: llm.generate(prompt_token_ids=[], sampling_params=OK), "prompt is empty"),
+        (lambda llm: llm.generate(["fine", ""], OK), "prompt is empty"),
+        (lambda llm: llm.generate("word " * 120, OK), "max_model_len is 100"),
+        (lambda llm: llm.generate(prompt_token_ids=[5] * 2000, sampling_params=OK), "max_model_len"),
+        (lambda llm: llm.generate(prompt_token_ids=[5, 49152], sampling_params=OK), r"integers in \[0, 49152\)"),
+        (lambda llm: llm.generate(prompt_token_ids=[5, -1], sampling_params=OK), r"integers in \[0, 49152\)"),
+        (lambda llm: llm.generate(["hi", 3], OK), "must all be strings"),
+        (lambda llm: llm.generate(prompt_token_ids=[[1, 2], 3], sampling_params=OK), "not a mix"),
+        (lambda llm: llm.generate(["a", "b"], [OK]), "one per prompt"),
+        (lambda llm: llm.generate("hi", prompt_token_ids=[1]), "exactly one of"),
+    ],
+)
+def test_invalid_requests(small, call, match):
+    with pytest.raises(InvalidRequestError, match=match):
+        call(small)
+    assert_intact(small)
+
+
+def test_prompt_longer_than_the_kv_pool():
+    llm = LLM(progress=False, kv_cache_memory_bytes=4 * 16 * 46080)  # 3 usable blocks = 48 tokens
+    with pytest.raises(InvalidRequestError, match="whole KV pool holds 48.*raise kv_cache_memory_bytes"):
+        llm.generate(prompt_token_ids=[7] * 60, sampling_params=OK)
+    assert_intact(llm)
+
+
+def test_output_that_outgrows_the_pool_is_capped_not_stuck():
+    llm = LLM(progress=False, kv_cache_memory_bytes=4 * 16 * 46080)
+    out = llm.generate(prompt_token_ids=[7] * 40, sampling_params=SamplingParams(temperature=0, max_tokens=30, ignore_eos=True))[0]
+    assert out.finish_reason == "length" and len(out.token_ids) == 48 - 40 + 1
+    assert_intact(llm)
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"temperature": -1}, "temperature"),
+        ({"top_p": 0}, "top_p"),
+        ({"top_k": 0}, "top_k"),
+        ({"top_k": -5}, "top_k"),
+    ],
+)
+def test_invalid_sampling_params(small, kwargs, match):
+    with pytest.raises(InvalidRequestError, match=match):
+        small.generate("hi", SamplingParams(**kwargs))
+    assert_intact(small)
+
+
+def test_unknown_model_name():
+    with pytest.raises(ModelNotFoundError, match="No model file at 'llama-7b'"):
+        LLM("llama-7b", progress=False)
+
+
+def test_kv_budget_below_one_block():
+    with pytest.raises(KVCacheTooSmallError, match=r"kv_cache_memory_bytes >= 1474560"):
+        LLM(progress=False, kv_cache_memory_bytes=1000)
