@@ -1,4 +1,4 @@
-"""Command line: `python -m nanoengine generate --prompt ...` and `python -m nanoengine chat "..."`."""
+"""Command line: `python -m nanoengine generate --prompt ...`, `chat "..."` and `bench`."""
 
 from __future__ import annotations
 
@@ -26,7 +26,15 @@ def main(argv: list[str] | None = None) -> int:
     chat = sub.add_parser("chat", help="answer one user message with the model's chat template")
     chat.add_argument("message")
     _add_sampling(chat)
-    args = parser.parse_args(argv)
+    sub.add_parser("bench", help="the chatbot benchmark against HF transformers (see --help)", add_help=False)
+    args, rest = parser.parse_known_args(argv)
+    if args.command == "bench":
+        from nanoengine.bench import main as bench_main
+
+        bench_main(rest)
+        return 0
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
 
     from nanoengine.llm import LLM
     from nanoengine.sampling_params import SamplingParams

@@ -126,12 +126,18 @@ def load_checkpoint(model: str | os.PathLike | None = None, progress: bool = Tru
     UnsupportedModelError with a message that says what to do."""
     from safetensors.torch import load_file
 
+    source, folder = unpacked_folder(model, progress)
+    config = LlamaConfig.from_dict(json.loads((folder / "config.json").read_text()))
+    return Checkpoint(config, load_file(folder / "model.safetensors"), folder, source)
+
+
+def unpacked_folder(model: str | os.PathLike | None = None, progress: bool = True) -> tuple[Path, Path]:
+    """(the GGUF, its cache folder), unpacking it first if this is its first use."""
     source = resolve_model_path(model)
     folder = cache_root() / file_sha256(source)
     if not (folder / "model.safetensors").exists():
         _unpack_gguf(source, folder, progress)
-    config = LlamaConfig.from_dict(json.loads((folder / "config.json").read_text()))
-    return Checkpoint(config, load_file(folder / "model.safetensors"), folder, source)
+    return source, folder
 
 
 def _open_gguf(path: Path):

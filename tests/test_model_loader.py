@@ -5,7 +5,7 @@ import importlib.util
 
 import pytest
 import torch
-from tiny_gguf import tiny_vocab, write_tiny_llama_gguf
+from tiny_gguf import hf_state_dict, tiny_vocab, write_tiny_llama_gguf
 
 from nanoengine.attention import ContiguousKVCache
 from nanoengine.config import LlamaConfig
@@ -25,7 +25,7 @@ def cache(tmp_path, monkeypatch):
 def tiny(tmp_path):
     config = LlamaConfig.tiny(vocab_size=len(tiny_vocab()))
     model = LlamaForCausalLM.random(config, seed=3)
-    path = write_tiny_llama_gguf(tmp_path / "tiny.gguf", config, model.state_dict())
+    path = write_tiny_llama_gguf(tmp_path / "tiny.gguf", config, hf_state_dict(model))
     return config, model, path
 
 
@@ -79,7 +79,7 @@ def test_not_a_gguf(tmp_path, cache):
 
 def test_non_llama_gguf(tiny, tmp_path, cache):
     config, model, _ = tiny
-    path = write_tiny_llama_gguf(tmp_path / "gpt2.gguf", config, model.state_dict(), arch="gpt2")
+    path = write_tiny_llama_gguf(tmp_path / "gpt2.gguf", config, hf_state_dict(model), arch="gpt2")
     with pytest.raises(UnsupportedModelError, match="architecture 'gpt2'.*only 'llama'"):
         LLM(model=path, progress=False)
     assert not any(cache.glob("*/model.safetensors"))  # rejected before any unpacking

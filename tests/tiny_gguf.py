@@ -21,6 +21,23 @@ def tiny_vocab() -> list[str]:
     return SPECIALS + sorted(pre_tokenizers.ByteLevel.alphabet()) + merged
 
 
+def hf_state_dict(model) -> dict:
+    """Our model's weights under Hugging Face's names, with q/k/v and gate/up split apart again."""
+    c = model.config
+    q, kv = c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim
+    out = {}
+    for name, w in model.state_dict().items():
+        if "qkv_proj" in name:
+            for part, piece in zip(("q_proj", "k_proj", "v_proj"), w.split([q, kv, kv])):
+                out[name.replace("qkv_proj", part)] = piece
+        elif "gate_up_proj" in name:
+            for part, piece in zip(("gate_proj", "up_proj"), w.chunk(2)):
+                out[name.replace("gate_up_proj", part)] = piece
+        else:
+            out[name] = w
+    return out
+
+
 def _permute(w: np.ndarray, n_heads: int) -> np.ndarray:
     """HF -> llama.cpp row order for Q and K (the inverse of what the loader undoes)."""
     return w.reshape(n_heads, 2, w.shape[0] // n_heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)

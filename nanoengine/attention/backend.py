@@ -101,14 +101,15 @@ class TorchBackend:
             n = hi - lo
             keys = gather_kv(k_cache, block_tables[i], seq_len).transpose(0, 1)
             values = gather_kv(v_cache, block_tables[i], seq_len).transpose(0, 1)
-            # New token j sits at position seq_len - n + j and sees keys 0 .. seq_len - n + j.
-            mask = torch.ones(n, seq_len, dtype=torch.bool, device=q.device).tril(diagonal=seq_len - n)
+            # New token j sits at position seq_len - n + j and sees keys 0 .. seq_len - n + j. With no
+            # cached prefix that is the plain causal mask, which SDPA runs on its fused path.
+            mask = None if n == seq_len else torch.ones(n, seq_len, dtype=torch.bool, device=q.device).tril(seq_len - n)
             out[lo:hi] = _sdpa(q[lo:hi].transpose(0, 1), keys, values, mask, scale).transpose(0, 1)
         return out
 
 
 def _sdpa(q, k, v, mask, scale):
-    """SDPA in the query's dtype with GQA; q [..., Hq, L, D], k/v [..., Hkv, S, D]."""
+    """SDPA in the query's dtype with GQA; q [..., Hq, L, D], k/v [..., Hkv, S, D]; mask None = causal."""
     return torch.nn.functional.scaled_dot_product_attention(
-        q, k.to(q.dtype), v.to(q.dtype), attn_mask=mask, scale=scale, enable_gqa=True
+        q, k.to(q.dtype), v.to(q.dtype), attn_mask=mask, is_causal=mask is None, scale=scale, enable_gqa=True
     )

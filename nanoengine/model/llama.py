@@ -59,30 +59,31 @@ class LlamaAttention(nn.Module):
         self.num_heads = config.num_attention_heads
         self.num_kv_heads = config.num_key_value_heads
         self.head_dim = config.head_dim
-        self.q_proj = nn.Linear(config.hidden_size, self.num_heads * self.head_dim, bias=False)
-        self.k_proj = nn.Linear(config.hidden_size, self.num_kv_heads * self.head_dim, bias=False)
-        self.v_proj = nn.Linear(config.hidden_size, self.num_kv_heads * self.head_dim, bias=False)
-        self.o_proj = nn.Linear(self.num_heads * self.head_dim, config.hidden_size, bias=False)
+        # Q, K and V in one matmul (vLLM's QKVParallelLinear): one pass over x instead of three.
+        self.q_size, self.kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        self.qkv_proj = nn.Linear(config.hidden_size, self.q_size + 2 * self.kv_size, bias=False)
+        self.o_proj = nn.Linear(self.q_size, config.hidden_size, bias=False)
         self.rope = rope
 
     def forward(self, positions: torch.Tensor, x: torch.Tensor, attn: AttentionContext) -> torch.Tensor:
         t = x.shape[0]
-        q = self.rope(positions, self.q_proj(x).view(t, self.num_heads, self.head_dim))
-        k = self.rope(positions, self.k_proj(x).view(t, self.num_kv_heads, self.head_dim))
-        v = self.v_proj(x).view(t, self.num_kv_heads, self.head_dim)
-        o = attn(self.layer_idx, q, k, v)
-        return self.o_proj(o.reshape(t, self.num_heads * self.head_dim))
+        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = self.rope(positions, q.view(t, self.num_heads, self.head_dim))
+        k = self.rope(positions, k.view(t, self.num_kv_heads, self.head_dim))
+        o = attn(self.layer_idx, q, k, v.reshape(t, self.num_kv_heads, self.head_dim))
+        return self.o_proj(o.reshape(t, self.q_size))
 
 
 class LlamaMLP(nn.Module):
     def __init__(self, config: LlamaConfig):
         super().__init__()
-        self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.intermediate_size = config.intermediate_size
+        self.gate_up_proj = nn.Linear(config.hidden_size, 2 * config.intermediate_size, bias=False)
         self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
 
 
 class LlamaDecoderLayer(nn.Module):
@@ -136,11 +137,11 @@ class LlamaForCausalLM(nn.Module):
 
     @classmethod
     def from_state_dict(cls, config: LlamaConfig, state_dict: dict, device="cpu", dtype=torch.float32):
-        """Build without initializing random weights first (that alone would cost seconds)."""
+        """Build from Hugging Face-named weights, without initializing random ones first (that alone
+        would cost seconds)."""
         with torch.device("meta"):
             model = cls(config)
-        state_dict = {k: v for k, v in state_dict.items() if not (k == "lm_head.weight" and config.tie_word_embeddings)}
-        model.load_state_dict(state_dict, strict=False, assign=True)
+        model.load_state_dict(_merge_projections(state_dict, config), strict=False, assign=True)
         if config.tie_word_embeddings:
             model.lm_head.weight = model.model.embed_tokens.weight
         missing = [n for n, p in model.named_parameters() if p.is_meta]
@@ -170,3 +171,16 @@ class LlamaForCausalLM(nn.Module):
         for layer in self.model.layers:
             layer.self_attn.rope = rope
         return self
+
+
+# Hugging Face keeps q/k/v and gate/up as separate weights; we stack them (vLLM's stacked_params_mapping).
+_STACKED = {"self_attn.qkv_proj": ("q_proj", "k_proj", "v_proj"), "mlp.gate_up_proj": ("gate_proj", "up_proj")}
+
+
+def _merge_projections(state_dict: dict, config: LlamaConfig) -> dict:
+    out = {k: v for k, v in state_dict.items() if not (k == "lm_head.weight" and config.tie_word_embeddings)}
+    for i in range(config.num_hidden_layers):
+        for merged, parts in _STACKED.items():
+            prefix = f"model.layers.{i}.{merged.split('.')[0]}."
+            out[f"model.layers.{i}.{merged}.weight"] = torch.cat([out.pop(prefix + p + ".weight") for p in parts])
+    return out

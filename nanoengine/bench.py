@@ -1,0 +1,198 @@
+"""The chatbot benchmark: one long shared system prompt, many short user turns.
+
+Run as `python -m nanoengine bench` or `python bench/engine.py`. It measures, in one run:
+  - TTFT p50/p90 with requests sent one at a time, prefix caching on and off;
+  - the prefix-cache hit rate (tokens);
+  - output tokens/s with every request submitted at once;
+and, as the baseline, the same requests through Hugging Face transformers' generate, one at a time.
+Results print as a table and are written as JSON to bench/results/engine_<device>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from nanoengine.llm import LLM, resolve_device
+from nanoengine.model_loader import embedded_gguf_path, unpacked_folder
+from nanoengine.sampling_params import SamplingParams
+from nanoengine.tokenizer import Tokenizer
+
+SYSTEM_PROMPT = """You are Ada, the support assistant of Northwind Rail, a regional train operator.
+Follow these rules in every answer.
+1. Tone. Be warm, brief and concrete. Use plain words. Never blame the passenger. If you do not know an
+answer, say so and point to the right desk instead of guessing.
+2. Tickets. Single tickets are valid for one journey on the date printed. Return tickets are valid for the
+outward journey on the date printed and for the return within one calendar month. Season tickets cover
+unlimited travel between the two named stations, including intermediate stops. Children under five travel
+free; children from five to fifteen pay half fare. A railcard gives one third off off-peak fares and must
+be carried on the journey.
+3. Peak times. Peak trains are those that arrive in the city centre between 06:30 and 09:30, or leave it
+between 16:00 and 19:00, on weekdays. Off-peak tickets are not valid on peak trains; a passenger who boards
+one must pay the difference to the conductor.
+4. Delays and refunds. For a delay of 15 to 29 minutes, passengers can claim 25 percent of the single fare;
+30 to 59 minutes, 50 percent; 60 minutes or more, the full single fare. Claims are made online within 28
+days, with a photo of the ticket. Refunds for unused tickets are made at the ticket office, minus an admin
+fee of two pounds, up to 28 days after the date of travel.
+5. Luggage and bikes. Each passenger may bring two large cases and one small bag. Folding bikes are always
+allowed. Full-size bikes travel free outside peak times and need a reservation on intercity services.
+Pets on a lead or in a carrier travel free; at most two per passenger.
+6. Accessibility. Staff assistance can be booked up to two hours before travel through the Passenger Assist
+line. Every station in the network has step-free access except Mill Lane and Old Quay, where staff will
+arrange a taxi to the nearest accessible station at no cost.
+7. Safety. In an emergency, tell the passenger to use the red alarm handle or call the police on 999. Never
+give advice that asks a passenger to cross the tracks or leave a stopped train.
+8. Privacy. Never ask for card numbers or passwords. For account problems, refer the passenger to the
+online help centre.
+9. Format. Answer in at most two sentences unless the passenger asks for detail. Quote prices and times
+exactly as written above."""
+
+USER_TURNS = [
+    "Can my four-year-old travel for free?",
+    "How much do I get back if my train was 40 minutes late?",
+    "Is an off-peak ticket valid on the 08:10 into the city?",
+    "Can I take my full-size bike on the 17:30 intercity?",
+    "How long is a return ticket valid for?",
+    "What is the discount with a railcard?",
+    "I lost my ticket, can I still claim for a delay?",
+    "Does Old Quay station have step-free access?",
+    "How many suitcases can I bring?",
+    "Can I bring my two dogs?",
+    "How do I book help with a wheelchair?",
+    "What should I do if someone is taken ill on the train?",
+    "Can I get a refund for a ticket I did not use last week?",
+    "What counts as a peak train in the evening?",
+    "Is my season ticket valid at stations in between?",
+    "How do I reset my account password?",
+]
+
+
+def _percentile(xs: list[float], q: float) -> float:
+    return statistics.quantiles(xs, n=100, method="inclusive")[int(q) - 1] if len(xs) > 1 else xs[0]
+
+
+def _summary(ttfts: list[float], tokens: int, seconds: float, hit_rate: float | None) -> dict:
+    return {
+        "ttft_p50_ms": 1000 * statistics.median(ttfts),
+        "ttft_p90_ms": 1000 * _percentile(ttfts, 90),
+        "ttft_ms": [1000 * t for t in ttfts],
+        "output_tokens": tokens,
+        "throughput_tok_s": tokens / seconds,
+        "prefix_hit_rate": hit_rate,
+    }
+
+
+def run_engine(prompts: list[str], params: SamplingParams, caching: bool, device: str, bar) -> dict:
+    llm = LLM(enable_prefix_caching=caching, device=device, progress=False)
+    llm.generate("Warm-up.", SamplingParams(temperature=0, max_tokens=2))
+    llm.reset_prefix_cache()
+    queries0, hits0 = llm.get_stats().prefix_cache_queries, llm.get_stats().prefix_cache_hits
+    ttfts = []
+    for p in prompts:  # one at a time: TTFT
+        ttfts.append(llm.generate(p, params)[0].ttft)
+        bar.update(1)
+    stats = llm.get_stats()
+    queries = stats.prefix_cache_queries - queries0
+    hit_rate = (stats.prefix_cache_hits - hits0) / queries if queries else 0.0
+    llm.reset_prefix_cache()
+    start = time.perf_counter()  # all at once: throughput
+    outs = llm.generate(prompts, params)
+    seconds = time.perf_counter() - start
+    bar.update(len(prompts))
+    return _summary(ttfts, sum(len(o.token_ids) for o in outs), seconds, hit_rate) | {
+        "outputs": [o.token_ids for o in outs]
+    }
+
+
+def run_hf(prompts: list[str], max_tokens: int, device: str, dtype: torch.dtype, bar) -> dict:
+    try:
+        import transformers
+    except ImportError as e:
+        raise SystemExit("The HF baseline needs transformers and accelerate: pip install -e '.[test]'") from e
+    path = embedded_gguf_path()
+    tok = transformers.AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    model = transformers.LlamaForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=dtype)
+    model = model.to(device).eval()
+
+    def gen(ids, n):
+        with torch.no_grad():
+            return model.generate(ids, max_new_tokens=n, do_sample=False, pad_token_id=tok.eos_token_id)
+
+    gen(tok("Warm-up.", return_tensors="pt").input_ids.to(device), 2)
+    ttfts, tokens, seconds, outputs = [], 0, 0.0, []
+    for p in prompts:
+        ids = tok(p, return_tensors="pt", add_special_tokens=False).input_ids.to(device)
+        start = time.perf_counter()
+        gen(ids, 1)  # time to first token = prefill + one sample
+        ttfts.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        out = gen(ids, max_tokens)[0, ids.shape[1]:].tolist()
+        seconds += time.perf_counter() - start
+        tokens += len(out)
+        outputs.append(out)
+        bar.update(2)
+    return _summary(ttfts, tokens, seconds, None) | {"outputs": outputs}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(prog="python -m nanoengine bench", description=__doc__.split("\n")[0])
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--users", type=int, default=len(USER_TURNS), help="distinct user turns (max 16)")
+    parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--out", default=None, help="JSON path (default bench/results/engine_<device>.json)")
+    args = parser.parse_args(argv)
+
+    device = resolve_device(args.device)
+    llm_tok = Tokenizer(unpacked_folder(None)[1])
+    prompts = [
+        llm_tok.apply_chat_template([{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": u}])
+        for u in USER_TURNS[: args.users]
+    ]
+    system_tokens = len(llm_tok.encode(SYSTEM_PROMPT))
+    params = SamplingParams(temperature=0, max_tokens=args.max_tokens)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    n = len(prompts)
+    with tqdm(total=6 * n, desc="chatbot benchmark", unit="req") as bar:
+        results = {
+            "hf_transformers": run_hf(prompts, args.max_tokens, str(device), dtype, bar),
+            "nanoengine_cache_off": run_engine(prompts, params, False, str(device), bar),
+            "nanoengine_cache_on": run_engine(prompts, params, True, str(device), bar),
+        }
+    hf = results["hf_transformers"]
+    for r in results.values():
+        r["ttft_p50_speedup_vs_hf"] = hf["ttft_p50_ms"] / r["ttft_p50_ms"]
+        r["throughput_vs_hf"] = r["throughput_tok_s"] / hf["throughput_tok_s"]
+        r["same_tokens_as_hf"] = r.pop("outputs") == hf["outputs"] if r is not hf else True
+    hf.pop("outputs")
+    report = {
+        "workload": {"system_prompt_tokens": system_tokens, "users": n, "max_tokens": args.max_tokens,
+                     "prompt_tokens": [len(llm_tok.encode(p)) for p in prompts]},
+        "machine": {"device": str(device), "name": torch.cuda.get_device_name(device) if device.type == "cuda"
+                    else platform.processor() or platform.machine(), "torch_threads": torch.get_num_threads(),
+                    "dtype": str(dtype), "torch": torch.__version__},
+        "results": results,
+    }
+    _print_table(report)
+    out = Path(args.out or Path(__file__).resolve().parents[1] / "bench" / "results" / f"engine_{device.type}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2))
+    print(f"wrote {out.name}")
+    return report
+
+
+def _print_table(report: dict) -> None:
+    w = report["workload"]
+    print(f"\nchatbot workload: {w['users']} users, {w['system_prompt_tokens']}-token system prompt, "
+          f"<= {w['max_tokens']} new tokens each, on {report['machine']['device']}")
+    print(f"{'':22}{'TTFT p50':>10}{'TTFT p90':>10}{'vs HF':>8}{'hit rate':>10}{'tok/s':>9}{'vs HF':>8}{'= HF':>6}")
+    for name, r in report["results"].items():
+        hit = "-" if r["prefix_hit_rate"] is None else f"{100 * r['prefix_hit_rate']:.0f}%"
+        print(f"{name:22}{r['ttft_p50_ms']:>8.0f}ms{r['ttft_p90_ms']:>8.0f}ms{r['ttft_p50_speedup_vs_hf']:>7.1f}x"
+              f"{hit:>10}{r['throughput_tok_s']:>9.1f}{r['throughput_vs_hf']:>7.1f}x{'yes' if r['same_tokens_as_hf'] else 'no':>6}")
