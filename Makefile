@@ -34,6 +34,10 @@ test: setup
 test-fast: setup
 	$(BIN)/python -m pytest tests -m "not model and not reference" -q
 
+grade: setup
+	@test -n "$(CH)" || (echo "usage: make grade CH=04" && exit 2)
+	$(BIN)/python -m nanoengine.course.grading $(CH)
+
 bench: setup
 	$(BIN)/python -m nanoengine bench
 

@@ -53,10 +53,13 @@ class _OutputState:
 
 
 class LLMEngine:
-    def __init__(self, runner: ModelRunner, scheduler: Scheduler, tokenizer: Tokenizer, hash_algo: str = "xxhash"):
+    def __init__(self, runner: ModelRunner, scheduler: Scheduler, tokenizer: Tokenizer, hash_algo: str = "xxhash",
+                 hash_block_tokens=None):
         self.runner, self.scheduler, self.tokenizer = runner, scheduler, tokenizer
         self.kv_cache_manager: KVCacheManager = scheduler.kv_cache_manager
-        self.block_hasher = get_request_block_hasher(scheduler.block_size, get_hash_fn_by_name(hash_algo))
+        self.block_hasher = get_request_block_hasher(
+            scheduler.block_size, get_hash_fn_by_name(hash_algo), hash_block=hash_block_tokens
+        )
         self.outputs: dict[str, _OutputState] = {}
         self.stats = EngineStats()
         self._ids = itertools.count()

@@ -39,6 +39,8 @@ class LLM:
     CPU runs fp32 with the torch attention backend; CUDA runs bf16 with the Triton kernels.
     The KV pool is sized from `kv_cache_memory_bytes` (CPU default 512 MiB) or, on CUDA, from
     `gpu_memory_utilization` of the memory left after loading the weights.
+    `hash_block_tokens(parent_hash, token_ids, extra_keys) -> bytes` swaps in your own block hash
+    (chapter 04's exercise) for the engine's xxhash chain.
     """
 
     def __init__(
@@ -58,6 +60,7 @@ class LLM:
         attention_backend: str | None = None,
         scheduling_policy: str = "fcfs",
         hash_algo: str = "xxhash",
+        hash_block_tokens=None,
         progress: bool = True,
     ):
         ckpt = load_checkpoint(model, progress=progress)
@@ -79,7 +82,9 @@ class LLM:
                             scheduling_policy, self.max_model_len),
             kv_manager,
         )
-        self.engine = LLMEngine(ModelRunner(self.model, self.kv_cache, self.device), scheduler, self.tokenizer, hash_algo)
+        self.engine = LLMEngine(
+            ModelRunner(self.model, self.kv_cache, self.device), scheduler, self.tokenizer, hash_algo, hash_block_tokens
+        )
         logger.info(
             "KV cache: %d blocks x %d tokens = %d tokens (%.0f MiB), %s backend on %s",
             num_blocks - 1, block_size, (num_blocks - 1) * block_size,

@@ -2,13 +2,17 @@
 
 import os
 
-# Triton kernels run on the CPU through the interpreter; it must be chosen before triton is imported.
-os.environ.setdefault("TRITON_INTERPRET", "1")
+import pytest
+import torch  # importing torch does not import triton
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
+# Without CUDA the Triton kernels run in the interpreter, which must be chosen before triton is imported.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 torch.set_num_threads(max(1, os.cpu_count() or 1))
+
+# Graded suites run in their own processes (tests/test_grading.py), once per implementation.
+collect_ignore = [] if os.environ.get("NANOENGINE_IMPL") else ["graded"]
 
 
 @pytest.fixture(scope="session")

@@ -160,16 +160,22 @@ def get_request_block_hasher(
     block_size: int,
     hash_fn: HashFn = xxhash_128,
     none_hash: BlockHash | None = None,
+    hash_block: Callable[[BlockHash, Sequence[int], tuple[Any, ...] | None], BlockHash] | None = None,
 ) -> Callable[[HashableRequest], list[BlockHash]]:
     """A function that hashes the request's full blocks not hashed yet.
 
     It returns only the new hashes; the caller extends request.block_hashes.
     A partial last block is left for a later call, once it is full.
     none_hash defaults to the root of hash_fn with the default seed.
+    hash_block(parent, tokens, extra_keys) replaces hash_block_tokens, so a
+    learner's own chained hash can run the real engine.
     """
     if block_size <= 0:
         raise ValueError(f"block_size must be positive, got {block_size}.")
     root = make_none_hash(hash_fn) if none_hash is None else none_hash
+    if hash_block is None:
+        def hash_block(parent, tokens, extra_keys):
+            return hash_block_tokens(parent, tokens, extra_keys, hash_fn)
 
     def request_block_hasher(request: HashableRequest) -> list[BlockHash]:
         start = len(request.block_hashes) * block_size
@@ -178,7 +184,7 @@ def get_request_block_hasher(
         new_hashes: list[BlockHash] = []
         for end in range(start + block_size, len(tokens) + 1, block_size):
             extra_keys = generate_block_hash_extra_keys(request, end - block_size)
-            parent = hash_block_tokens(parent, tokens[end - block_size : end], extra_keys, hash_fn)
+            parent = hash_block(parent, tokens[end - block_size : end], extra_keys)
             new_hashes.append(parent)
         return new_hashes
 

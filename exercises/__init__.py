@@ -1,0 +1,1 @@
+"""Your code for the graded exercises, one module per chapter."""

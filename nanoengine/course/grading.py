@@ -1,0 +1,127 @@
+"""Grade a chapter: run its graded tests against your code and print a scorecard.
+
+    make grade CH=04                          # from the shell
+    from nanoengine.course.grading import grade
+    grade("04")                               # from a notebook cell
+
+Each graded test carries a stable task id (`@pytest.mark.task("04.1", "title")`). The tests run in
+a fresh Python process, so edits to exercises/ are always picked up without restarting the kernel.
+NANOENGINE_IMPL picks what is graded: "exercises" (yours, the default), "solutions" or "nanoengine".
+This module is also the pytest plugin that records the results.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+GRADED = ROOT / "tests" / "graded"
+IMPLS = ("exercises", "solutions", "nanoengine")
+
+
+@dataclass(slots=True)
+class TaskResult:
+    task: str
+    title: str
+    passed: bool
+    message: str
+
+
+def chapter_files(chapter: str) -> list[Path]:
+    files = sorted(GRADED.glob(f"test_ch{int(chapter):02d}_*.py"))
+    if not files:
+        raise ValueError(f"No graded tests for chapter {chapter!r} in {GRADED.name}/.")
+    return files
+
+
+def grade(chapter: str, impl: str = "exercises", show: bool = True) -> list[TaskResult]:
+    """Run chapter `chapter`'s graded tests against `impl` and (by default) print the scorecard."""
+    if impl not in IMPLS:
+        raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "report.json"
+        cmd = [sys.executable, "-m", "pytest", *map(str, chapter_files(chapter)), "-q", "-p", "no:cacheprovider",
+               "-p", "nanoengine.course.grading", f"--grade-report={report}"]
+        env = {**os.environ, "NANOENGINE_IMPL": impl}
+        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+        if not report.exists():
+            raise RuntimeError(f"the graded tests did not run:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        results = [TaskResult(**r) for r in json.loads(report.read_text())]
+    if show:
+        print_scorecard(chapter, impl, results)
+    return results
+
+
+def print_scorecard(chapter: str, impl: str, results: list[TaskResult]) -> None:
+    passed = sum(r.passed for r in results)
+    print(f"Chapter {int(chapter):02d} ({impl}): {passed}/{len(results)} tasks pass")
+    for r in results:
+        line = f"  {'✓' if r.passed else '✗'} {r.task:6} {r.title}"
+        print(line if r.passed else f"{line}\n           {r.message}")
+
+
+# ---- the pytest plugin side -------------------------------------------------------------------
+def pytest_addoption(parser):
+    parser.addoption("--grade-report", default=None, help="write graded-task results here as JSON")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "task(id, title): a graded task with a stable id")
+    config._graded = {}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        marker = item.get_closest_marker("task")
+        if marker is not None:
+            config._graded[item.nodeid] = TaskResult(*marker.args, passed=False, message="did not run")
+
+
+def pytest_runtest_logreport(report):
+    result = _CONFIG._graded.get(report.nodeid) if _CONFIG else None
+    if result is None or report.when == "teardown":
+        return
+    if report.failed:
+        result.passed, result.message = False, _short(report)
+    elif report.when == "call":
+        result.passed, result.message = report.passed, ""
+
+
+def pytest_sessionstart(session):
+    global _CONFIG
+    _CONFIG = session.config
+
+
+def pytest_sessionfinish(session):
+    path = session.config.getoption("--grade-report")
+    if path:
+        results = [
+            {"task": r.task, "title": r.title, "passed": r.passed, "message": r.message}
+            for r in session.config._graded.values()
+        ]
+        Path(path).write_text(json.dumps(results))
+
+
+_CONFIG = None
+
+
+def _short(report) -> str:
+    crash = getattr(report.longrepr, "reprcrash", None)
+    text = crash.message if crash is not None else str(report.longrepr)
+    if "NotImplementedError" in text:
+        return "not implemented yet (the stub still raises NotImplementedError)"
+    return text.strip().splitlines()[0][:300] if text.strip() else "failed"
+
+
+if __name__ == "__main__":
+    ch = sys.argv[1] if len(sys.argv) > 1 else None
+    if ch is None:
+        sys.exit("usage: python -m nanoengine.course.grading CHAPTER [exercises|solutions|nanoengine]")
+    res = grade(ch, sys.argv[2] if len(sys.argv) > 2 else "exercises")
+    sys.exit(0 if all(r.passed for r in res) else 1)

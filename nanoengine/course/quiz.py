@@ -1,0 +1,63 @@
+"""Self-check quizzes: pick an answer, press Check, and a wrong answer explains itself."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import ipywidgets as widgets
+
+
+@dataclass(slots=True, frozen=True)
+class Question:
+    """`why[i]` explains option i: why it is right, or the misconception behind choosing it."""
+
+    prompt: str
+    options: tuple[str, ...]
+    answer: int
+    why: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.options) != len(self.why) or not 0 <= self.answer < len(self.options):
+            raise ValueError("a Question needs one explanation per option and a valid answer index")
+
+
+class QuizItem:
+    """One question as a widget. `choose(i)` and `check()` drive it from Python (that is how the tests
+    and nbval see it, since nbval runs no JavaScript)."""
+
+    def __init__(self, question: Question):
+        self.question = question
+        self.choices = widgets.RadioButtons(options=list(question.options), value=None, layout={"width": "max-content"})
+        self.button = widgets.Button(description="Check", button_style="primary")
+        self.feedback = widgets.HTML()
+        self.button.on_click(lambda _: self.check())
+        self.widget = widgets.VBox([widgets.HTML(f"<b>{question.prompt}</b>"), self.choices, self.button, self.feedback])
+
+    def choose(self, index: int) -> None:
+        self.choices.value = self.question.options[index]
+
+    @property
+    def correct(self) -> bool | None:
+        if self.choices.value is None:
+            return None
+        return self.question.options.index(self.choices.value) == self.question.answer
+
+    def check(self) -> str:
+        if self.choices.value is None:
+            self.feedback.value = "Pick an answer first."
+        else:
+            why = self.question.why[self.question.options.index(self.choices.value)]
+            mark = "✓ Right." if self.correct else "✗ Not quite."
+            self.feedback.value = f"{mark} {why}"
+        return self.feedback.value
+
+
+class Quiz:
+    def __init__(self, questions: list[Question]):
+        self.items = [QuizItem(q) for q in questions]
+        self.widget = widgets.VBox([item.widget for item in self.items])
+
+    def _ipython_display_(self):
+        from IPython.display import display
+
+        display(self.widget)

@@ -1,0 +1,1 @@
+"""Worked solutions, with the same signatures as exercises/."""

@@ -1,0 +1,40 @@
+"""Chapter 04 solutions: name a KV block by its content."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+
+import xxhash
+
+ROOT_HASH = xxhash.xxh3_128_digest(b"chapter-04")
+
+
+def hash_block_tokens(parent_block_hash: bytes | None, token_ids: Sequence[int], extra_keys: tuple | None = None) -> bytes:
+    """Task 04.1: the hash of one block, chained to its parent."""
+    data = parent_block_hash or ROOT_HASH
+    # The count first: tokens then can never run into the extra-key bytes that follow.
+    data += struct.pack(f"<I{len(token_ids)}I", len(token_ids), *token_ids)
+    if extra_keys:
+        data += "\x00".join(map(str, extra_keys)).encode()
+    return xxhash.xxh3_128_digest(data)
+
+
+def hash_request_blocks(token_ids: Sequence[int], block_size: int, cache_salt: str | None = None) -> list[bytes]:
+    """Task 04.2: the hash of every full block of a prompt, as a chain."""
+    hashes, parent = [], None
+    for start in range(0, len(token_ids) - block_size + 1, block_size):
+        keys = (cache_salt,) if cache_salt and start == 0 else None
+        parent = hash_block_tokens(parent, token_ids[start : start + block_size], keys)
+        hashes.append(parent)
+    return hashes
+
+
+def num_cached_tokens(block_hashes: Sequence[bytes], cached: set[bytes], num_tokens: int, block_size: int) -> int:
+    """Task 04.3: how many prompt tokens a prefix-cache lookup can skip."""
+    hits = 0
+    for block_hash in block_hashes[: (num_tokens - 1) // block_size]:
+        if block_hash not in cached:
+            break
+        hits += 1
+    return hits * block_size
