@@ -86,10 +86,11 @@ class TorchBackend:
         max_len = int(seq_lens.max())
         tables = block_tables[:, : -(-max_len // block_size)].long()
         mask = torch.arange(max_len, device=q.device)[None, :] < seq_lens[:, None]  # [B, S]
-        # Zero the padding so stale or NaN contents of unused slots cannot leak through 0 * NaN.
-        keep = mask[:, :, None, None]
-        keys = k_cache[tables].flatten(1, 2)[:, :max_len].where(keep, 0)  # [B, S, Hkv, D]
-        values = v_cache[tables].flatten(1, 2)[:, :max_len].where(keep, 0)
+        # Zero the padding (in place, on the gathered copy) so stale or NaN contents of unused slots
+        # cannot leak through 0 * NaN.
+        pad = ~mask[:, :, None, None]
+        keys = k_cache[tables].flatten(1, 2)[:, :max_len].masked_fill_(pad, 0)  # [B, S, Hkv, D]
+        values = v_cache[tables].flatten(1, 2)[:, :max_len].masked_fill_(pad, 0)
         out = _sdpa(q.unsqueeze(2), keys.transpose(1, 2), values.transpose(1, 2), mask[:, None, None, :], scale)
         return out.squeeze(2)
 
@@ -104,7 +105,9 @@ class TorchBackend:
             # New token j sits at position seq_len - n + j and sees keys 0 .. seq_len - n + j. With no
             # cached prefix that is the plain causal mask, which SDPA runs on its fused path.
             mask = None if n == seq_len else torch.ones(n, seq_len, dtype=torch.bool, device=q.device).tril(seq_len - n)
-            out[lo:hi] = _sdpa(q[lo:hi].transpose(0, 1), keys, values, mask, scale).transpose(0, 1)
+            # A leading batch dim of 1: CPU SDPA takes its fused kernel only for 4-D inputs.
+            o = _sdpa(q[lo:hi].transpose(0, 1)[None], keys[None], values[None], mask, scale)
+            out[lo:hi] = o[0].transpose(0, 1)
         return out
 
 
