@@ -12,6 +12,13 @@ CHAPTERS = sorted({p.name.split("_")[1][2:] for p in GRADED.glob("test_ch*_*.py"
 MODULES = sorted(p.stem for p in (GRADED.parents[1] / "solutions").glob("ch*.py"))
 
 
+def test_scorecard_shows_each_task_and_why_it_failed():
+    card = grade(CHAPTERS[0], "exercises")
+    text = repr(card)
+    assert text.startswith(f"Chapter {CHAPTERS[0]} (exercises): 0/{len(card)} tasks pass")
+    assert text.count("✗") == len(card) and "not implemented yet" in text
+
+
 def test_every_chapter_module_has_a_graded_suite():
     assert CHAPTERS and MODULES
     assert sorted(m[2:4] for m in MODULES) == CHAPTERS
@@ -20,14 +27,14 @@ def test_every_chapter_module_has_a_graded_suite():
 @pytest.mark.parametrize("chapter", CHAPTERS)
 @pytest.mark.parametrize("impl", ["solutions", "nanoengine"])
 def test_every_task_passes(chapter, impl):
-    results = grade(chapter, impl, show=False)
+    results = grade(chapter, impl)
     assert results, "no graded task ran"
     assert [r.task for r in results if not r.passed] == [], [r.message for r in results if not r.passed]
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_every_task_fails_on_the_stubs(chapter):
-    results = grade(chapter, "exercises", show=False)
+    results = grade(chapter, "exercises")
     assert results and [r.task for r in results if r.passed] == []
     ids = [r.task for r in results]
     assert len(ids) == len(set(ids)), "task ids must be unique"

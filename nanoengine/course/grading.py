@@ -40,8 +40,24 @@ def chapter_files(chapter: str) -> list[Path]:
     return files
 
 
-def grade(chapter: str, impl: str = "exercises", show: bool = True) -> list[TaskResult]:
-    """Run chapter `chapter`'s graded tests against `impl` and (by default) print the scorecard."""
+class Scorecard(list):
+    """The TaskResults of one grading run; shown as the ✓/✗ card in a notebook or a shell."""
+
+    def __init__(self, chapter: str, impl: str, results: list[TaskResult]):
+        super().__init__(results)
+        self.chapter, self.impl = chapter, impl
+
+    def __repr__(self) -> str:
+        lines = [f"Chapter {int(self.chapter):02d} ({self.impl}): {sum(r.passed for r in self)}/{len(self)} tasks pass"]
+        for r in self:
+            lines.append(f"  {'✓' if r.passed else '✗'} {r.task:6} {r.title}")
+            if not r.passed:
+                lines.append(f"           {r.message}")
+        return "\n".join(lines)
+
+
+def grade(chapter: str, impl: str = "exercises") -> Scorecard:
+    """Run chapter `chapter`'s graded tests against `impl`; the result displays as a scorecard."""
     if impl not in IMPLS:
         raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
     with tempfile.TemporaryDirectory() as tmp:
@@ -52,18 +68,7 @@ def grade(chapter: str, impl: str = "exercises", show: bool = True) -> list[Task
         proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
         if not report.exists():
             raise RuntimeError(f"the graded tests did not run:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-        results = [TaskResult(**r) for r in json.loads(report.read_text())]
-    if show:
-        print_scorecard(chapter, impl, results)
-    return results
-
-
-def print_scorecard(chapter: str, impl: str, results: list[TaskResult]) -> None:
-    passed = sum(r.passed for r in results)
-    print(f"Chapter {int(chapter):02d} ({impl}): {passed}/{len(results)} tasks pass")
-    for r in results:
-        line = f"  {'✓' if r.passed else '✗'} {r.task:6} {r.title}"
-        print(line if r.passed else f"{line}\n           {r.message}")
+        return Scorecard(chapter, impl, [TaskResult(**r) for r in json.loads(report.read_text())])
 
 
 # ---- the pytest plugin side -------------------------------------------------------------------
@@ -123,5 +128,6 @@ if __name__ == "__main__":
     ch = sys.argv[1] if len(sys.argv) > 1 else None
     if ch is None:
         sys.exit("usage: python -m nanoengine.course.grading CHAPTER [exercises|solutions|nanoengine]")
-    res = grade(ch, sys.argv[2] if len(sys.argv) > 2 else "exercises")
-    sys.exit(0 if all(r.passed for r in res) else 1)
+    card = grade(ch, sys.argv[2] if len(sys.argv) > 2 else "exercises")
+    print(card)
+    sys.exit(0 if all(r.passed for r in card) else 1)
