@@ -86,11 +86,13 @@ class TorchBackend:
         max_len = int(seq_lens.max())
         tables = block_tables[:, : -(-max_len // block_size)].long()
         mask = torch.arange(max_len, device=q.device)[None, :] < seq_lens[:, None]  # [B, S]
-        # Zero the padding (in place, on the gathered copy) so stale or NaN contents of unused slots
-        # cannot leak through 0 * NaN.
-        pad = ~mask[:, :, None, None]
-        keys = k_cache[tables].flatten(1, 2)[:, :max_len].masked_fill_(pad, 0)  # [B, S, Hkv, D]
-        values = v_cache[tables].flatten(1, 2)[:, :max_len].masked_fill_(pad, 0)
+        keys = k_cache[tables].flatten(1, 2)[:, :max_len]  # [B, S, Hkv, D], a gathered copy
+        values = v_cache[tables].flatten(1, 2)[:, :max_len]
+        # Zero each row's padding so stale or NaN contents of unused slots cannot leak through 0 * NaN;
+        # slicing the tails is far cheaper than a masked pass over the whole copy.
+        for b, n in enumerate(seq_lens.tolist()):
+            keys[b, n:] = 0
+            values[b, n:] = 0
         out = _sdpa(q.unsqueeze(2), keys.transpose(1, 2), values.transpose(1, 2), mask[:, None, None, :], scale)
         return out.squeeze(2)
 
