@@ -77,7 +77,8 @@ class ModelRunner:
             block_tables=torch.tensor(tables, dtype=torch.int32, device=dev),
             max_query_len=max(num_scheduled[r] for r in order),
             max_seq_len=max(seq_lens),
-            num_decodes=sum(num_scheduled[r] == 1 for r in order),
+            num_decodes=(num_decodes := sum(num_scheduled[r] == 1 for r in order)),
+            num_common_prefix_blocks=_common_prefix(tables[:num_decodes]),
         )
         ids = torch.tensor(input_ids, dtype=torch.int64, device=dev)
         return ids, torch.tensor(positions, dtype=torch.int64, device=dev), metadata, starts
@@ -108,3 +109,15 @@ class ModelRunner:
         for (_, state), token in zip(done, tokens):
             state.token_ids.append(token)
         return {state.req_id: token for (_, state), token in zip(done, tokens)}
+
+
+def _common_prefix(tables: list[list[int]]) -> int:
+    """How many leading block ids all the given block tables share (0 for fewer than two tables)."""
+    if len(tables) < 2:
+        return 0
+    n = 0
+    for column in zip(*tables):
+        if 0 in column or any(b != column[0] for b in column):
+            break
+        n += 1
+    return n

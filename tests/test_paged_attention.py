@@ -66,3 +66,41 @@ def test_store_skips_padding_slots():
     k = torch.ones(3, 1, 2)
     TorchBackend().store_kvcache(k, k, cache, cache.clone(), torch.tensor([5, -1, 6]))
     assert cache.view(-1, 1, 2)[[5, 6]].eq(1).all() and cache.sum() == 4
+
+
+@pytest.mark.parametrize("prefix_blocks", [1, 3])
+def test_cascade_decode_equals_plain_decode(prefix_blocks):
+    """Requests sharing their first blocks: attending the prefix once and merging by log-sum-exp gives
+    the same output as attending each request's whole context."""
+    gen = torch.Generator().manual_seed(5)
+    bs, hkv, d = 4, 2, 8
+    k_cache = torch.full((32, bs, hkv, d), float("nan"))
+    v_cache = torch.full((32, bs, hkv, d), float("nan"))
+    shared = list(range(1, 1 + prefix_blocks))
+    tables, lens = [], [prefix_blocks * bs + n for n in (1, 3, 4, 6)]
+    next_block = 1 + prefix_blocks
+    for n in lens:
+        own = -(-n // bs) - prefix_blocks
+        tables.append(shared + list(range(next_block, next_block + own)))
+        next_block += own
+    for t, n in zip(tables, lens):
+        for pos in range(n):
+            k_cache[t[pos // bs], pos % bs] = torch.randn(hkv, d, generator=gen)
+            v_cache[t[pos // bs], pos % bs] = torch.randn(hkv, d, generator=gen)
+    width = max(map(len, tables))
+    block_tables = torch.tensor([t + [0] * (width - len(t)) for t in tables], dtype=torch.int32)
+    seq_lens = torch.tensor(lens, dtype=torch.int32)
+    q = torch.randn(4, 3 * hkv, d, generator=gen)
+    be = TorchBackend()
+    plain = be.decode(q, k_cache, v_cache, block_tables, seq_lens, 0.3)
+    cascade = be.decode(q, k_cache, v_cache, block_tables, seq_lens, 0.3, num_common_prefix_blocks=prefix_blocks)
+    assert not plain.isnan().any()
+    torch.testing.assert_close(cascade, plain, rtol=0, atol=1e-5)
+
+
+def test_common_prefix_counts_shared_leading_blocks():
+    from nanoengine.model_runner import _common_prefix
+
+    assert _common_prefix([[4, 5, 6, 9], [4, 5, 7, 0], [4, 5, 6, 8]]) == 2
+    assert _common_prefix([[4, 5, 0], [4, 5, 0]]) == 2, "null-block padding is never a shared prefix"
+    assert _common_prefix([[4, 5]]) == 0

@@ -31,11 +31,12 @@ class PagedKVCache:
         kc, vc = self.k_caches[layer_idx], self.v_caches[layer_idx]
         be.store_kvcache(k, v, kc, vc, md.slot_mapping)
         nd = md.num_decodes
+        shared = md.num_common_prefix_blocks
         if nd == md.seq_lens.shape[0]:
-            return be.decode(q, kc, vc, md.block_tables, md.seq_lens, self.scale)
+            return be.decode(q, kc, vc, md.block_tables, md.seq_lens, self.scale, shared)
         out = torch.empty_like(q)
         if nd:
-            out[:nd] = be.decode(q[:nd], kc, vc, md.block_tables[:nd], md.seq_lens[:nd], self.scale)
+            out[:nd] = be.decode(q[:nd], kc, vc, md.block_tables[:nd], md.seq_lens[:nd], self.scale, shared)
         qsl = md.query_start_loc[nd:] - nd
         out[nd:] = be.prefill(q[nd:], kc, vc, md.block_tables[nd:], qsl, md.seq_lens[nd:], md.max_query_len, self.scale)
         return out

@@ -44,7 +44,8 @@ class TritonBackend:
     def store_kvcache(self, k, v, k_cache, v_cache, slot_mapping):
         store_kvcache(k, v, k_cache, v_cache, slot_mapping)
 
-    def decode(self, q, k_cache, v_cache, block_tables, seq_lens, scale):
+    def decode(self, q, k_cache, v_cache, block_tables, seq_lens, scale, num_common_prefix_blocks=0):
+        # The kernel reads each request's blocks in place, so a shared prefix needs no special path.
         return paged_decode(q, k_cache, v_cache, block_tables, seq_lens, scale, num_splits=self.decode_splits)
 
     def prefill(self, q, k_cache, v_cache, block_tables, query_start_loc, seq_lens, max_query_len, scale):
