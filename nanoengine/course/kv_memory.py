@@ -19,6 +19,7 @@ from nanoengine.attention.paged import PagedKVCache
 from nanoengine.config import LlamaConfig
 from nanoengine.llm import DEFAULT_CPU_KV_BYTES
 
+
 # ---- what the model hands to attention -------------------------------------------------------
 class RecordingAttention:
     """Wraps an attention context and records the shapes of q, k and v each layer passes to it."""
@@ -36,9 +37,10 @@ class RecordingAttention:
         return getattr(self.inner, name)
 
 
-def forward_step(model, token_ids: list[int], cache: ContiguousKVCache) -> torch.Tensor:
+def forward_step(model, token_ids: list[int], cache: ContiguousKVCache | RecordingAttention) -> torch.Tensor:
     """Run `token_ids` as the next positions of `cache`'s sequence; return the last token's logits [V].
 
+    `cache` is a ContiguousKVCache, or a RecordingAttention around one.
     Invariant: afterwards the cache holds K/V for every token it has seen, these ones included.
     """
     start = cache.num_tokens
