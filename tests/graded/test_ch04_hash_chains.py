@@ -14,12 +14,18 @@ def _engine_request_hashes(token_ids, block_size, cache_salt=None):
 
 
 def _engine_num_cached(block_hashes, cached, num_tokens, block_size):
-    hits = 0
-    for h in block_hashes[: (num_tokens - 1) // block_size]:
-        if h not in cached:
-            break
-        hits += 1
-    return hits * block_size
+    """The engine's own lookup: KVCacheManager.get_computed_blocks over a pool holding `cached`."""
+    from types import SimpleNamespace
+
+    from nanoengine.core import KVCacheManager
+
+    kv = KVCacheManager(block_size, len(cached) + 1)
+    for block, h in zip(kv.block_pool.get_new_blocks(len(cached)), sorted(cached)):
+        block.block_hash = h
+        kv.block_pool.cached_block_hash_to_block.insert(h, block)
+    request = SimpleNamespace(block_hashes=list(block_hashes), num_tokens=num_tokens, num_preemptions=0,
+                              all_token_ids=[0] * num_tokens)
+    return kv.get_computed_blocks(request)[1]
 
 
 NANOENGINE = {
