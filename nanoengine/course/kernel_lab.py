@@ -279,6 +279,10 @@ def pool_html(batch: PagedBatch, run: KernelRun) -> str:
     bs, num_blocks = batch.block_size, batch.k_cache.shape[0]
     owner = {int(s): (i, t) for i in range(len(batch.seq_lens)) for t, s in enumerate(batch.owned_slots(i))}
     reader = {int(s): p for p, slots in run.reads.items() for s in slots}
+    label = {0: "null"}
+    for i, n in enumerate(batch.seq_lens.tolist()):
+        for j, block in enumerate(batch.block_tables[i, : -(-n // bs)].tolist()):
+            label[block] = f"req {i} [{j}]"
     rows = []
     for block in range(num_blocks):
         cells = []
@@ -286,8 +290,19 @@ def pool_html(batch: PagedBatch, run: KernelRun) -> str:
             state, colour, tip = _slot_style(slot, owner.get(slot), reader.get(slot))
             cells.append(f'<td data-state="{state}" title="{html.escape(tip)}" '
                          f'style="background:{colour};width:11px;height:11px;padding:0"></td>')
-        rows.append(f'<tr><td style="font-size:10px;padding-right:4px">block {block}</td>{"".join(cells)}</tr>')
-    return f'<table style="border-spacing:1px;border-collapse:separate">{"".join(rows)}</table>'
+        name = f"block {block} · {label.get(block, 'free')}"
+        rows.append(f'<tr><td style="font-size:10px;padding-right:4px;white-space:nowrap">{name}</td>{"".join(cells)}</tr>')
+    return f'<table style="border-spacing:1px;border-collapse:separate">{"".join(rows)}</table>{LEGEND}'
+
+
+def _swatch(colour: str, text: str) -> str:
+    return f'<span style="background:{colour};display:inline-block;width:10px;height:10px"></span> {text}'
+
+
+LEGEND = '<div style="font-size:10px">' + " &nbsp; ".join([
+    _swatch(PALETTE[0][0], "request 0, split 0 (lighter: splits 1, 2)"), _swatch(PALETTE[1][0], "request 1"),
+    _swatch(UNOWNED, "free or null (NaN)"), _swatch(MISSED, "owned, never read"), _swatch(STRAY, "read, not owned"),
+]) + "</div>"
 
 
 def _slot_style(slot: int, owner: tuple[int, int] | None, program: tuple[int, int, int] | None):
