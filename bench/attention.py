@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 # Chooses the Triton interpreter on a CPU-only machine, so it must come before `import triton`.
 from nanoengine.attention.triton_backend import TritonBackend  # noqa: E402
-from nanoengine.attention.backend import TorchBackend  # noqa: E402
+from nanoengine.attention.backend import TorchBackend, decode_step_bytes  # noqa: E402
 from nanoengine.attention.triton_kernels import default_num_splits  # noqa: E402
 
 import triton  # noqa: E402
@@ -119,7 +119,7 @@ def decode_row(pool: Pool, heads: Heads, batch: int, context: int, copy_bw: floa
         "gather_sdpa": bench_ms(lambda: torch_be.decode(q, pool.k, pool.v, tables, seq_lens, scale)),
     }
     elt = q.element_size()
-    nbytes = 2 * batch * context * hkv * d * elt + 2 * q.numel() * elt + tables.numel() * 4 + batch * 4
+    nbytes = decode_step_bytes([context] * batch, q.shape[1], hkv, d, elt, tables.shape[1])
     gbps = {name: nbytes / ms / 1e6 for name, ms in times.items()}
     return {
         "heads": heads.name, "batch": batch, "context": context, "bytes": nbytes,

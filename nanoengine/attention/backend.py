@@ -62,6 +62,15 @@ class AttentionBackend(Protocol):
         themselves: q [T, Hq, D] -> [T, Hq, D]. query_start_loc and seq_lens are relative to this call."""
 
 
+def decode_step_bytes(seq_lens: list[int], num_heads: int, num_kv_heads: int, head_dim: int, elt: int,
+                      table_width: int) -> int:
+    """Bytes one decode step must move: K and V of every context token, q in and o out, the int32
+    block tables and seq_lens. bench/attention.py divides this by the measured time to report bandwidth."""
+    batch = len(seq_lens)
+    kv = 2 * sum(seq_lens) * num_kv_heads * head_dim * elt
+    return kv + 2 * batch * num_heads * head_dim * elt + batch * table_width * 4 + batch * 4
+
+
 def gather_kv(cache: torch.Tensor, block_table: torch.Tensor, seq_len: int) -> torch.Tensor:
     """One request's first seq_len tokens, made contiguous: [seq_len, Hkv, D]."""
     block_size = cache.shape[1]

@@ -24,7 +24,7 @@ import torch
 
 from nanoengine.attention import triton_backend  # noqa: F401  (chooses the interpreter before triton loads)
 from nanoengine.attention import triton_kernels
-from nanoengine.attention.backend import TorchBackend
+from nanoengine.attention.backend import TorchBackend, decode_step_bytes  # noqa: F401  (re-exported for the notebook)
 
 RESULTS_DIR = Path(__file__).resolve().parents[2] / "bench" / "results"
 MATCH_TOL = 1e-5
@@ -356,12 +356,3 @@ def plot_decode_bandwidth(result: dict, ax, heads: str = "llama3-8b") -> None:
     ax.set_ylabel("GB/s")
     ax.set_title(f"decode, {heads}, {result['device']}, {result['dtype']}", fontsize=9)
     ax.legend(fontsize=7)
-
-
-def decode_step_bytes(seq_lens: list[int], num_heads: int, num_kv_heads: int, head_dim: int, elt: int,
-                      table_width: int) -> int:
-    """Bytes one decode step must move: K and V of every context token, q in and o out, the int32
-    block tables and seq_lens. Same count as bench/attention.py's bandwidth."""
-    batch = len(seq_lens)
-    kv = 2 * sum(seq_lens) * num_kv_heads * head_dim * elt
-    return kv + 2 * batch * num_heads * head_dim * elt + batch * table_width * 4 + batch * 4
