@@ -40,7 +40,9 @@ class LLM:
     The KV pool is sized from `kv_cache_memory_bytes` (CPU default 512 MiB) or, on CUDA, from
     `gpu_memory_utilization` of the memory left after loading the weights.
     `hash_block_tokens(parent_hash, token_ids, extra_keys) -> bytes` swaps in your own block hash
-    (chapter 04's exercise) for the engine's xxhash chain.
+    (chapter 04's exercise) for the engine's xxhash chain, and `block_pool(num_blocks, enable_caching)`
+    builds the BlockPool-compatible object the engine allocates from (your own free queue or eviction
+    policy, chapters 05, 06 and 09).
     """
 
     def __init__(
@@ -61,6 +63,7 @@ class LLM:
         scheduling_policy: str = "fcfs",
         hash_algo: str = "xxhash",
         hash_block_tokens=None,
+        block_pool=None,
         progress: bool = True,
     ):
         ckpt = load_checkpoint(model, progress=progress)
@@ -76,7 +79,8 @@ class LLM:
         num_blocks = self._num_kv_blocks(kv_cache_memory_bytes, gpu_memory_utilization)
         self.kv_cache = PagedKVCache(self.config, num_blocks, block_size, self.backend, self.device, self.dtype)
         self.max_model_len = min(max_model_len or self.config.max_position_embeddings, self.config.max_position_embeddings)
-        kv_manager = KVCacheManager(block_size, num_blocks, enable_caching=enable_prefix_caching)
+        pool = block_pool(num_blocks, enable_prefix_caching) if block_pool else num_blocks
+        kv_manager = KVCacheManager(block_size, pool, enable_caching=enable_prefix_caching)
         scheduler = Scheduler(
             SchedulerConfig(max_num_batched_tokens, max_num_seqs, long_prefill_token_threshold,
                             scheduling_policy, self.max_model_len),

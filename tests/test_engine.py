@@ -125,3 +125,20 @@ def test_greedy_continuations_equal_hf(llm, hf_model):
             hf = hf_model.generate(torch.tensor([ids]), max_new_tokens=32, do_sample=False, pad_token_id=2)
         assert out.token_ids == hf[0, len(ids):].tolist(), prompt
     assert_no_leak(llm)
+
+
+def test_custom_block_pool_factory_runs_the_engine(reference):
+    """The plug-in point the course's exercises use: a factory building the engine's BlockPool."""
+    from nanoengine.core import BlockPool, FreeKVCacheBlockQueue
+
+    built = []
+
+    class CountingQueue(FreeKVCacheBlockQueue):
+        def popleft_n(self, n):
+            built.append(n)
+            return super().popleft_n(n)
+
+    llm = make_llm(block_pool=lambda n, caching: BlockPool(n, caching, free_queue_cls=CountingQueue))
+    assert [o.token_ids for o in llm.generate(_prompts(llm), GREEDY)] == reference
+    assert sum(built) > 0
+    assert_no_leak(llm)

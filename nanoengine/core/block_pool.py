@@ -83,6 +83,7 @@ class BlockPool:
         enable_kv_cache_events: bool = False,
         *,
         check_hash_collisions: bool = False,
+        free_queue_cls: type[FreeKVCacheBlockQueue] = FreeKVCacheBlockQueue,
     ) -> None:
         if num_gpu_blocks < 1:
             raise ValueError(
@@ -94,7 +95,8 @@ class BlockPool:
         # Tokens per entry of request.block_hashes; None trusts every caller.
         self.hash_block_size = hash_block_size
         self.blocks = [KVCacheBlock(block_id=i) for i in range(num_gpu_blocks)]
-        self.free_block_queue = FreeKVCacheBlockQueue(self.blocks)
+        # Swappable so a learner's own queue (chapter 05) can run the real pool.
+        self.free_block_queue = free_queue_cls(self.blocks)
         self.cached_block_hash_to_block = BlockHashToBlockMap()
         self.null_block = self.free_block_queue.popleft()
         self.null_block.is_null = True
