@@ -125,12 +125,19 @@ class LLM:
         sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
         *,
         prompt_token_ids: Sequence[int] | Sequence[Sequence[int]] | None = None,
+        cache_salt: str | None = None,
+        priority: int = 0,
         progress: bool = False,
     ) -> list[RequestOutput]:
-        """Complete every prompt together (continuous batching); outputs come back in input order."""
+        """Complete every prompt together (continuous batching); outputs come back in input order.
+
+        cache_salt isolates these requests' prefix-cache entries from everyone else's (a tenant id);
+        priority matters only with scheduling_policy="priority" (lower runs first).
+        """
         batch = self._prepare(prompts, prompt_token_ids)
         params = self._params_per_prompt(sampling_params, len(batch))
-        ids = [self.engine.add_request(tokens, p, prompt=text) for (text, tokens), p in zip(batch, params)]
+        ids = [self.engine.add_request(tokens, p, prompt=text, priority=priority, cache_salt=cache_salt)
+               for (text, tokens), p in zip(batch, params)]
         done: dict[str, RequestOutput] = {}
         from tqdm.auto import tqdm
 

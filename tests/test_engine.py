@@ -142,3 +142,11 @@ def test_custom_block_pool_factory_runs_the_engine(reference):
     assert [o.token_ids for o in llm.generate(_prompts(llm), GREEDY)] == reference
     assert sum(built) > 0
     assert_no_leak(llm)
+
+
+def test_cache_salt_isolates_tenants(llm, prompts):
+    llm.reset_prefix_cache()
+    llm.generate(prompts[0], GREEDY, cache_salt="alice")
+    assert llm.generate(prompts[0], GREEDY, cache_salt="bob")[0].num_cached_tokens == 0
+    assert llm.generate(prompts[0], GREEDY, cache_salt="alice")[0].num_cached_tokens > 0
+    assert_no_leak(llm)
