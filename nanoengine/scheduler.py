@@ -185,7 +185,7 @@ class Scheduler:
         kv = self.kv_cache_manager
         while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
             request = self._peek_waiting()
-            computed_blocks, num_computed = kv.get_computed_blocks(request)
+            computed_blocks, num_computed = kv.get_computed_blocks(request, record_stats=False)
             # Admit only what can hold its whole prompt; a prompt that fits just its first chunk would
             # be preempted mid-prefill and readmitted over and over (the thrashing vLLM users reported).
             num_prompt_blocks = -(-request.num_tokens // self.block_size) - len(computed_blocks)
@@ -199,6 +199,7 @@ class Scheduler:
             blocks = kv.allocate_slots(request, n, num_computed, computed_blocks)
             if blocks is None:
                 break
+            kv.record_prefix_cache_stats(request, num_computed)
             self._pop_waiting()
             self.running.append(request)
             request.status = RequestStatus.RUNNING

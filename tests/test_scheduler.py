@@ -98,3 +98,13 @@ def test_max_num_seqs_and_finished_requests_are_reported_and_freed():
     out, _ = run_step(s)
     assert out.finished_req_ids == {"r0", "r1"} and set(out.num_scheduled_tokens) == {"r2"}
     assert s.kv_cache_manager.get_block_ids("r0") == []
+
+
+def test_hit_stats_count_each_admission_once_not_each_lookup():
+    s = make(num_blocks=4)  # 3 usable blocks
+    s.add_request(req("big", 8, max_tokens=5))
+    run_step(s)
+    s.add_request(req("held", 8, first=40))  # needs 2 blocks while big holds 2 or 3: held at the gate
+    for _ in range(3):
+        run_step(s)
+    assert s.kv_cache_manager.make_prefix_cache_stats().queries == 8, "only big's admission is counted"

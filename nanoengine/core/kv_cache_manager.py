@@ -99,7 +99,7 @@ class KVCacheManager:
             self.prefix_cache_stats = PrefixCacheStats()
         return stats
 
-    def get_computed_blocks(self, request: Request) -> tuple[list[KVCacheBlock], int]:
+    def get_computed_blocks(self, request: Request, record_stats: bool = True) -> tuple[list[KVCacheBlock], int]:
         """The longest cached prefix of a waiting request, and its token count.
 
         The hit stops one token short of the request so that the last token is
@@ -112,11 +112,16 @@ class KVCacheManager:
         max_num_blocks = (request.num_tokens - 1) // self.block_size
         blocks = self._find_longest_cache_hit(request, max_num_blocks)
         num_hit_tokens = len(blocks) * self.block_size
-        if self.prefix_cache_stats is not None:
-            self.prefix_cache_stats.record(
-                request.num_tokens, num_hit_tokens, request.num_preemptions > 0
-            )
+        if record_stats:
+            self.record_prefix_cache_stats(request, num_hit_tokens)
         return blocks, num_hit_tokens
+
+    def record_prefix_cache_stats(self, request: Request, num_hit_tokens: int) -> None:
+        """Count one admission's lookup. A scheduler that may hold a request back after looking it up
+        passes record_stats=False above and calls this once the request is admitted, so a request
+        waiting at the gate is not counted again at every step."""
+        if self.prefix_cache_stats is not None:
+            self.prefix_cache_stats.record(request.num_tokens, num_hit_tokens, request.num_preemptions > 0)
 
     def _find_longest_cache_hit(
         self, request: Request, max_num_blocks: int
