@@ -1,0 +1,181 @@
+"""Chapter 05 graded tasks: the free-block queue. Run with `make grade CH=05`."""
+
+import signal
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nanoengine.core import FreeKVCacheBlockQueue, KVCacheBlock
+
+CHAPTER = "ch05_free_queue"
+NANOENGINE = {"FreeKVCacheBlockQueue": FreeKVCacheBlockQueue}
+
+
+def make(impl, n):
+    blocks = [KVCacheBlock(block_id=i) for i in range(n)]
+    return impl.FreeKVCacheBlockQueue(blocks), blocks
+
+
+def walk(queue):
+    """queue.get_all_free_blocks(), stopped after a second: links that form a cycle would make the walk
+    run, and its list grow, until memory runs out."""
+    def stop(*_):
+        raise TimeoutError("get_all_free_blocks did not return within 1 s: do your links form a cycle?")
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, 1.0)
+    try:
+        return queue.get_all_free_blocks()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def ids(queue):
+    return [b.block_id for b in walk(queue)]
+
+
+def assert_linked(queue, blocks):
+    """The queue's order, its count and every block's two links tell the same story."""
+    inside = walk(queue)
+    assert queue.num_free_blocks == len(inside), "num_free_blocks must match the blocks in the list"
+    for left, right in zip(inside, inside[1:]):
+        assert left.next_free_block is right and right.prev_free_block is left, "links must agree both ways"
+    members = {id(b) for b in inside}
+    for b in blocks:
+        if id(b) not in members:
+            assert b.prev_free_block is None and b.next_free_block is None, f"block {b.block_id} left the queue but kept its links"
+
+
+@pytest.mark.task("05.1", "__init__ links the blocks in order; get_all_free_blocks walks head to tail")
+def test_init_and_walk(impl):
+    queue, blocks = make(impl, 5)
+    assert walk(queue) == blocks and queue.num_free_blocks == 5
+    assert blocks[1].prev_free_block is blocks[0] and blocks[1].next_free_block is blocks[2], \
+        "the links live in the blocks themselves (prev_free_block / next_free_block)"
+    assert blocks[0].prev_free_block is not None and blocks[4].next_free_block is not None, \
+        "the end blocks link to sentinels, not to None"
+    empty, _ = make(impl, 0)
+    assert walk(empty) == [] and empty.num_free_blocks == 0
+
+
+@pytest.mark.task("05.2", "popleft, popleft_n, append and append_n: FIFO order, popped blocks unlinked")
+def test_pop_and_append(impl):
+    queue, blocks = make(impl, 6)
+    assert queue.popleft() is blocks[0]
+    assert queue.popleft_n(2) == blocks[1:3]
+    assert queue.popleft_n(0) == []
+    assert ids(queue) == [3, 4, 5]
+    queue.append(blocks[1])
+    queue.append_n([blocks[0], blocks[2]])
+    assert ids(queue) == [3, 4, 5, 1, 0, 2]
+    assert queue.popleft_n(6) == [blocks[i] for i in (3, 4, 5, 1, 0, 2)]
+    assert_linked(queue, blocks)
+    with pytest.raises(ValueError):
+        queue.popleft()  # an empty queue must refuse, not hand out its tail sentinel
+
+
+@pytest.mark.task("05.3", "remove unlinks a block at the head, in the middle or at the tail, in O(1)")
+def test_remove(impl):
+    for index in (0, 3, 5):
+        queue, blocks = make(impl, 6)
+        queue.remove(blocks[index])
+        assert ids(queue) == [i for i in range(6) if i != index], f"remove(block {index})"
+        assert_linked(queue, blocks)
+    queue, blocks = make(impl, 1)
+    queue.remove(blocks[0])
+    assert ids(queue) == [] and queue.num_free_blocks == 0
+    queue.append(blocks[0])
+    assert ids(queue) == [0], "a removed block can come back"
+
+    # 2,000 removes in a 200,000-block queue: a constant-time remove takes about a millisecond; one that
+    # searches the list for the block (list.remove, deque.remove, a walk) takes seconds.
+    queue, blocks = make(impl, 200_000)
+    middle = blocks[50_000:150_000:50]
+    start = time.perf_counter()
+    for block in middle:
+        queue.remove(block)
+    elapsed = time.perf_counter() - start
+    assert elapsed < 0.25, f"2,000 removes took {elapsed:.2f} s: remove must relink neighbours, not search"
+    assert queue.num_free_blocks == 198_000
+
+
+@pytest.mark.task("05.4", "prepend_n puts blocks at the head in their given order")
+def test_prepend_n(impl):
+    queue, blocks = make(impl, 6)
+    taken = queue.popleft_n(4)
+    queue.prepend_n([taken[3], taken[1]])
+    queue.prepend_n([])
+    queue.append_n([])
+    assert ids(queue) == [3, 1, 4, 5]
+    queue.prepend_n([taken[0]])
+    assert queue.popleft() is blocks[0], "prepended blocks are handed out first"
+    assert_linked(queue, blocks)
+
+
+def finish(llm, prompt, params, max_steps=50):
+    """Run one prompt to completion, or fail after max_steps: a broken queue can stall the scheduler."""
+    llm.engine.add_request(llm.tokenizer.encode(prompt), params)
+    for _ in range(max_steps):
+        if done := llm.engine.step():
+            return done[0]
+    pytest.fail(f"the engine finished no request in {max_steps} steps: is a block handed out twice, or lost?")
+
+
+@pytest.mark.task("05.5", "your queue runs the real engine: same greedy tokens, same prefix-cache hits")
+def test_plugs_into_the_engine(impl):
+    import torch
+
+    from nanoengine import LLM, SamplingParams
+    from nanoengine.core import BlockPool
+
+    torch.set_num_threads(1)  # this process only: two threads on a busy 2-core machine run several times slower
+    # 12 blocks of 8 tokens: the long prompt evicts cached blocks, and the later chats take the system
+    # prompt's blocks back out of the middle of the free queue.
+    pool_kwargs = dict(kv_cache_memory_bytes=12 * 8 * 46_080, block_size=8, progress=False)
+    theirs = LLM(block_pool=lambda n, c: BlockPool(n, c, free_queue_cls=impl.FreeKVCacheBlockQueue), **pool_kwargs)
+    engines = {"default": LLM(**pool_kwargs), "yours": theirs}
+    system = "You are a patient tutor. Answer in one short sentence."
+    prompts = [theirs.apply_chat_template([{"role": "system", "content": system}, {"role": "user", "content": q}])
+               for q in ("What is a KV cache?", "What is a free list?")]
+    prompts.insert(1, "Count: " + "one two three four five six seven eight nine ten " * 6)
+    prompts.append(prompts[2])
+    params = SamplingParams(temperature=0, max_tokens=3)
+    runs = {name: [finish(llm, p, params) for p in prompts] for name, llm in engines.items()}
+    assert [o.token_ids for o in runs["yours"]] == [o.token_ids for o in runs["default"]], \
+        "greedy tokens must not change"
+    cached = [o.num_cached_tokens for o in runs["yours"]]
+    assert cached == [o.num_cached_tokens for o in runs["default"]], f"prefix-cache hits differ: {cached}"
+    pool = theirs.engine.kv_cache_manager.block_pool
+    free = walk(pool.free_block_queue)
+    assert len({b.block_id for b in free}) == len(free) == pool.num_gpu_blocks - 1, "every block is free again, once"
+
+
+OPS = st.lists(st.tuples(st.sampled_from(["popleft_n", "append_n", "prepend_n", "remove"]),
+                         st.integers(0, 3), st.randoms(use_true_random=False)), max_size=40)
+
+
+@pytest.mark.task("05.6", "under random operations your queue behaves like a Python list")
+@settings(max_examples=150, deadline=None, database=None)
+@given(n=st.integers(0, 8), ops=OPS)
+def test_matches_a_list_model(impl, n, ops):
+    queue, blocks = make(impl, n)
+    model = list(blocks)
+    for op, k, rnd in ops:
+        outside = [b for b in blocks if b not in model]
+        if op == "popleft_n":
+            k = min(k, len(model))
+            assert queue.popleft_n(k) == model[:k]
+            del model[:k]
+        elif op == "remove" and model:
+            block = rnd.choice(model)
+            queue.remove(block)
+            model.remove(block)
+        elif op in ("append_n", "prepend_n"):
+            chosen = rnd.sample(outside, min(k, len(outside)))
+            getattr(queue, op)(chosen)
+            model = model + chosen if op == "append_n" else chosen + model
+        assert walk(queue) == model, f"after {op}"
+        assert_linked(queue, blocks)
