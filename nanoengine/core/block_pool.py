@@ -12,10 +12,13 @@ from .kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KVCacheEvent
 class BlockHashToBlockMap:
     """block_hash -> {block_id: block}.
 
-    Two requests with the same prefix admitted in the same step both miss and
-    both cache their own copy of the content. Keeping every copy under one
-    hash lets block tables stay append-only (no request is switched to the
-    other copy), and evicting one copy removes only its own entry.
+    Blocks are named when they are allocated, so a request admitted after
+    another with the same prefix (even in the same step) hits the first one's
+    blocks. Copies still arise when identical prompts are prefilled side by
+    side in chunks: each allocates its next block before the other's is
+    named. Keeping every copy under one hash lets block tables stay
+    append-only (no request is switched to the other copy), and evicting one
+    copy removes only its own entry.
     """
 
     __slots__ = ("_cache",)
