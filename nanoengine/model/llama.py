@@ -9,12 +9,46 @@ Everything else, the norms, projections and MLP, runs on all T tokens at once.
 
 from __future__ import annotations
 
+import platform
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from nanoengine.attention import AttentionContext
 from nanoengine.config import LlamaConfig
+
+
+# F.linear on a CPU calls MKL's fp32 GEMM; on the AMD CPU CI runs on it is 2-3x slower than oneDNN's, which
+# also gains from the weight being packed once into its blocked layout (bench/gemm.py). vLLM's CPU backend
+# makes the same choice (dispatch_cpu_unquantized_gemm).
+_ONEDNN = (
+    platform.machine().lower() in ("x86_64", "amd64")
+    and torch.backends.mkldnn.is_available()
+    and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+)
+
+
+class Linear(nn.Linear):
+    """nn.Linear that runs fp32 CPU inference through oneDNN with a pre-packed weight.
+
+    Same fp32 math as F.linear; only the summation order differs. The packed copy is keyed on the
+    weight's storage and version counter, so loading new weights or editing them in place repacks.
+    It is made on the first CPU call and holds as many bytes as the weight itself.
+    """
+
+    _packed: tuple | None = None  # (key, packed weight)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w = self.weight
+        if not (_ONEDNN and x.device.type == "cpu" and x.dtype == w.dtype == torch.float32 and not w.requires_grad):
+            return F.linear(x, w, self.bias)
+        # Tensors made under inference_mode have no version counter; only a new storage repacks those.
+        key = (w.data_ptr(), None if w.is_inference() else w._version)
+        if self._packed is None or self._packed[0] != key:
+            # 32 is the batch size oneDNN tunes the layout for; any batch size still works.
+            self._packed = (key, torch.ops.mkldnn._reorder_linear_weight(w, 32))
+        return torch.ops.mkldnn._linear_pointwise(x, self._packed[1], self.bias, "none", [], "")
 
 
 class RMSNorm(nn.Module):
@@ -25,9 +59,7 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # Normalize in fp32 even when the model runs in bf16: the mean of squares loses too much otherwise.
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(x.dtype)
+        return self.weight * F.rms_norm(x.float(), x.shape[-1:], eps=self.eps).to(x.dtype)
 
 
 class RotaryEmbedding(nn.Module):
@@ -44,16 +76,20 @@ class RotaryEmbedding(nn.Module):
         # Plain attributes, not buffers: model.to(bf16) must not round the angles.
         self.cos, self.sin = freqs.cos(), freqs.sin()
 
-    def forward(self, positions: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        """x: [T, heads, head_dim] -> same shape, rotated by each token's position."""
-        cos = self.cos[positions].unsqueeze(1)
-        sin = self.sin[positions].unsqueeze(1)
-        x1, x2 = x.float().chunk(2, dim=-1)
-        return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
+    def forward(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """positions [T] -> (cos, sin), each [T, 1, head_dim / 2]. Every layer rotates by the same
+        positions, so the model looks the rows up once per step (as Hugging Face's LlamaModel does)."""
+        return self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x [T, heads, head_dim] rotated by the (cos, sin) rows of its tokens' positions."""
+    x1, x2 = x.float().chunk(2, dim=-1)
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
 
 
 class LlamaAttention(nn.Module):
-    def __init__(self, config: LlamaConfig, layer_idx: int, rope: RotaryEmbedding):
+    def __init__(self, config: LlamaConfig, layer_idx: int):
         super().__init__()
         self.layer_idx = layer_idx
         self.num_heads = config.num_attention_heads
@@ -61,15 +97,14 @@ class LlamaAttention(nn.Module):
         self.head_dim = config.head_dim
         # Q, K and V in one matmul (vLLM's QKVParallelLinear): one pass over x instead of three.
         self.q_size, self.kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-        self.qkv_proj = nn.Linear(config.hidden_size, self.q_size + 2 * self.kv_size, bias=False)
-        self.o_proj = nn.Linear(self.q_size, config.hidden_size, bias=False)
-        self.rope = rope
+        self.qkv_proj = Linear(config.hidden_size, self.q_size + 2 * self.kv_size, bias=False)
+        self.o_proj = Linear(self.q_size, config.hidden_size, bias=False)
 
-    def forward(self, positions: torch.Tensor, x: torch.Tensor, attn: AttentionContext) -> torch.Tensor:
+    def forward(self, rope: tuple[torch.Tensor, torch.Tensor], x: torch.Tensor, attn: AttentionContext) -> torch.Tensor:
         t = x.shape[0]
         q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q = self.rope(positions, q.view(t, self.num_heads, self.head_dim))
-        k = self.rope(positions, k.view(t, self.num_kv_heads, self.head_dim))
+        q = apply_rotary(q.view(t, self.num_heads, self.head_dim), *rope)
+        k = apply_rotary(k.view(t, self.num_kv_heads, self.head_dim), *rope)
         o = attn(self.layer_idx, q, k, v.reshape(t, self.num_kv_heads, self.head_dim))
         return self.o_proj(o.reshape(t, self.q_size))
 
@@ -78,8 +113,8 @@ class LlamaMLP(nn.Module):
     def __init__(self, config: LlamaConfig):
         super().__init__()
         self.intermediate_size = config.intermediate_size
-        self.gate_up_proj = nn.Linear(config.hidden_size, 2 * config.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+        self.gate_up_proj = Linear(config.hidden_size, 2 * config.intermediate_size, bias=False)
+        self.down_proj = Linear(config.intermediate_size, config.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)
@@ -87,15 +122,15 @@ class LlamaMLP(nn.Module):
 
 
 class LlamaDecoderLayer(nn.Module):
-    def __init__(self, config: LlamaConfig, layer_idx: int, rope: RotaryEmbedding):
+    def __init__(self, config: LlamaConfig, layer_idx: int):
         super().__init__()
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.self_attn = LlamaAttention(config, layer_idx, rope)
+        self.self_attn = LlamaAttention(config, layer_idx)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.mlp = LlamaMLP(config)
 
-    def forward(self, positions, x, attn):
-        x = x + self.self_attn(positions, self.input_layernorm(x), attn)
+    def forward(self, rope, x, attn):
+        x = x + self.self_attn(rope, self.input_layernorm(x), attn)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -103,14 +138,15 @@ class LlamaModel(nn.Module):
     def __init__(self, config: LlamaConfig):
         super().__init__()
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
-        rope = RotaryEmbedding(config.head_dim, config.rope_theta, config.max_position_embeddings)
-        self.layers = nn.ModuleList(LlamaDecoderLayer(config, i, rope) for i in range(config.num_hidden_layers))
+        self.rotary_emb = RotaryEmbedding(config.head_dim, config.rope_theta, config.max_position_embeddings)
+        self.layers = nn.ModuleList(LlamaDecoderLayer(config, i) for i in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
     def forward(self, input_ids, positions, attn):
         x = self.embed_tokens(input_ids)
+        rope = self.rotary_emb(positions)
         for layer in self.layers:
-            x = layer(positions, x, attn)
+            x = layer(rope, x, attn)
         return self.norm(x)
 
 
@@ -125,7 +161,7 @@ class LlamaForCausalLM(nn.Module):
         super().__init__()
         self.config = config
         self.model = LlamaModel(config)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.lm_head = Linear(config.hidden_size, config.vocab_size, bias=False)
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
 
@@ -167,9 +203,7 @@ class LlamaForCausalLM(nn.Module):
         self.to(device=device, dtype=dtype).eval().requires_grad_(False)
         c = self.config
         with torch.device(device):
-            rope = RotaryEmbedding(c.head_dim, c.rope_theta, c.max_position_embeddings)
-        for layer in self.model.layers:
-            layer.self_attn.rope = rope
+            self.model.rotary_emb = RotaryEmbedding(c.head_dim, c.rope_theta, c.max_position_embeddings)
         return self
 
 
