@@ -1,6 +1,7 @@
-"""`python -m nanoengine bench` runs end to end and writes its JSON (a tiny workload; numbers unchecked)."""
+"""`python -m nanoengine bench` runs end to end and writes its JSON; the README quotes the committed run."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -20,3 +21,18 @@ def test_bench_smoke(tmp_path, capsys):
     assert results["nanoengine_cache_off"]["prefix_hit_rate"] == 0
     assert all(r["same_tokens_as_hf"] for r in results.values())
     assert "TTFT p50" in capsys.readouterr().out
+
+
+def test_readme_quotes_the_committed_engine_benchmark():
+    """The README's table must be re-copied whenever bench/results/engine_cpu.json is re-run."""
+    root = Path(__file__).resolve().parents[1]
+    results = json.loads((root / "bench" / "results" / "engine_cpu.json").read_text())["results"]
+    readme = (root / "README.md").read_text()
+    for name, r in results.items():
+        quoted = [f"{r['ttft_p50_ms']:.0f} ms", f"{r['throughput_tok_s']:.1f}"]
+        if name != "hf_transformers":
+            quoted += [f"({r['ttft_p50_speedup_vs_hf']:.1f}× lower)", f"({r['throughput_vs_hf']:.1f}×)"]
+        missing = [q for q in quoted if q not in readme]
+        assert not missing, f"README lacks {missing} for {name}; copy them from bench/results/engine_cpu.json"
+    on = results["nanoengine_cache_on"]
+    assert f"({100 * on['prefix_hit_rate']:.0f}% hit rate)" in readme
