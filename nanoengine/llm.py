@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import weakref
 from collections.abc import Iterator, Sequence
 
 import torch
@@ -14,7 +15,7 @@ from nanoengine.core import KVCacheManager
 from nanoengine.engine import EngineStats, LLMEngine
 from nanoengine.errors import InvalidRequestError, KVCacheTooSmallError
 from nanoengine.model import LlamaForCausalLM
-from nanoengine.model_loader import load_checkpoint
+from nanoengine.model_loader import read_config, read_weights, unpacked_folder
 from nanoengine.model_runner import ModelRunner
 from nanoengine.outputs import RequestOutput
 from nanoengine.sampling_params import SamplingParams
@@ -24,6 +25,19 @@ from nanoengine.tokenizer import Tokenizer
 logger = logging.getLogger("nanoengine")
 
 DEFAULT_CPU_KV_BYTES = 512 * 2**20
+
+# Inference never writes the weights, so engines built from one checkpoint on one device and dtype
+# share a single model: a notebook that compares several engines pays for the weights once. The
+# entry goes when the last engine using it does.
+_MODELS: weakref.WeakValueDictionary[tuple, LlamaForCausalLM] = weakref.WeakValueDictionary()
+
+
+def _shared_model(folder, config, device: torch.device, dtype: torch.dtype) -> LlamaForCausalLM:
+    model = _MODELS.get((folder, device, dtype))
+    if model is None:
+        model = LlamaForCausalLM.from_state_dict(config, read_weights(folder), device, dtype)
+        _MODELS[folder, device, dtype] = model
+    return model
 
 
 def resolve_device(device: str | torch.device) -> torch.device:
@@ -43,6 +57,7 @@ class LLM:
     (chapter 04's exercise) for the engine's xxhash chain, and `block_pool(num_blocks, enable_caching)`
     builds the BlockPool-compatible object the engine allocates from (your own free queue or eviction
     policy, chapters 05, 06 and 09).
+    Engines of the same checkpoint, device and dtype share one read-only model; each has its own KV pool.
     """
 
     def __init__(
@@ -66,13 +81,12 @@ class LLM:
         block_pool=None,
         progress: bool = True,
     ):
-        ckpt = load_checkpoint(model, progress=progress)
-        self.config = ckpt.config
-        self.model_path = ckpt.source
-        self.tokenizer = Tokenizer(ckpt.folder)
+        self.model_path, folder = unpacked_folder(model, progress)
+        self.config = read_config(folder)
+        self.tokenizer = Tokenizer(folder)
         self.device = resolve_device(device)
         self.dtype = dtype or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
-        self.model = LlamaForCausalLM.from_state_dict(self.config, ckpt.state_dict, self.device, self.dtype)
+        self.model = _shared_model(folder, self.config, self.device, self.dtype)
         self.backend = get_backend(attention_backend or ("triton" if self.device.type == "cuda" else "torch"))
         self.block_size = block_size
 

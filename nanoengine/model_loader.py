@@ -21,7 +21,6 @@ import json
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -50,16 +49,6 @@ _LAYER_NAMES = {
     "ffn_up": "mlp.up_proj",
     "ffn_down": "mlp.down_proj",
 }
-
-
-@dataclass(slots=True)
-class Checkpoint:
-    """A model ready to build: its config, fp32 weights by HF name, and its unpacked folder."""
-
-    config: LlamaConfig
-    state_dict: dict[str, torch.Tensor]
-    folder: Path
-    source: Path
 
 
 def embedded_gguf_path() -> Path:
@@ -121,14 +110,16 @@ def file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def load_checkpoint(model: str | os.PathLike | None = None, progress: bool = True) -> Checkpoint:
-    """Resolve, unpack on first use, and load a llama GGUF. Raises ModelNotFoundError or
-    UnsupportedModelError with a message that says what to do."""
+def read_config(folder: Path) -> LlamaConfig:
+    """The config of an unpacked checkpoint (see unpacked_folder)."""
+    return LlamaConfig.from_dict(json.loads((folder / "config.json").read_text()))
+
+
+def read_weights(folder: Path) -> dict[str, torch.Tensor]:
+    """The fp32 weights of an unpacked checkpoint, by Hugging Face name."""
     from safetensors.torch import load_file
 
-    source, folder = unpacked_folder(model, progress)
-    config = LlamaConfig.from_dict(json.loads((folder / "config.json").read_text()))
-    return Checkpoint(config, load_file(folder / "model.safetensors"), folder, source)
+    return load_file(folder / "model.safetensors")
 
 
 def unpacked_folder(model: str | os.PathLike | None = None, progress: bool = True) -> tuple[Path, Path]:

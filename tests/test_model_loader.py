@@ -1,7 +1,9 @@
 """The GGUF loader: unpack-once cache, any llama GGUF, and the errors that say what to do."""
 
 import dataclasses
+import gc
 import importlib.util
+import weakref
 
 import pytest
 import torch
@@ -12,7 +14,8 @@ from nanoengine.config import LlamaConfig
 from nanoengine.errors import ModelNotFoundError, UnsupportedModelError
 from nanoengine.llm import LLM
 from nanoengine.model import LlamaForCausalLM
-from nanoengine.model_loader import embedded_gguf_path, file_sha256, load_checkpoint
+from nanoengine.model_loader import embedded_gguf_path, file_sha256, unpacked_folder
+from nanoengine.sampling_params import SamplingParams
 
 
 @pytest.fixture
@@ -49,12 +52,25 @@ def test_any_llama_gguf_loads_with_its_weights_config_and_tokenizer(tiny, cache)
 
 def test_cache_folder_is_keyed_by_content_and_reused(tiny, cache):
     _, _, path = tiny
-    first = load_checkpoint(path, progress=False)
-    assert first.folder == cache / file_sha256(path)
-    stamp = (first.folder / "model.safetensors").stat().st_mtime_ns
-    again = load_checkpoint(path, progress=False)
-    assert (again.folder / "model.safetensors").stat().st_mtime_ns == stamp  # warm: not rewritten
-    assert sorted(p.name for p in cache.iterdir()) == [first.folder.name]  # no temp folder left
+    _, first = unpacked_folder(path, progress=False)
+    assert first == cache / file_sha256(path)
+    stamp = (first / "model.safetensors").stat().st_mtime_ns
+    _, again = unpacked_folder(path, progress=False)
+    assert (again / "model.safetensors").stat().st_mtime_ns == stamp  # warm: not rewritten
+    assert sorted(p.name for p in cache.iterdir()) == [first.name]  # no temp folder left
+
+
+def test_engines_of_one_checkpoint_share_the_model_but_not_the_kv_pool(tiny, cache):
+    _, _, path = tiny
+    a, b = LLM(model=path, progress=False), LLM(model=path, progress=False)
+    assert a.model is b.model and a.kv_cache is not b.kv_cache
+    assert LLM(model=path, dtype=torch.float64, progress=False).model is not a.model
+    params = SamplingParams(temperature=0, max_tokens=4)
+    assert a.generate("the cat", params)[0].token_ids == b.generate("the cat", params)[0].token_ids
+    model = weakref.ref(a.model)
+    del a, b
+    gc.collect()
+    assert model() is None  # the last engine took the weights with it
 
 
 def test_missing_package_says_how_to_install(monkeypatch):
