@@ -9,13 +9,14 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import dataclass
+from typing import Protocol
 
-from nanoengine.core import KVCacheManager, get_hash_fn_by_name, get_request_block_hasher
+from nanoengine.core import BlockTokensHasher, KVCacheManagerInterface, PrefixCacheStats, get_hash_fn_by_name, get_request_block_hasher
 from nanoengine.model_runner import ModelRunner
 from nanoengine.outputs import RequestOutput
 from nanoengine.request import Request, RequestStatus
 from nanoengine.sampling_params import SamplingParams
-from nanoengine.scheduler import Scheduler
+from nanoengine.scheduler import SchedulerInterface, SchedulerOutput
 from nanoengine.tokenizer import Tokenizer
 
 _FINISH_REASONS = {
@@ -52,16 +53,32 @@ class _OutputState:
     finish_reason: str | None = None
 
 
+class StepObserver(Protocol):
+    """Watches every engine step through public state only (the course's timelines and maps).
+
+    on_schedule runs after schedule() and before the forward pass, while the pool still shows what
+    the scheduler just allocated; running_before lists the running request ids as the step began.
+    on_step runs at the end with the step's finished outputs and its prefix-cache lookups.
+    """
+
+    def on_schedule(self, scheduler: SchedulerInterface, scheduler_output: SchedulerOutput,
+                    running_before: tuple[str, ...]) -> None: ...
+
+    def on_step(self, scheduler_output: SchedulerOutput, finished: list[RequestOutput],
+                prefix_cache_stats: PrefixCacheStats | None, seconds: float) -> None: ...
+
+
 class LLMEngine:
-    def __init__(self, runner: ModelRunner, scheduler: Scheduler, tokenizer: Tokenizer, hash_algo: str = "xxhash",
-                 hash_block_tokens=None):
+    def __init__(self, runner: ModelRunner, scheduler: SchedulerInterface, tokenizer: Tokenizer,
+                 hash_algo: str = "xxhash", hash_block_tokens: BlockTokensHasher | None = None):
         self.runner, self.scheduler, self.tokenizer = runner, scheduler, tokenizer
-        self.kv_cache_manager: KVCacheManager = scheduler.kv_cache_manager
+        self.kv_cache_manager: KVCacheManagerInterface = scheduler.kv_cache_manager
         self.block_hasher = get_request_block_hasher(
             scheduler.block_size, get_hash_fn_by_name(hash_algo), hash_block=hash_block_tokens
         )
         self.outputs: dict[str, _OutputState] = {}
         self.stats = EngineStats()
+        self.observers: list[StepObserver] = []
         self._ids = itertools.count()
 
     def add_request(self, prompt_token_ids: list[int], params: SamplingParams, prompt: str | None = None,
@@ -81,15 +98,22 @@ class LLMEngine:
 
     def step(self) -> list[RequestOutput]:
         """One forward pass. Returns the requests that finished in it."""
+        start = time.perf_counter()
+        running_before = tuple(r.request_id for r in self.scheduler.running)
         so = self.scheduler.schedule()
+        for observer in self.observers:
+            observer.on_schedule(self.scheduler, so, running_before)
         sampled = self.runner.execute_model(so)
         finished = self.scheduler.update_from_output(so, sampled)
         now = time.perf_counter()
-        self._record(so)
+        cache_stats = self._record(so)
         stopped = [req_id for req_id in sampled if self._detokenize(req_id, now)]
         self.scheduler.finish_requests(stopped, RequestStatus.FINISHED_STOPPED)
         done = finished + [self.outputs[r].request for r in stopped]
-        return [self._finish(r, now) for r in done]
+        outputs = [self._finish(r, now) for r in done]
+        for observer in self.observers:
+            observer.on_step(so, outputs, cache_stats, time.perf_counter() - start)
+        return outputs
 
     def _detokenize(self, req_id: str, now: float) -> bool:
         """Update the text; True if a stop string just matched (the scheduler has not finished it)."""
@@ -114,7 +138,7 @@ class LLMEngine:
             first_token_time=state.first_token_time or now, finish_time=now,
         )
 
-    def _record(self, so) -> None:
+    def _record(self, so) -> PrefixCacheStats | None:
         s = self.stats
         s.num_steps += 1
         s.num_preemptions = self.scheduler.num_preemptions
@@ -126,3 +150,4 @@ class LLMEngine:
         if cache_stats is not None:
             s.prefix_cache_queries += cache_stats.queries
             s.prefix_cache_hits += cache_stats.hits
+        return cache_stats

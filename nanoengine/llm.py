@@ -9,17 +9,17 @@ from collections.abc import Iterator, Sequence
 
 import torch
 
-from nanoengine.attention import get_backend
+from nanoengine.attention import AttentionBackend, get_backend
 from nanoengine.attention.paged import PagedKVCache
-from nanoengine.core import KVCacheManager
+from nanoengine.core import BlockPool, BlockTokensHasher, FreeBlockQueue, KVCacheManager
 from nanoengine.engine import EngineStats, LLMEngine
 from nanoengine.errors import InvalidRequestError, KVCacheTooSmallError
 from nanoengine.model import LlamaForCausalLM
 from nanoengine.model_loader import read_config, read_weights, unpacked_folder
-from nanoengine.model_runner import ModelRunner
+from nanoengine.model_runner import BlockTable, BlockTableInterface, ModelRunner
 from nanoengine.outputs import RequestOutput
 from nanoengine.sampling_params import SamplingParams
-from nanoengine.scheduler import Scheduler, SchedulerConfig
+from nanoengine.scheduler import Scheduler, SchedulerConfig, SchedulerInterface
 from nanoengine.tokenizer import Tokenizer
 
 logger = logging.getLogger("nanoengine")
@@ -53,11 +53,22 @@ class LLM:
     CPU runs fp32 with the torch attention backend; CUDA runs bf16 with the Triton kernels.
     The KV pool is sized from `kv_cache_memory_bytes` (CPU default 512 MiB) or, on CUDA, from
     `gpu_memory_utilization` of the memory left after loading the weights.
-    `hash_block_tokens(parent_hash, token_ids, extra_keys) -> bytes` swaps in your own block hash
-    (chapter 04's exercise) for the engine's xxhash chain, and `block_pool(num_blocks, enable_caching)`
-    builds the BlockPool-compatible object the engine allocates from (your own free queue or eviction
-    policy, chapters 05, 06 and 09).
     Engines of the same checkpoint, device and dtype share one read-only model; each has its own KV pool.
+
+    Every mechanism the course builds enters through its own seam, a Protocol beside the engine's
+    implementation; leave an argument out and the engine's own part serves:
+
+    | argument | seam (Protocol) | chapter |
+    |---|---|---|
+    | `block_table_cls` | `model_runner.BlockTableInterface`: slot mapping and block tables | 02 |
+    | `attention_backend` | `attention.AttentionBackend`: store, decode and prefill kernels, or "torch"/"triton" | 03 |
+    | `hash_block_tokens` | `core.BlockTokensHasher`: the chained block hash | 04 |
+    | `free_queue_cls` | `core.FreeBlockQueue`: the free-block queue | 05 |
+    | `block_pool` | `core.BlockPoolInterface`, built as `factory(num_blocks, enable_caching)`, plus `free_queue_cls=` when one is given | 06, 09 |
+    | `kv_cache_manager_cls` | `core.KVCacheManagerInterface`, built as `cls(block_size, pool)` | 06 |
+    | `scheduler_cls` | `scheduler.SchedulerInterface`, built as `cls(SchedulerConfig, kv_cache_manager)` | 07 |
+
+    `nanoengine.course.my_llm()` fills them from the parts a learner has finished.
     """
 
     def __init__(
@@ -74,11 +85,15 @@ class LLM:
         kv_cache_memory_bytes: int | None = None,
         gpu_memory_utilization: float = 0.9,
         max_model_len: int | None = None,
-        attention_backend: str | None = None,
+        attention_backend: str | AttentionBackend | None = None,
         scheduling_policy: str = "fcfs",
         hash_algo: str = "xxhash",
-        hash_block_tokens=None,
+        hash_block_tokens: BlockTokensHasher | None = None,
         block_pool=None,
+        free_queue_cls: type[FreeBlockQueue] | None = None,
+        kv_cache_manager_cls: type[KVCacheManager] = KVCacheManager,
+        scheduler_cls: type[SchedulerInterface] = Scheduler,
+        block_table_cls: type[BlockTableInterface] = BlockTable,
         progress: bool = True,
     ):
         self.model_path, folder = unpacked_folder(model, progress)
@@ -87,22 +102,24 @@ class LLM:
         self.device = resolve_device(device)
         self.dtype = dtype or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
         self.model = _shared_model(folder, self.config, self.device, self.dtype)
-        self.backend = get_backend(attention_backend or ("triton" if self.device.type == "cuda" else "torch"))
+        backend = attention_backend or ("triton" if self.device.type == "cuda" else "torch")
+        self.backend = get_backend(backend) if isinstance(backend, str) else backend
         self.block_size = block_size
 
         num_blocks = self._num_kv_blocks(kv_cache_memory_bytes, gpu_memory_utilization)
         self.kv_cache = PagedKVCache(self.config, num_blocks, block_size, self.backend, self.device, self.dtype)
         self.max_model_len = min(max_model_len or self.config.max_position_embeddings, self.config.max_position_embeddings)
-        pool = block_pool(num_blocks, enable_prefix_caching) if block_pool else num_blocks
-        kv_manager = KVCacheManager(block_size, pool, enable_caching=enable_prefix_caching)
-        scheduler = Scheduler(
+        # A factory of two arguments (chapter 09's policies) still works when no queue is given.
+        queue = {} if free_queue_cls is None else {"free_queue_cls": free_queue_cls}
+        pool = (block_pool or BlockPool)(num_blocks, enable_prefix_caching, **queue)
+        kv_manager = kv_cache_manager_cls(block_size, pool)
+        scheduler = scheduler_cls(
             SchedulerConfig(max_num_batched_tokens, max_num_seqs, long_prefill_token_threshold,
                             scheduling_policy, self.max_model_len),
             kv_manager,
         )
-        self.engine = LLMEngine(
-            ModelRunner(self.model, self.kv_cache, self.device), scheduler, self.tokenizer, hash_algo, hash_block_tokens
-        )
+        runner = ModelRunner(self.model, self.kv_cache, self.device, block_table_cls)
+        self.engine = LLMEngine(runner, scheduler, self.tokenizer, hash_algo, hash_block_tokens)
         logger.info(
             "KV cache: %d blocks x %d tokens = %d tokens (%.0f MiB), %s backend on %s",
             num_blocks - 1, block_size, (num_blocks - 1) * block_size,

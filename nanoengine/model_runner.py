@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 import torch
 
@@ -14,61 +15,101 @@ from nanoengine.sampling_params import SamplingParams
 from nanoengine.scheduler import SchedulerOutput
 
 
+@runtime_checkable
+class BlockTableInterface(Protocol):
+    """The seam of chapter 02: each running request's block ids, and where its tokens go.
+
+    Row of a request: its block ids in order; token t lives in block row[t // block_size] at offset
+    t % block_size, flat slot row[t // block_size] * block_size + t % block_size. Rows only grow
+    while a request runs (the KV cache manager never replaces a block), and go when it finishes or
+    is preempted. vLLM's BlockTable (vllm/v1/worker/block_table.py) keeps the same rows in a
+    preallocated array indexed by the request's batch row, and computes slots on the device.
+    """
+
+    def add_row(self, req_id: str, block_ids: list[int]) -> None: ...
+    def append_row(self, req_id: str, block_ids: list[int]) -> None: ...
+    def remove_row(self, req_id: str) -> None: ...
+    def compute_slot_mapping(self, req_id: str, start_pos: int, num_tokens: int) -> list[int]: ...
+    def get_block_tables(self, req_ids: list[str]) -> list[list[int]]: ...
+
+
+class BlockTable:
+    """The engine's BlockTableInterface: rows in a dict, padded with the null block (0) on request."""
+
+    def __init__(self, block_size: int):
+        self.block_size = block_size
+        self.rows: dict[str, list[int]] = {}
+
+    def add_row(self, req_id: str, block_ids: list[int]) -> None:
+        self.rows[req_id] = list(block_ids)
+
+    def append_row(self, req_id: str, block_ids: list[int]) -> None:
+        self.rows[req_id].extend(block_ids)
+
+    def remove_row(self, req_id: str) -> None:
+        self.rows.pop(req_id, None)
+
+    def compute_slot_mapping(self, req_id: str, start_pos: int, num_tokens: int) -> list[int]:
+        row, bs = self.rows[req_id], self.block_size
+        return [row[p // bs] * bs + p % bs for p in range(start_pos, start_pos + num_tokens)]
+
+    def get_block_tables(self, req_ids: list[str]) -> list[list[int]]:
+        """The rows of req_ids, in that order, padded with the null block to the longest."""
+        width = max(len(self.rows[r]) for r in req_ids)
+        return [self.rows[r] + [0] * (width - len(self.rows[r])) for r in req_ids]
+
+
 @dataclass(slots=True)
 class CachedRequestState:
-    """The runner's own copy of a request: its tokens and its block table.
+    """The runner's own copy of a request's tokens (its blocks are in the BlockTable).
 
     The runner appends the tokens it samples itself, so the scheduler never resends them.
     """
 
     req_id: str
     token_ids: list[int]
-    block_ids: list[int]
     num_computed_tokens: int
     sampling_params: SamplingParams
 
 
 class ModelRunner:
-    def __init__(self, model: LlamaForCausalLM, kv_cache: PagedKVCache, device: torch.device):
+    def __init__(self, model: LlamaForCausalLM, kv_cache: PagedKVCache, device: torch.device,
+                 block_table_cls: type[BlockTableInterface] = BlockTable):
         self.model, self.kv_cache, self.device = model, kv_cache, device
         self.block_size = kv_cache.block_size
+        self.block_table = block_table_cls(self.block_size)
         self.requests: dict[str, CachedRequestState] = {}
         # Kept across preemption so a seeded request draws the same numbers after recompute.
         self.generators: dict[str, torch.Generator | None] = {}
 
     def _update_states(self, so: SchedulerOutput) -> None:
+        for req_id in so.finished_req_ids | so.preempted_req_ids:
+            self.requests.pop(req_id, None)
+            self.block_table.remove_row(req_id)
         for req_id in so.finished_req_ids:
-            self.requests.pop(req_id, None)
             self.generators.pop(req_id, None)
-        for req_id in so.preempted_req_ids:
-            self.requests.pop(req_id, None)
         for new in so.scheduled_new_reqs:
             params = new.request.sampling_params
-            self.requests[new.req_id] = CachedRequestState(
-                new.req_id, list(new.token_ids), list(new.block_ids), new.num_computed_tokens, params
-            )
+            self.requests[new.req_id] = CachedRequestState(new.req_id, list(new.token_ids), new.num_computed_tokens, params)
+            self.block_table.add_row(new.req_id, new.block_ids)
             if new.req_id not in self.generators:
                 self.generators[new.req_id] = make_generator(params.seed)
         cached = so.scheduled_cached_reqs
         for req_id, block_ids, num_computed in zip(cached.req_ids, cached.new_block_ids, cached.num_computed_tokens):
-            state = self.requests[req_id]
-            state.block_ids.extend(block_ids)
-            state.num_computed_tokens = num_computed
+            self.requests[req_id].num_computed_tokens = num_computed
+            self.block_table.append_row(req_id, block_ids)
 
     def _prepare_inputs(self, order: list[str], num_scheduled: dict[str, int]):
-        bs = self.block_size
         input_ids, positions, slots, seq_lens, starts = [], [], [], [], [0]
         for req_id in order:
             state, n = self.requests[req_id], num_scheduled[req_id]
             c = state.num_computed_tokens
             input_ids += state.token_ids[c : c + n]
-            pos = range(c, c + n)
-            positions += pos
-            slots += [state.block_ids[p // bs] * bs + p % bs for p in pos]
+            positions += range(c, c + n)
+            slots += self.block_table.compute_slot_mapping(req_id, c, n)
             seq_lens.append(c + n)
             starts.append(starts[-1] + n)
-        width = max(len(self.requests[r].block_ids) for r in order)
-        tables = [self.requests[r].block_ids + [0] * (width - len(self.requests[r].block_ids)) for r in order]
+        tables = self.block_table.get_block_tables(order)
         dev = self.device
         metadata = AttentionMetadata(
             slot_mapping=torch.tensor(slots, dtype=torch.int64, device=dev),

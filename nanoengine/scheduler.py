@@ -8,12 +8,12 @@ is split into chunks over several steps (chunked prefill).
 
 from __future__ import annotations
 
-import heapq
-from collections import deque
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
-from nanoengine.core import KVCacheManager
+from nanoengine.core import KVCacheManagerInterface
 from nanoengine.request import Request, RequestStatus
+from nanoengine.request_queue import RequestQueue, SchedulingPolicy, create_request_queue
 
 
 @dataclass(slots=True)
@@ -31,7 +31,7 @@ class SchedulerConfig:
     max_model_len: int = 8192
 
     def __post_init__(self) -> None:
-        if self.policy not in ("fcfs", "priority"):
+        if self.policy not in {p.value for p in SchedulingPolicy}:
             raise ValueError(f"policy must be 'fcfs' or 'priority', got {self.policy!r}")
         if self.max_num_batched_tokens < 1 or self.max_num_seqs < 1:
             raise ValueError("max_num_batched_tokens and max_num_seqs must be >= 1")
@@ -67,52 +67,56 @@ class SchedulerOutput:
     finished_req_ids: set[str]
 
 
+@runtime_checkable
+class SchedulerInterface(Protocol):
+    """The seam of chapter 07 (vLLM's SchedulerInterface): the engine calls schedule() before each
+    forward pass and update_from_output() after it. Scheduler below is the engine's;
+    LLM(scheduler_cls=...) takes another class with its constructor.
+
+    The attributes are what the engine and the course's observers read: requests by id, the running
+    list (admission order), the waiting RequestQueue, and the preemption count.
+    """
+
+    config: SchedulerConfig
+    kv_cache_manager: KVCacheManagerInterface
+    block_size: int
+    requests: dict[str, Request]
+    running: list[Request]
+    waiting: RequestQueue
+    num_preemptions: int
+
+    def add_request(self, request: Request) -> None: ...
+    def has_unfinished_requests(self) -> bool: ...
+    def schedule(self) -> SchedulerOutput: ...
+    def update_from_output(self, scheduler_output: SchedulerOutput, sampled: dict[str, int]) -> list[Request]: ...
+    def finish_requests(self, request_ids, status: RequestStatus) -> None: ...
+
+
 class Scheduler:
     """Invariants: every running request holds KV blocks for its computed tokens; a waiting request
     holds none (preemption frees everything and recomputes, as vLLM v1 does); a finished request is
-    freed at once and reported to the runner in the next SchedulerOutput."""
+    freed at once and reported to the runner in the next SchedulerOutput.
 
-    def __init__(self, config: SchedulerConfig, kv_cache_manager: KVCacheManager):
+    schedule() is built from small public steps (preempt, admit, finish_length_capped, make_output)
+    that a scheduler of one's own (chapter 07) can reuse while writing the policy itself.
+    """
+
+    def __init__(self, config: SchedulerConfig, kv_cache_manager: KVCacheManagerInterface):
         self.config = config
+        self.policy = SchedulingPolicy(config.policy)
         self.kv_cache_manager = kv_cache_manager
         self.block_size = kv_cache_manager.block_size
         self.requests: dict[str, Request] = {}
-        self.waiting: deque[Request] | list[tuple] = deque() if config.policy == "fcfs" else []
+        self.waiting: RequestQueue = create_request_queue(self.policy)
         self.running: list[Request] = []
         self.finished_req_ids: set[str] = set()
         self._capped: list[Request] = []  # finished inside schedule(); reported by update_from_output
         self.num_preemptions = 0
 
-    # ---- queue ------------------------------------------------------------------------------
     def add_request(self, request: Request) -> None:
         self.requests[request.request_id] = request
-        self._push_waiting(request, front=False)
-
-    def _push_waiting(self, request: Request, front: bool) -> None:
-        request.status = RequestStatus.PREEMPTED if request.num_preemptions else RequestStatus.WAITING
-        if self.config.policy == "priority":
-            heapq.heappush(self.waiting, (request.priority, request.arrival_time, request.request_id, request))
-        elif front:
-            self.waiting.appendleft(request)
-        else:
-            self.waiting.append(request)
-
-    def _peek_waiting(self) -> Request:
-        return self.waiting[0][-1] if self.config.policy == "priority" else self.waiting[0]
-
-    def _pop_waiting(self) -> None:
-        if self.config.policy == "priority":
-            heapq.heappop(self.waiting)
-        else:
-            self.waiting.popleft()
-
-    def _choose_victim(self) -> Request:
-        """FCFS preempts the newest running request; priority the worst (priority, arrival)."""
-        if self.config.policy == "priority":
-            victim = max(self.running, key=lambda r: (r.priority, r.arrival_time))
-            self.running.remove(victim)
-            return victim
-        return self.running.pop()
+        request.status = RequestStatus.WAITING
+        self.waiting.add_request(request)
 
     def has_unfinished_requests(self) -> bool:
         return bool(self.waiting or self.running)
@@ -123,28 +127,24 @@ class Scheduler:
         num_scheduled: dict[str, int] = {}
         new_blocks: dict[str, list[int]] = {}
         preempted: list[Request] = []
-        threshold = self.config.long_prefill_token_threshold
+        kv = self.kv_cache_manager
 
         # Running requests first: they already hold blocks, and stalling them wastes those blocks.
         i = 0
         while i < len(self.running) and budget > 0:
             request = self.running[i]
-            n = request.num_tokens - request.num_computed_tokens
-            if 0 < threshold < n:
-                n = threshold
-            n = min(n, budget)
-            while (blocks := self.kv_cache_manager.allocate_slots(request, n)) is None:
+            n = self._chunk(request.num_tokens - request.num_computed_tokens, budget)
+            while (blocks := kv.allocate_slots(request, n)) is None:
                 if len(self.running) == 1:
                     # Alone and still out of blocks: the request has outgrown the whole pool.
-                    self._finish(request, RequestStatus.FINISHED_LENGTH_CAPPED)
-                    self._capped.append(request)
+                    self.finish_length_capped(request)
                     break
                 victim = self._choose_victim()
                 if victim.request_id in num_scheduled:  # already scheduled earlier in this step
                     budget += num_scheduled.pop(victim.request_id)
                     new_blocks.pop(victim.request_id)
                     i -= 1
-                self._preempt(victim)
+                self.preempt(victim)
                 preempted.append(victim)
                 if victim is request:
                     break
@@ -157,9 +157,84 @@ class Scheduler:
 
         new_reqs: list[NewRequestData] = []
         # Admit waiting requests only in a step without preemption, or they would just evict each other.
-        if not preempted:
-            budget = self._admit(budget, threshold, num_scheduled, new_reqs)
+        while not preempted and self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
+            request = self.waiting.peek_request()
+            computed_blocks, num_computed = kv.get_computed_blocks(request, record_stats=False)
+            # Admit only what can hold its whole prompt; a prompt that fits just its first chunk would
+            # be preempted mid-prefill and readmitted over and over (the thrashing vLLM users reported).
+            num_prompt_blocks = -(-request.num_tokens // self.block_size) - len(computed_blocks)
+            evictable_hits = sum(b.ref_cnt == 0 for b in computed_blocks)
+            if num_prompt_blocks + evictable_hits > kv.block_pool.get_num_free_blocks():
+                break
+            n = self._chunk(request.num_tokens - num_computed, budget)
+            if kv.allocate_slots(request, n, num_computed, computed_blocks) is None:
+                break
+            new_reqs.append(self.admit(request, num_computed))
+            num_scheduled[request.request_id] = n
+            budget -= n
+        return self.make_output(num_scheduled, new_blocks, new_reqs, preempted)
 
+    def _chunk(self, num_needed: int, budget: int) -> int:
+        """The tokens a request may take now: its need, capped by the threshold (when set) and the budget."""
+        threshold = self.config.long_prefill_token_threshold
+        if 0 < threshold < num_needed:
+            num_needed = threshold
+        return min(num_needed, budget)
+
+    def _choose_victim(self) -> Request:
+        """FCFS preempts the newest running request (the list's tail); priority the worst
+        (largest priority value, then latest arrival). vLLM keeps this one branch in schedule() too."""
+        if self.policy is SchedulingPolicy.PRIORITY:
+            victim = max(self.running, key=lambda r: (r.priority, r.arrival_time))
+            self.running.remove(victim)
+            return victim
+        return self.running.pop()
+
+    # ---- steps a scheduler reuses -------------------------------------------------------------
+    def preempt(self, request: Request) -> None:
+        """Recompute-style preemption of a request already taken out of `running`: free every block
+        and put it back at the front of the waiting queue (its place, under priority)."""
+        self.kv_cache_manager.free(request)
+        request.num_computed_tokens = 0
+        request.num_preemptions += 1
+        request.status = RequestStatus.PREEMPTED
+        self.num_preemptions += 1
+        self.waiting.prepend_request(request)
+
+    def admit(self, request: Request, num_computed_tokens: int) -> NewRequestData:
+        """Move the waiting queue's head, whose slots allocate_slots has just granted, to `running`:
+        count its prefix-cache lookup once, here, and describe it for the model runner."""
+        if self.waiting.peek_request() is not request:
+            raise ValueError(f"admit: request {request.request_id!r} is not at the head of the waiting queue.")
+        self.waiting.pop_request()
+        self.kv_cache_manager.record_prefix_cache_stats(request, num_computed_tokens)
+        self.running.append(request)
+        request.status = RequestStatus.RUNNING
+        request.num_computed_tokens = num_computed_tokens
+        if request.num_cached_tokens < 0:
+            request.num_cached_tokens = num_computed_tokens
+        return NewRequestData(
+            req_id=request.request_id,
+            token_ids=list(request.all_token_ids),
+            block_ids=self.kv_cache_manager.get_block_ids(request.request_id),
+            num_computed_tokens=num_computed_tokens,
+            request=request,
+        )
+
+    def finish_length_capped(self, request: Request) -> None:
+        """End a running request that cannot grow (the whole pool is too small for it); it is
+        reported as finished by the next update_from_output."""
+        self._finish(request, RequestStatus.FINISHED_LENGTH_CAPPED)
+        self._capped.append(request)
+
+    def make_output(self, num_scheduled: dict[str, int], new_blocks: dict[str, list[int]],
+                    new_reqs: list[NewRequestData], preempted: list[Request]) -> SchedulerOutput:
+        """Package the step for the model runner and advance each scheduled request's
+        num_computed_tokens, so the next schedule() sees these tokens as computed.
+
+        num_scheduled: tokens per request id this step (running and admitted); new_blocks: the block
+        ids allocate_slots returned for each running one; new_reqs: what admit() returned.
+        """
         cached = CachedRequestData()
         admitted = {d.req_id for d in new_reqs}
         for req_id in num_scheduled:
@@ -176,56 +251,9 @@ class Scheduler:
             finished_req_ids=self.finished_req_ids,
         )
         self.finished_req_ids = set()
-        # Advance now, before the step runs, so the next schedule() sees these tokens as computed.
         for req_id, n in num_scheduled.items():
             self.requests[req_id].num_computed_tokens += n
         return out
-
-    def _admit(self, budget, threshold, num_scheduled, new_reqs) -> int:
-        kv = self.kv_cache_manager
-        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
-            request = self._peek_waiting()
-            computed_blocks, num_computed = kv.get_computed_blocks(request, record_stats=False)
-            # Admit only what can hold its whole prompt; a prompt that fits just its first chunk would
-            # be preempted mid-prefill and readmitted over and over (the thrashing vLLM users reported).
-            num_prompt_blocks = -(-request.num_tokens // self.block_size) - len(computed_blocks)
-            evictable_hits = sum(b.ref_cnt == 0 for b in computed_blocks)
-            if num_prompt_blocks + evictable_hits > kv.block_pool.get_num_free_blocks():
-                break
-            n = request.num_tokens - num_computed
-            if 0 < threshold < n:
-                n = threshold
-            n = min(n, budget)
-            blocks = kv.allocate_slots(request, n, num_computed, computed_blocks)
-            if blocks is None:
-                break
-            kv.record_prefix_cache_stats(request, num_computed)
-            self._pop_waiting()
-            self.running.append(request)
-            request.status = RequestStatus.RUNNING
-            request.num_computed_tokens = num_computed
-            if request.num_cached_tokens < 0:
-                request.num_cached_tokens = num_computed
-            num_scheduled[request.request_id] = n
-            budget -= n
-            new_reqs.append(
-                NewRequestData(
-                    req_id=request.request_id,
-                    token_ids=list(request.all_token_ids),
-                    block_ids=kv.get_block_ids(request.request_id),
-                    num_computed_tokens=num_computed,
-                    request=request,
-                )
-            )
-        return budget
-
-    def _preempt(self, request: Request) -> None:
-        """Recompute-style preemption: free every block and start over from the waiting queue's front."""
-        self.kv_cache_manager.free(request)
-        request.num_computed_tokens = 0
-        request.num_preemptions += 1
-        self.num_preemptions += 1
-        self._push_waiting(request, front=True)
 
     # ---- results ----------------------------------------------------------------------------
     def update_from_output(self, scheduler_output: SchedulerOutput, sampled: dict[str, int]) -> list[Request]:
@@ -262,15 +290,8 @@ class Scheduler:
         request.status = status
         if request in self.running:
             self.running.remove(request)
-        else:
-            self._remove_waiting(request)
+        elif request in self.waiting:
+            self.waiting.remove_request(request)
         self.kv_cache_manager.free(request)
         del self.requests[request.request_id]
         self.finished_req_ids.add(request.request_id)
-
-    def _remove_waiting(self, request: Request) -> None:
-        if self.config.policy == "priority":
-            self.waiting = [e for e in self.waiting if e[-1] is not request]
-            heapq.heapify(self.waiting)
-        elif request in self.waiting:
-            self.waiting.remove(request)

@@ -4,12 +4,14 @@ Relative imports only, so this package loads whatever nanoengine/__init__.py
 pulls in.
 """
 
-from .block_pool import BlockHashToBlockMap, BlockPool
-from .kv_cache_manager import KVCacheManager, PrefixCacheStats
+from .block_pool import BlockHashToBlockMap, BlockPool, BlockPoolInterface
+from .kv_cache_manager import KVCacheManager, KVCacheManagerInterface, PrefixCacheStats
 from .kv_cache_utils import (
     DEFAULT_HASH_SEED,
     NONE_HASH,
     BlockHash,
+    BlockTokensHasher,
+    FreeBlockQueue,
     FreeKVCacheBlockQueue,
     HashFn,
     KVCacheBlock,
@@ -29,14 +31,18 @@ __all__ = [
     "BlockHash",
     "BlockHashToBlockMap",
     "BlockPool",
+    "BlockPoolInterface",
+    "BlockTokensHasher",
     "BlockRemoved",
     "BlockStored",
     "DEFAULT_HASH_SEED",
+    "FreeBlockQueue",
     "FreeKVCacheBlockQueue",
     "HashFn",
     "KVCacheBlock",
     "KVCacheEvent",
     "KVCacheManager",
+    "KVCacheManagerInterface",
     "NONE_HASH",
     "PrefixCacheStats",
     "encode_extra_keys",

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
-from .kv_cache_utils import BlockHash, FreeKVCacheBlockQueue, KVCacheBlock
+from .kv_cache_utils import BlockHash, FreeBlockQueue, FreeKVCacheBlockQueue, KVCacheBlock
 from .kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KVCacheEvent
 
 
@@ -60,6 +60,39 @@ class BlockHashToBlockMap:
         return len(self._cache)
 
 
+@runtime_checkable
+class BlockPoolInterface(Protocol):
+    """The seam of chapter 06: the pool operations KVCacheManager and the scheduler call.
+
+    find (get_cached_block), touch, cache (cache_full_blocks), free (free_blocks) and evict (lazily,
+    inside get_new_blocks); BlockPool below is the engine's and states the invariants every
+    implementation keeps. KVCacheManager(block_size, pool) and LLM(block_pool=factory) take any.
+    """
+
+    num_gpu_blocks: int
+    enable_caching: bool
+    null_block: KVCacheBlock
+    blocks: list[KVCacheBlock]
+    free_block_queue: FreeBlockQueue
+    # block_id -> token ids when hash collisions are checked, else None.
+    cached_token_ids: dict[int, tuple[int, ...]] | None
+
+    def get_cached_block(
+        self, block_hash: BlockHash, token_ids: Sequence[int] | None = None
+    ) -> KVCacheBlock | None: ...
+    def touch(self, blocks: Iterable[KVCacheBlock]) -> None: ...
+    def cache_full_blocks(
+        self, request: Any, blocks: Sequence[KVCacheBlock], num_cached_blocks: int,
+        num_full_blocks: int, block_size: int,
+    ) -> None: ...
+    def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock]) -> None: ...
+    def get_new_blocks(self, num_blocks: int) -> list[KVCacheBlock]: ...
+    def get_num_free_blocks(self) -> int: ...
+    def get_usage(self) -> float: ...
+    def reset_prefix_cache(self) -> bool: ...
+    def take_events(self) -> list[KVCacheEvent]: ...
+
+
 class BlockPool:
     """All KV blocks of one cache group, their free queue and the prefix cache.
 
@@ -86,7 +119,7 @@ class BlockPool:
         enable_kv_cache_events: bool = False,
         *,
         check_hash_collisions: bool = False,
-        free_queue_cls: type[FreeKVCacheBlockQueue] = FreeKVCacheBlockQueue,
+        free_queue_cls: type[FreeBlockQueue] = FreeKVCacheBlockQueue,
     ) -> None:
         if num_gpu_blocks < 1:
             raise ValueError(

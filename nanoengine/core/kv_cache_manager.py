@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import islice
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from .block_pool import BlockPool
+from .block_pool import BlockPool, BlockPoolInterface
 from .kv_cache_utils import KVCacheBlock
 from .kv_events import KVCacheEvent
 
@@ -51,19 +51,50 @@ class PrefixCacheStats:
         return self.hits / self.queries if self.queries else 0.0
 
 
+@runtime_checkable
+class KVCacheManagerInterface(Protocol):
+    """The seam of chapter 06 the scheduler allocates through; KVCacheManager below is the engine's.
+
+    get_computed_blocks finds a waiting request's cached prefix without taking it; allocate_slots
+    takes it and new blocks all at once or not at all (None, nothing changed); free releases every
+    block of a request, last block first. LLM(kv_cache_manager_cls=...) takes another class with
+    KVCacheManager's constructor.
+    """
+
+    block_size: int
+    block_pool: BlockPoolInterface
+    enable_caching: bool
+
+    @property
+    def usage(self) -> float: ...
+    def get_computed_blocks(
+        self, request: Request, record_stats: bool = True
+    ) -> tuple[list[KVCacheBlock], int]: ...
+    def record_prefix_cache_stats(self, request: Request, num_hit_tokens: int) -> None: ...
+    def make_prefix_cache_stats(self) -> PrefixCacheStats | None: ...
+    def allocate_slots(
+        self, request: Request, num_new_tokens: int, num_new_computed_tokens: int = 0,
+        new_computed_blocks: list[KVCacheBlock] | None = None, num_lookahead_tokens: int = 0,
+    ) -> list[KVCacheBlock] | None: ...
+    def free(self, request: Request) -> None: ...
+    def get_block_ids(self, request_id: str) -> list[int]: ...
+    def reset_prefix_cache(self) -> bool: ...
+    def take_events(self) -> list[KVCacheEvent]: ...
+
+
 class KVCacheManager:
     """Allocates, caches and frees the KV blocks of requests.
 
     Each request's block list is append-only: blocks are added as it grows
     and never replaced, so the block table on the device only ever grows.
-    num_blocks may be a ready BlockPool, which then keeps its own caching,
-    event and collision settings.
+    num_blocks may be a ready pool (any BlockPoolInterface), which then keeps
+    its own caching, event and collision settings.
     """
 
     def __init__(
         self,
         block_size: int,
-        num_blocks: int | BlockPool,
+        num_blocks: int | BlockPoolInterface,
         enable_caching: bool = True,
         log_stats: bool = True,
         enable_kv_cache_events: bool = False,
@@ -72,7 +103,7 @@ class KVCacheManager:
         if block_size <= 0:
             raise ValueError(f"block_size must be positive, got {block_size}.")
         self.block_size = block_size
-        if isinstance(num_blocks, BlockPool):
+        if not isinstance(num_blocks, int):
             self.block_pool = num_blocks
         else:
             self.block_pool = BlockPool(

@@ -16,7 +16,7 @@ import os
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, NewType, Protocol
+from typing import Any, NewType, Protocol, runtime_checkable
 
 import xxhash
 
@@ -156,11 +156,27 @@ def generate_block_hash_extra_keys(
     return keys or None
 
 
+class BlockTokensHasher(Protocol):
+    """The seam of chapter 04: name one block by its content, chained to its parent.
+
+    hash_block_tokens above is the engine's; a learner's own function of this shape runs the real
+    engine through get_request_block_hasher(hash_block=...) or LLM(hash_block_tokens=...). It must
+    be deterministic, and differ when the parent, the tokens (in order) or the extra keys differ.
+    """
+
+    def __call__(
+        self,
+        parent_block_hash: BlockHash | None,
+        curr_block_token_ids: Sequence[int],
+        extra_keys: tuple[Any, ...] | None = None,
+    ) -> BlockHash: ...
+
+
 def get_request_block_hasher(
     block_size: int,
     hash_fn: HashFn = xxhash_128,
     none_hash: BlockHash | None = None,
-    hash_block: Callable[[BlockHash, Sequence[int], tuple[Any, ...] | None], BlockHash] | None = None,
+    hash_block: BlockTokensHasher | None = None,
 ) -> Callable[[HashableRequest], list[BlockHash]]:
     """A function that hashes the request's full blocks not hashed yet.
 
@@ -234,6 +250,26 @@ class KVCacheBlock:
             f"block_hash={self._block_hash!r}, prev_free_block={prev_id}, "
             f"next_free_block={next_id}, is_null={self.is_null})"
         )
+
+
+@runtime_checkable
+class FreeBlockQueue(Protocol):
+    """The seam of chapter 05: what BlockPool calls on its free queue.
+
+    The head is evicted first. A block is in the queue iff its ref_cnt is 0 (the pool keeps that
+    true); remove must be O(1), because a prefix-cache hit on a free block takes it out of the
+    middle. FreeKVCacheBlockQueue below is the engine's; BlockPool(free_queue_cls=...) takes another.
+    """
+
+    num_free_blocks: int
+
+    def popleft(self) -> KVCacheBlock: ...
+    def popleft_n(self, n: int) -> list[KVCacheBlock]: ...
+    def remove(self, block: KVCacheBlock) -> None: ...
+    def append(self, block: KVCacheBlock) -> None: ...
+    def append_n(self, blocks: Sequence[KVCacheBlock]) -> None: ...
+    def prepend_n(self, blocks: Sequence[KVCacheBlock]) -> None: ...
+    def get_all_free_blocks(self) -> list[KVCacheBlock]: ...
 
 
 class FreeKVCacheBlockQueue:

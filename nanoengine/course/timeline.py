@@ -1,7 +1,7 @@
 """Chapter 07's step timeline: what the scheduler decided at every step of a real engine run.
 
-`record_run(engine, arrivals)` wraps the engine's own `scheduler.schedule` for the length of the
-run, so every `engine.step()` leaves a `StepRecord` read from the real SchedulerOutput and the real
+`record_run(engine, arrivals)` watches the engine through its public step observers for the
+length of the run, so every `engine.step()` leaves a `StepRecord` read from the real SchedulerOutput and the real
 pool: which requests ran and how many tokens each took (split into prefill, recompute and decode),
 who was admitted and how much the prefix cache spared them, who was preempted, and how many KV
 blocks the step held. `plot_timeline` draws the records as stacked bars; `StepTimeline` adds a
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import html
 import io
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -122,18 +121,13 @@ def split_kinds(start: int, num_tokens: int, high_water: int, num_prompt_tokens:
 
 
 class _Recorder:
-    """Stands in for scheduler.schedule during a run: calls the real one, then reads its output."""
+    """A StepObserver: reads each SchedulerOutput and the pool it left, then the step's results."""
 
-    def __init__(self, engine):
-        self.engine = engine
-        self.schedule = engine.scheduler.schedule
+    def __init__(self) -> None:
         self.high_water: dict[str, int] = {}
         self.draft: dict | None = None
 
-    def __call__(self):
-        scheduler, kv = self.engine.scheduler, self.engine.kv_cache_manager
-        running_before = tuple(r.request_id for r in scheduler.running)
-        so = self.schedule()
+    def on_schedule(self, scheduler, so, running_before) -> None:
         slices = []
         for req_id, n in so.num_scheduled_tokens.items():
             request = scheduler.requests[req_id]
@@ -142,8 +136,7 @@ class _Recorder:
             kinds = split_kinds(start, n, high, request.num_prompt_tokens)
             slices.append(Slice(req_id, start, n, request.num_tokens, *kinds))
             self.high_water[req_id] = max(high, start + n)
-        pool = kv.block_pool
-        stats = kv.prefix_cache_stats  # this step's lookups: the engine takes the object after the step
+        pool = scheduler.kv_cache_manager.block_pool
         self.draft = dict(
             budget=scheduler.config.max_num_batched_tokens,
             slices=tuple(slices),
@@ -151,23 +144,22 @@ class _Recorder:
                                      d.request.num_preemptions > 0) for d in so.scheduled_new_reqs),
             preempted=tuple(sorted(so.preempted_req_ids, key=_id_order)),
             running_before=running_before,
-            waiting_after=tuple(_waiting_ids(scheduler)),
+            waiting_after=tuple(r.request_id for r in scheduler.waiting),  # in the order they will be admitted
             blocks_held=pool.num_gpu_blocks - 1 - pool.get_num_free_blocks(),
             blocks_cached_free=sum(b.ref_cnt == 0 and b.block_hash is not None and not b.is_null
                                    for b in pool.blocks),
             num_blocks=pool.num_gpu_blocks - 1,
+        )
+
+    def on_step(self, so, finished, stats, seconds) -> None:
+        self.draft.update(
+            finished=tuple(o.request_id for o in finished),
+            seconds=seconds,
             cache_queries=stats.queries if stats else 0,
             cache_hits=stats.hits if stats else 0,
             readmit_queries=stats.preempted_queries if stats else 0,
             readmit_hits=stats.preempted_hits if stats else 0,
         )
-        return so
-
-
-def _waiting_ids(scheduler) -> list[str]:
-    if scheduler.config.policy == "priority":  # a heap: list it in the order it will pop
-        return [entry[-1].request_id for entry in sorted(scheduler.waiting, key=lambda e: e[:3])]
-    return [r.request_id for r in scheduler.waiting]
 
 
 Arrival = tuple  # (prompt_token_ids, SamplingParams) or (prompt_token_ids, SamplingParams, priority)
@@ -177,25 +169,22 @@ def record_run(engine, arrivals: dict[int, Iterable[Arrival]], max_steps: int = 
     """Run the engine until every request is done and record every step.
 
     arrivals[k] joins just before step k (counting from 0); if the engine falls idle first, the next
-    arrivals join at once. The scheduler's own schedule() is back in place afterwards.
+    arrivals join at once. The observer leaves with the run.
     """
     pending = {k: list(v) for k, v in arrivals.items()}
-    recorder = _Recorder(engine)
+    recorder = _Recorder()
     records, outputs, req_ids = [], {}, []
-    engine.scheduler.schedule = recorder
+    engine.observers.append(recorder)
     try:
         while (pending or engine.has_unfinished_requests()) and len(records) < max_steps:
             key = len(records) if engine.has_unfinished_requests() else min(pending)
             for token_ids, params, *priority in pending.pop(key, ()):
                 req_ids.append(engine.add_request(list(token_ids), params, priority=priority[0] if priority else 0))
-            t0 = time.perf_counter()
             finished = engine.step()
-            seconds = time.perf_counter() - t0
             outputs.update((o.request_id, o) for o in finished)
-            records.append(StepRecord(step=len(records), finished=tuple(o.request_id for o in finished),
-                                      seconds=seconds, **recorder.draft))
+            records.append(StepRecord(step=len(records), **recorder.draft))
     finally:
-        del engine.scheduler.schedule  # drops the instance attribute: the class's method shows again
+        engine.observers.remove(recorder)
     return Run(records, outputs, req_ids)
 
 
