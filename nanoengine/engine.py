@@ -69,7 +69,7 @@ class StepObserver(Protocol):
 
 
 class LLMEngine:
-    def __init__(self, runner: ModelRunner, scheduler: SchedulerInterface, tokenizer: Tokenizer,
+    def __init__(self, runner: ModelRunner, scheduler: SchedulerInterface, tokenizer: Tokenizer | None,
                  hash_algo: str = "xxhash", hash_block_tokens: BlockTokensHasher | None = None):
         self.runner, self.scheduler, self.tokenizer = runner, scheduler, tokenizer
         self.kv_cache_manager: KVCacheManagerInterface = scheduler.kv_cache_manager
@@ -85,7 +85,7 @@ class LLMEngine:
                     priority: int = 0, cache_salt: str | None = None) -> str:
         req_id = str(next(self._ids))
         request = Request(
-            req_id, prompt_token_ids, sampling_params=params, eos_token_id=self.tokenizer.eos_token_id,
+            req_id, prompt_token_ids, sampling_params=params, eos_token_id=self.tokenizer.eos_token_id if self.tokenizer else None,
             block_hasher=self.block_hasher, cache_salt=cache_salt, priority=priority,
             arrival_time=time.perf_counter(),
         )
@@ -120,7 +120,7 @@ class LLMEngine:
         state = self.outputs[req_id]
         request = state.request
         state.first_token_time = state.first_token_time or now
-        text = self.tokenizer.decode(request.output_token_ids)
+        text = self.tokenizer.decode(request.output_token_ids) if self.tokenizer else ""
         for stop in request.sampling_params.stop:
             if (cut := text.find(stop)) >= 0:
                 text = text[:cut]

@@ -73,7 +73,7 @@ class LLM:
 
     def __init__(
         self,
-        model: str | os.PathLike | None = None,
+        model: str | os.PathLike | LlamaForCausalLM | None = None,
         *,
         device: str = "auto",
         dtype: torch.dtype | None = None,
@@ -96,12 +96,19 @@ class LLM:
         block_table_cls: type[BlockTableInterface] = BlockTable,
         progress: bool = True,
     ):
-        self.model_path, folder = unpacked_folder(model, progress)
-        self.config = read_config(folder)
-        self.tokenizer = Tokenizer(folder)
-        self.device = resolve_device(device)
-        self.dtype = dtype or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
-        self.model = _shared_model(folder, self.config, self.device, self.dtype)
+        if isinstance(model, LlamaForCausalLM):
+            # A ready model, e.g. random weights in a test or a course lab: it has no tokenizer, so
+            # prompts are token ids and outputs carry no text (vLLM's skip_tokenizer_init).
+            self.model_path, self.model, self.config, self.tokenizer = None, model, model.config, None
+            weight = next(model.parameters())
+            self.device, self.dtype = weight.device, weight.dtype
+        else:
+            self.model_path, folder = unpacked_folder(model, progress)
+            self.config = read_config(folder)
+            self.tokenizer = Tokenizer(folder)
+            self.device = resolve_device(device)
+            self.dtype = dtype or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
+            self.model = _shared_model(folder, self.config, self.device, self.dtype)
         backend = attention_backend or ("triton" if self.device.type == "cuda" else "torch")
         self.backend = get_backend(backend) if isinstance(backend, str) else backend
         self.block_size = block_size
@@ -184,6 +191,8 @@ class LLM:
         return self.generate(self.apply_chat_template(messages), sampling_params)[0]
 
     def apply_chat_template(self, messages: list[dict] | str) -> str:
+        if self.tokenizer is None:
+            raise InvalidRequestError("This LLM was built from a model without a tokenizer; it has no chat template.")
         if isinstance(messages, str):
             messages = [{"role": "user", "content": messages}]
         return self.tokenizer.apply_chat_template(messages)
@@ -223,6 +232,8 @@ class LLM:
         if (prompts is None) == (prompt_token_ids is None):
             raise InvalidRequestError("Pass exactly one of prompts (text) or prompt_token_ids.")
         if prompts is not None:
+            if self.tokenizer is None:
+                raise InvalidRequestError("This LLM was built from a model without a tokenizer; pass prompt_token_ids=.")
             prompts = [prompts] if isinstance(prompts, str) else list(prompts)
             if not all(isinstance(p, str) for p in prompts):
                 raise InvalidRequestError(

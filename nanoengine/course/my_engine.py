@@ -1,0 +1,176 @@
+"""Your engine: the parts you have finished in exercises/, plugged into a real LLM.
+
+    from nanoengine.course import my_llm
+    llm = my_llm()            # prints which parts are yours and which are nanoengine's
+
+Each part enters the engine through its own seam (a Protocol beside the engine's implementation,
+listed in LLM's docstring). A part is yours once its chapter's graded tasks all pass; until then
+nanoengine's own part serves, so the course runs from the first chapter.
+
+Everything here reads your file as it is on disk now: an edit takes effect at the next call, with no
+kernel restart (a plain `import exercises.ch04_hash_chains` would keep the first version it loaded).
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import importlib.util
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from nanoengine.course.grading import GRADED, ROOT, Scorecard, chapter_files, grade
+
+EXERCISES = ROOT / "exercises"
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """One mechanism the learner builds: where it lives in exercises/ and which LLM argument takes it."""
+
+    chapter: str
+    title: str
+    module: str  # exercises/<module>.py
+    name: str  # the class or function in that module
+    argument: str  # the LLM(...) keyword its seam is
+    instantiate: bool = False  # pass an instance (an attention backend) rather than the class
+
+
+PARTS = (
+    Part("02", "block table and slot mapping", "ch02_paging", "BlockTable", "block_table_cls"),
+    Part("03", "paged-attention kernels", "ch03_triton", "TritonBackend", "attention_backend", instantiate=True),
+    Part("04", "block hash", "ch04_hash_chains", "hash_block_tokens", "hash_block_tokens"),
+    Part("05", "free-block queue", "ch05_free_queue", "FreeKVCacheBlockQueue", "free_queue_cls"),
+    Part("06", "block pool", "ch06_prefix_caching", "BlockPool", "block_pool"),
+    Part("06", "KV cache manager", "ch06_prefix_caching", "KVCacheManager", "kv_cache_manager_cls"),
+    Part("07", "scheduler", "ch07_scheduler", "Scheduler", "scheduler_cls"),
+)
+
+
+def exercise_path(module: str, root: Path = EXERCISES) -> Path:
+    return root / f"{module}.py"
+
+
+def load_exercise(module: str, root: Path = EXERCISES) -> ModuleType:
+    """exercises/<module>.py as it is on disk now, executed afresh.
+
+    The new module replaces `exercises.<module>` in sys.modules, so code that imports it later sees
+    the same version.
+    """
+    path = exercise_path(module, root)
+    name = f"{root.name}.{module}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    fresh = importlib.util.module_from_spec(spec)
+    sys.modules[name] = fresh
+    spec.loader.exec_module(fresh)
+    return fresh
+
+
+def stubs_left(module: str, root: Path = EXERCISES) -> list[str]:
+    """Functions and methods of the file whose body (past the docstring) still only raises
+    NotImplementedError. Read from the source, so nothing is run."""
+    tree = ast.parse(exercise_path(module, root).read_text())
+    left = []
+
+    def visit(node, prefix=""):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef):
+                visit(child, f"{prefix}{child.name}.")
+            elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) and _only_raises(child):
+                left.append(prefix + child.name)
+
+    visit(tree)
+    return left
+
+
+def _only_raises(fn: ast.FunctionDef) -> bool:
+    body = fn.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]  # the docstring
+    if len(body) != 1 or not isinstance(body[0], ast.Raise) or body[0].exc is None:
+        return False
+    exc = body[0].exc
+    exc = exc.func if isinstance(exc, ast.Call) else exc
+    return isinstance(exc, ast.Name) and exc.id == "NotImplementedError"
+
+
+_GRADES: dict[str, Scorecard] = {}
+
+
+def chapter_grade(chapter: str) -> Scorecard:
+    """The chapter's scorecard for your files as they are now; cached on their content, so asking
+    again after no edit costs nothing."""
+    module = next(p.module for p in PARTS if p.chapter == chapter)
+    sources = [exercise_path(module)] + chapter_files(chapter)
+    key = hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()
+    if key not in _GRADES:
+        _GRADES[key] = grade(chapter, "exercises")
+    return _GRADES[key]
+
+
+@dataclass(frozen=True, slots=True)
+class PartStatus:
+    part: Part
+    yours: bool
+    why: str  # what decided it, in words
+
+
+def part_status(part: Part) -> PartStatus:
+    """Yours when no stub is left in the chapter's file and every graded task of the chapter passes.
+    A file with stubs left is not graded at all (the answer is already no), which keeps my_llm()
+    instant on an untouched course."""
+    left = stubs_left(part.module)
+    if left:
+        return PartStatus(part, False, f"stubs left: {', '.join(left[:3])}{' …' if len(left) > 3 else ''}")
+    card = chapter_grade(part.chapter)
+    passed = sum(r.passed for r in card)
+    if passed < len(card):
+        return PartStatus(part, False, f"{passed} of {len(card)} graded tasks pass (make grade CH={part.chapter})")
+    return PartStatus(part, True, f"all {len(card)} graded tasks pass")
+
+
+def my_parts(statuses: list[PartStatus] | None = None) -> dict[str, Any]:
+    """The LLM keyword arguments that plug in every part of yours that is finished."""
+    statuses = statuses if statuses is not None else [part_status(p) for p in PARTS]
+    loaded: dict[str, ModuleType] = {}
+    kwargs: dict[str, Any] = {}
+    for status in statuses:
+        if status.yours:
+            part = status.part
+            module = loaded.get(part.module) or loaded.setdefault(part.module, load_exercise(part.module))
+            obj = getattr(module, part.name)
+            kwargs[part.argument] = obj() if part.instantiate else obj
+    return kwargs
+
+
+def parts_table(statuses: list[PartStatus]) -> str:
+    mine = sum(s.yours for s in statuses)
+    lines = [f"Your engine: {mine} of {len(statuses)} parts are yours"]
+    for s in statuses:
+        who = "yours" if s.yours else "nanoengine's"
+        lines.append(f"  {s.part.chapter}  {s.part.title:30} {who:13} {s.why}")
+    return "\n".join(lines)
+
+
+def my_llm(model=None, *, quiet: bool = False, **kwargs):
+    """An LLM built from every part you have finished; nanoengine supplies the rest.
+
+    Prints which parts are whose (quiet=True does not). Any LLM argument can be given as well, and
+    an explicit one wins over your part (pass attention_backend="torch" to keep your kernels out of a
+    long CPU run, where the Triton interpreter is slow).
+    """
+    from nanoengine.llm import LLM
+
+    statuses = [part_status(p) for p in PARTS]
+    if not quiet:
+        print(parts_table(statuses))
+    parts = my_parts(statuses)
+    kwargs.setdefault("progress", False)
+    return LLM(model, **{**parts, **kwargs})
+
+
+__all__ = ["PARTS", "GRADED", "Part", "PartStatus", "chapter_grade", "load_exercise", "my_llm", "my_parts",
+           "part_status", "parts_table", "stubs_left"]
