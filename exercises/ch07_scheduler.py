@@ -1,69 +1,94 @@
-"""Chapter 07 exercises: the scheduler's token budget, admission gate and preemption victim.
+"""Chapter 07 exercises: the scheduler. You write vLLM v1's schedule(); once it passes, it runs the engine.
 
 Check your work with:   make grade CH=07
+
+Your Scheduler subclasses the engine's, so the bookkeeping is there to reuse and you write the policy:
+
+| you have | what it does |
+|---|---|
+| `self.config` | `max_num_batched_tokens` (the budget), `max_num_seqs`, `long_prefill_token_threshold` |
+| `self.running` | the running requests, in admission order (a list) |
+| `self.waiting` | a RequestQueue: `peek_request()`, `bool(self.waiting)`; FCFS or priority order already |
+| `self.kv_cache_manager` | `allocate_slots(...)`, `get_computed_blocks(...)`, `block_pool.get_num_free_blocks()` |
+| `self.policy` | `SchedulingPolicy.FCFS` or `SchedulingPolicy.PRIORITY` |
+| `self.preempt(r)` | frees r's blocks, resets its progress, puts it back in the waiting queue |
+| `self.admit(r, n)` | moves the queue's head r (slots already allocated, n tokens cached) to running |
+| `self.finish_length_capped(r)` | ends a lone running request that the whole pool cannot hold |
+| `self.make_output(num_scheduled, new_blocks, new_reqs, preempted)` | packages the step |
+
+A request has `request_id`, `num_tokens`, `num_computed_tokens`, `priority` and `arrival_time`.
 """
 
 from __future__ import annotations
 
+from nanoengine.request import Request
+from nanoengine.request_queue import SchedulingPolicy  # noqa: F401  (choose_victim needs it)
+from nanoengine.scheduler import NewRequestData, SchedulerOutput  # noqa: F401  (schedule builds these)
+from nanoengine.scheduler import Scheduler as EngineScheduler
+
+
+def chunk_size(num_needed: int, budget: int, threshold: int = 0) -> int:
+    """Task 07.1: the tokens a request that still needs num_needed tokens may take in this step.
+
+    Its need, but never more than `threshold` (long_prefill_token_threshold) when threshold > 0, and
+    never more than the budget that is left. chunk_size(150, 64) == 64; chunk_size(150, 64, 24) == 24;
+    chunk_size(5, 64, 16) == 5.
+    """
+    raise NotImplementedError
+
 
 def chunk_plan(num_tokens: int, budget: int, threshold: int = 0) -> list[int]:
-    """Task 07.1: the chunk sizes a lone request's prompt gets, one per step.
+    """Task 07.1: the chunk sizes a lone request's prompt gets, one per step, until it is computed.
 
-    The request is alone, so each step it may take the whole budget (max_num_batched_tokens), but
-    never more than it still needs, and never more than `threshold` (long_prefill_token_threshold)
-    when threshold > 0. Return the chunk sizes until the prompt is computed; they sum to num_tokens.
+    Alone, the request may take the whole budget each step. chunk_plan(150, 64) == [64, 64, 22];
+    chunk_plan(150, 64, 24) == [24] * 6 + [6].
 
-    Example: chunk_plan(150, 64) == [64, 64, 22]; chunk_plan(150, 64, 24) == [24] * 6 + [6].
-
-    Hints: keep a `remaining` count; each chunk is min(remaining, cap, budget).
+    Hints: keep a `remaining` count; each chunk is chunk_size(remaining, budget, threshold).
     """
     raise NotImplementedError
 
 
-def schedule_step(running_needs: list[int], waiting_needs: list[int], budget: int, max_num_seqs: int,
-                  threshold: int = 0) -> tuple[list[int], list[int]]:
-    """Task 07.2: one step of the scheduler, with plenty of KV blocks.
+class Scheduler(EngineScheduler):
+    """Your scheduler. LLM(scheduler_cls=Scheduler) runs it; my_llm() does once chapter 07 passes."""
 
-    running_needs[i] is how many tokens running request i still needs (1 for a decode, more for a
-    prompt being chunked), in the running list's order; waiting_needs[j] likewise for the waiting
-    queue, head first. Return (running_alloc, waiting_alloc): the tokens each one gets this step, 0
-    for "not scheduled" (waiting: not admitted). The rules:
-    - running requests first, in order; each gets its need capped by threshold (when > 0) and by
-      the budget that is left; stop once the budget is 0;
-    - then admit waiting requests in order, the same way, while budget is left and fewer than
-      max_num_seqs requests are running (the ones admitted count too).
+    def schedule(self) -> SchedulerOutput:
+        """Tasks 07.2, 07.3, 07.5 and 07.6: plan one step, vLLM v1's way.
 
-    Example: schedule_step([1, 1, 40], [30, 5], 64, 8) == ([1, 1, 40], [22, 0]).
+        1. Running requests first, in order, from one budget (config.max_num_batched_tokens): each gets
+           chunk_size(what it still needs, budget left, threshold) tokens; stop when the budget is 0.
+           kv_cache_manager.allocate_slots(request, n) returns its new blocks, or None when the pool
+           is out of blocks.
+        2. On None, preempt: victim = self.choose_victim(); self.preempt(victim). If the victim was
+           already scheduled in this step, give its tokens back to the budget and forget its entry
+           (and step back one place in the running list, which just lost an earlier entry). Retry
+           until the allocation succeeds; if the victim is the request itself, it no longer runs.
+           If the request is the only one running and still does not fit, finish_length_capped(it).
+        3. Then admit waiting requests, but only in a step that preempted nobody, while budget is left
+           and fewer than config.max_num_seqs requests run. For the queue's head:
+           hits, num_hit_tokens = kv_cache_manager.get_computed_blocks(request, record_stats=False)
+           (admit() records the stats once). The gate: admit only if the WHOLE prompt fits now, i.e.
+           ceil(num_tokens / block_size) - len(hits) new blocks, plus one for each hit with
+           ref_cnt == 0 (it leaves the free queue), fit in block_pool.get_num_free_blocks(). Then
+           allocate_slots(request, n, num_hit_tokens, hits) for its first chunk n, and
+           self.admit(request, num_hit_tokens). Stop at the first request that does not get in.
+        4. return self.make_output(num_scheduled, new_blocks, new_reqs, preempted), where
+           num_scheduled maps request ids to tokens (running ones first, in order, then admitted
+           ones), new_blocks maps each RUNNING request's id to [b.block_id for b in its new blocks],
+           new_reqs lists what admit() returned and preempted lists the victims.
 
-    Hints: write a small helper for "capped need" and use it in both loops.
-    """
-    raise NotImplementedError
+        Hints:
+        - Use a while loop with an index over self.running: preemption shrinks the list under you.
+        - `-(-a // b)` is ceil(a / b) for ints.
+        """
+        raise NotImplementedError
 
+    def choose_victim(self) -> Request:
+        """Task 07.4: remove the request to preempt from self.running and return it.
 
-def choose_victim(running: list[tuple[str, int, float]], policy: str) -> str:
-    """Task 07.3: the id of the running request to preempt when the pool runs dry.
+        FCFS (self.policy is SchedulingPolicy.FCFS): the newest admitted, i.e. the running list's tail
+        (not the latest arrival: a preempted request is readmitted at the tail). PRIORITY: the worst,
+        i.e. the largest priority value, ties broken by the latest arrival_time.
 
-    running lists (request_id, priority, arrival_time) in the running list's order (the order the
-    requests were admitted). policy "fcfs": the last one admitted (the tail of the list, not
-    necessarily the latest arrival: a preempted request is readmitted at the tail). policy
-    "priority": the worst, i.e. the largest priority value, ties broken by the latest arrival.
-
-    Hints: list[-1]; max with a key of (priority, arrival_time).
-    """
-    raise NotImplementedError
-
-
-def admits(num_prompt_tokens: int, block_size: int, num_free_blocks: int, num_hit_blocks: int,
-           num_hit_blocks_free: int) -> bool:
-    """Task 07.4: the admission gate. Does the scheduler let this waiting request in?
-
-    The scheduler admits a request only if the pool can hold its WHOLE prompt now, not just its
-    first chunk. The prompt needs ceil(num_prompt_tokens / block_size) blocks; num_hit_blocks of them
-    are prefix-cache hits it will share instead of allocating. Of those hits, num_hit_blocks_free sit
-    in the free queue (ref_cnt 0, cached but unused): taking them removes them from the free queue,
-    so they cost a free block each, just like a new block. Hits held by running requests cost
-    nothing. Admit if the blocks the request takes out of the free queue fit in num_free_blocks.
-
-    Hints: -(-a // b) is ceil(a / b) for ints.
-    """
-    raise NotImplementedError
+        Hints: list.pop(); max with a key of (priority, arrival_time), then list.remove.
+        """
+        raise NotImplementedError

@@ -97,8 +97,8 @@ class Scheduler:
     holds none (preemption frees everything and recomputes, as vLLM v1 does); a finished request is
     freed at once and reported to the runner in the next SchedulerOutput.
 
-    schedule() is built from small public steps (preempt, admit, finish_length_capped, make_output)
-    that a scheduler of one's own (chapter 07) can reuse while writing the policy itself.
+    schedule() is built from small public steps (choose_victim, preempt, admit, finish_length_capped,
+    make_output) that a scheduler of one's own (chapter 07) reuses while writing the policy itself.
     """
 
     def __init__(self, config: SchedulerConfig, kv_cache_manager: KVCacheManagerInterface):
@@ -139,7 +139,7 @@ class Scheduler:
                     # Alone and still out of blocks: the request has outgrown the whole pool.
                     self.finish_length_capped(request)
                     break
-                victim = self._choose_victim()
+                victim = self.choose_victim()
                 if victim.request_id in num_scheduled:  # already scheduled earlier in this step
                     budget += num_scheduled.pop(victim.request_id)
                     new_blocks.pop(victim.request_id)
@@ -181,9 +181,10 @@ class Scheduler:
             num_needed = threshold
         return min(num_needed, budget)
 
-    def _choose_victim(self) -> Request:
-        """FCFS preempts the newest running request (the list's tail); priority the worst
-        (largest priority value, then latest arrival). vLLM keeps this one branch in schedule() too."""
+    def choose_victim(self) -> Request:
+        """Take the request to preempt out of `running`: under FCFS the newest (the list's tail), under
+        priority the worst (largest priority value, then latest arrival). vLLM keeps this one policy
+        branch inline in schedule()."""
         if self.policy is SchedulingPolicy.PRIORITY:
             victim = max(self.running, key=lambda r: (r.priority, r.arrival_time))
             self.running.remove(victim)

@@ -1,54 +1,89 @@
-"""Chapter 07 solutions: the scheduler's token budget, admission gate and preemption victim."""
+"""Chapter 07 solutions: the scheduler's token budget, and schedule() itself."""
 
 from __future__ import annotations
 
+from nanoengine.request import Request
+from nanoengine.request_queue import SchedulingPolicy
+from nanoengine.scheduler import NewRequestData, SchedulerOutput
+from nanoengine.scheduler import Scheduler as EngineScheduler
 
-def _chunk(need: int, budget: int, threshold: int) -> int:
-    """What one request may take this step: its need, capped by the threshold (when set) and the budget."""
-    if 0 < threshold < need:
-        need = threshold
-    return min(need, budget)
+
+def chunk_size(num_needed: int, budget: int, threshold: int = 0) -> int:
+    """Task 07.1: the tokens a request may take in this step."""
+    if 0 < threshold < num_needed:
+        num_needed = threshold
+    return min(num_needed, budget)
 
 
 def chunk_plan(num_tokens: int, budget: int, threshold: int = 0) -> list[int]:
     """Task 07.1: the chunk sizes a lone request's prompt gets, one per step."""
     chunks = []
     while num_tokens > 0:
-        chunks.append(_chunk(num_tokens, budget, threshold))
+        chunks.append(chunk_size(num_tokens, budget, threshold))
         num_tokens -= chunks[-1]
     return chunks
 
 
-def schedule_step(running_needs: list[int], waiting_needs: list[int], budget: int, max_num_seqs: int,
-                  threshold: int = 0) -> tuple[list[int], list[int]]:
-    """Task 07.2: the tokens each running and each waiting request gets in one step (0: none)."""
-    running = [0] * len(running_needs)
-    for i, need in enumerate(running_needs):
-        if budget == 0:
-            break
-        running[i] = _chunk(need, budget, threshold)
-        budget -= running[i]
-    waiting = [0] * len(waiting_needs)
-    num_running = len(running_needs)
-    for i, need in enumerate(waiting_needs):
-        if budget == 0 or num_running >= max_num_seqs:
-            break
-        waiting[i] = _chunk(need, budget, threshold)
-        budget -= waiting[i]
-        num_running += 1
-    return running, waiting
+class Scheduler(EngineScheduler):
+    """Tasks 07.2-07.6: vLLM v1's schedule(), on the engine's queues, pool and bookkeeping."""
 
+    def schedule(self) -> SchedulerOutput:
+        budget = self.config.max_num_batched_tokens
+        threshold = self.config.long_prefill_token_threshold
+        kv = self.kv_cache_manager
+        num_scheduled: dict[str, int] = {}
+        new_blocks: dict[str, list[int]] = {}
+        preempted: list[Request] = []
 
-def choose_victim(running: list[tuple[str, int, float]], policy: str) -> str:
-    """Task 07.3: the id of the running request to preempt."""
-    if policy == "priority":
-        return max(running, key=lambda r: (r[1], r[2]))[0]
-    return running[-1][0]
+        # Running requests first: they hold blocks already, and stalling them wastes those blocks.
+        i = 0
+        while i < len(self.running) and budget > 0:
+            request = self.running[i]
+            n = chunk_size(request.num_tokens - request.num_computed_tokens, budget, threshold)
+            blocks = kv.allocate_slots(request, n)
+            while blocks is None:
+                if len(self.running) == 1:
+                    self.finish_length_capped(request)  # it alone has outgrown the whole pool
+                    break
+                victim = self.choose_victim()
+                if victim.request_id in num_scheduled:  # it ran earlier in this step: refund its tokens
+                    budget += num_scheduled.pop(victim.request_id)
+                    new_blocks.pop(victim.request_id)
+                    i -= 1
+                self.preempt(victim)
+                preempted.append(victim)
+                if victim is request:
+                    break
+                blocks = kv.allocate_slots(request, n)
+            if blocks is None:
+                break
+            num_scheduled[request.request_id] = n
+            new_blocks[request.request_id] = [b.block_id for b in blocks]
+            budget -= n
+            i += 1
 
+        # A step that preempted admits nobody: the pool just proved too small for what runs.
+        new_reqs: list[NewRequestData] = []
+        while not preempted and self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
+            request = self.waiting.peek_request()
+            hits, num_hit_tokens = kv.get_computed_blocks(request, record_stats=False)
+            # The gate: the whole prompt must fit now, and a free cached hit leaves the free queue too.
+            num_new_blocks = -(-request.num_tokens // self.block_size) - len(hits)
+            num_free_hits = sum(block.ref_cnt == 0 for block in hits)
+            if num_new_blocks + num_free_hits > kv.block_pool.get_num_free_blocks():
+                break
+            n = chunk_size(request.num_tokens - num_hit_tokens, budget, threshold)
+            if kv.allocate_slots(request, n, num_hit_tokens, hits) is None:
+                break
+            new_reqs.append(self.admit(request, num_hit_tokens))
+            num_scheduled[request.request_id] = n
+            budget -= n
+        return self.make_output(num_scheduled, new_blocks, new_reqs, preempted)
 
-def admits(num_prompt_tokens: int, block_size: int, num_free_blocks: int, num_hit_blocks: int,
-           num_hit_blocks_free: int) -> bool:
-    """Task 07.4: does the admission gate let this prompt in?"""
-    new_blocks = -(-num_prompt_tokens // block_size) - num_hit_blocks
-    # A hit on a free cached block leaves the free queue too, so it costs a free block like a new one.
-    return new_blocks + num_hit_blocks_free <= num_free_blocks
+    def choose_victim(self) -> Request:
+        """Task 07.4: take the request to preempt out of the running list."""
+        if self.policy is SchedulingPolicy.PRIORITY:
+            victim = max(self.running, key=lambda r: (r.priority, r.arrival_time))
+            self.running.remove(victim)
+            return victim
+        return self.running.pop()  # FCFS: the newest admitted

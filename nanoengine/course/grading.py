@@ -20,6 +20,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 GRADED = ROOT / "tests" / "graded"
 IMPLS = ("exercises", "solutions", "nanoengine")  # or a folder holding chapter modules
@@ -31,6 +33,7 @@ class TaskResult:
     title: str
     passed: bool
     message: str
+    variant: str = ""  # the seeded-bug variant the result belongs to, when variants are graded
 
 
 def chapter_files(chapter: str) -> list[Path]:
@@ -81,11 +84,14 @@ def pytest_configure(config):
     config._graded = {}
 
 
+@pytest.hookimpl(trylast=True)  # after conftest deselections: record only what runs
 def pytest_collection_modifyitems(config, items):
     for item in items:
         marker = item.get_closest_marker("task")
         if marker is not None:
-            config._graded[item.nodeid] = TaskResult(*marker.args, passed=False, message="did not run")
+            variant = item.callspec.params.get("variant", "") if hasattr(item, "callspec") else ""
+            config._graded[item.nodeid] = TaskResult(*marker.args, passed=False, message="did not run",
+                                                     variant=variant or "")
 
 
 def pytest_runtest_logreport(report):
@@ -107,7 +113,7 @@ def pytest_sessionfinish(session):
     path = session.config.getoption("--grade-report")
     if path:
         results = [
-            {"task": r.task, "title": r.title, "passed": r.passed, "message": r.message}
+            {"task": r.task, "title": r.title, "passed": r.passed, "message": r.message, "variant": r.variant}
             for r in session.config._graded.values()
         ]
         Path(path).write_text(json.dumps(results))

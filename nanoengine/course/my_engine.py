@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+from collections.abc import Callable
 
 from nanoengine.course.grading import GRADED, ROOT, Scorecard, chapter_files, grade
 
@@ -67,6 +68,17 @@ def load_exercise(module: str, root: Path = EXERCISES) -> ModuleType:
     sys.modules[name] = fresh
     spec.loader.exec_module(fresh)
     return fresh
+
+
+def mine_or_worked(module: str, probe: Callable[[ModuleType], object]) -> tuple[ModuleType, str]:
+    """(module, whose): your exercises/<module>.py as it is now if probe(module) runs without
+    NotImplementedError, else the worked solution. For the cells that run your code when it is ready."""
+    mine = load_exercise(module)
+    try:
+        probe(mine)
+    except NotImplementedError:
+        return importlib.import_module(f"solutions.{module}"), "the worked solution's"
+    return mine, "your"
 
 
 def stubs_left(module: str, root: Path = EXERCISES) -> list[str]:
@@ -172,5 +184,5 @@ def my_llm(model=None, *, quiet: bool = False, **kwargs):
     return LLM(model, **{**parts, **kwargs})
 
 
-__all__ = ["PARTS", "GRADED", "Part", "PartStatus", "chapter_grade", "load_exercise", "my_llm", "my_parts",
+__all__ = ["PARTS", "GRADED", "Part", "PartStatus", "chapter_grade", "load_exercise", "mine_or_worked", "my_llm", "my_parts",
            "part_status", "parts_table", "stubs_left"]

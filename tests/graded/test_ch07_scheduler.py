@@ -1,130 +1,193 @@
 """Chapter 07 graded tasks: the scheduler. Run with `make grade CH=07`.
 
-The NANOENGINE adapters set up a real Scheduler and KVCacheManager in the state each task
-describes and read the answer off scheduler.schedule(): the engine's logic, not a second copy.
+Each task drives your Scheduler through real steps on a real KVCacheManager, in a situation small
+enough to work out by hand; the expected plans below are those hand-worked ones (block size 4).
+The last task runs the whole engine on your scheduler with a pool small enough to force preemption.
 """
 
 import pytest
 
-from nanoengine.core import KVCacheManager, get_request_block_hasher
-from nanoengine.request import Request, RequestStatus
+from nanoengine.core import KVCacheManager
+from nanoengine.request import Request
+from nanoengine.sampling_params import SamplingParams
 from nanoengine.scheduler import Scheduler, SchedulerConfig
 
 CHAPTER = "ch07_scheduler"
-BS = 16
+BS = 4
 
 
-def _scheduler(num_blocks, budget=1 << 20, max_num_seqs=64, threshold=0, policy="fcfs", caching=False):
-    kv = KVCacheManager(BS, num_blocks, enable_caching=caching)
-    return Scheduler(SchedulerConfig(budget, max_num_seqs, threshold, policy), kv)
-
-
-def _make_running(s: Scheduler, request: Request, num_computed: int) -> None:
-    """Put a request in the running list holding the blocks of its first num_computed tokens."""
-    s.requests[request.request_id] = request
-    s.kv_cache_manager.allocate_slots(request, num_computed)
-    request.num_computed_tokens = num_computed
-    request.status = RequestStatus.RUNNING
-    s.running.append(request)
+def _engine_chunk_size(num_needed, budget, threshold=0):
+    return Scheduler(SchedulerConfig(budget, long_prefill_token_threshold=threshold), KVCacheManager(BS, 2))._chunk(
+        num_needed, budget)
 
 
 def _engine_chunk_plan(num_tokens, budget, threshold=0):
-    s = _scheduler(num_tokens // BS + 2, budget, threshold=threshold)
-    request = Request("lone", [7] * num_tokens)
-    s.add_request(request)
+    s = Scheduler(SchedulerConfig(budget, long_prefill_token_threshold=threshold),
+                  KVCacheManager(BS, num_tokens // BS + 2, enable_caching=False))
+    s.add_request(req("lone", num_tokens))
     chunks = []
-    while request.num_computed_tokens < num_tokens:
+    while s.requests["lone"].num_computed_tokens < num_tokens:
         chunks.append(s.schedule().num_scheduled_tokens["lone"])
     return chunks
 
 
-def _engine_schedule_step(running_needs, waiting_needs, budget, max_num_seqs, threshold=0):
-    s = _scheduler(sum(running_needs + waiting_needs) // BS + 2 * len(running_needs + waiting_needs) + 2,
-                   budget, max_num_seqs, threshold)
-    for i, need in enumerate(running_needs):  # each has one block computed, `need` tokens to go
-        _make_running(s, Request(f"r{i}", [7] * (BS + need)), BS)
-    for j, need in enumerate(waiting_needs):
-        s.add_request(Request(f"w{j}", [7] * need))
-    out = s.schedule().num_scheduled_tokens
-    return ([out.get(f"r{i}", 0) for i in range(len(running_needs))],
-            [out.get(f"w{j}", 0) for j in range(len(waiting_needs))])
+NANOENGINE = {"chunk_size": _engine_chunk_size, "chunk_plan": _engine_chunk_plan, "Scheduler": Scheduler}
 
 
-def _engine_choose_victim(running, policy):
-    s = _scheduler(2, policy=policy)
-    s.running = [Request(rid, [7], priority=p, arrival_time=t) for rid, p, t in running]
-    return s._choose_victim().request_id
+def req(rid, n, priority=0, arrival=0.0, first=0):
+    return Request(rid, list(range(first, first + n)), priority=priority, arrival_time=arrival,
+                   sampling_params=SamplingParams(max_tokens=64, ignore_eos=True))
 
 
-def _engine_admits(num_prompt_tokens, block_size, num_free_blocks, num_hit_blocks, num_hit_blocks_free):
-    """A pool in exactly that state, then the real scheduler tries to admit the prompt."""
-    assert block_size == BS
-    held = num_hit_blocks - num_hit_blocks_free
-    # usable blocks: the holder's `held` hits, its own last block, and the free ones
-    s = _scheduler(1 + held + 1 + num_free_blocks, caching=True)
-    kv, hasher = s.kv_cache_manager, get_request_block_hasher(BS)
-    tokens = list(range(num_prompt_tokens))
-    # A donor caches the hit blocks; a running holder keeps using the first `held` of them.
-    donor = Request("donor", tokens[: num_hit_blocks * BS], block_hasher=hasher)
-    kv.allocate_slots(donor, donor.num_tokens)
-    holder = Request("holder", tokens[: held * BS] + [99_999], block_hasher=hasher)
-    hits, num_hit_tokens = kv.get_computed_blocks(holder)
-    kv.allocate_slots(holder, 1, num_hit_tokens, hits)
-    holder.num_computed_tokens, holder.status = holder.num_tokens, RequestStatus.RUNNING
-    s.requests["holder"] = holder
-    s.running.append(holder)
-    kv.free(donor)
-    assert kv.block_pool.get_num_free_blocks() == num_free_blocks
-    s.add_request(Request("new", tokens, block_hasher=hasher))
-    return "new" in s.schedule().num_scheduled_tokens
+def make(impl, num_blocks=64, budget=64, policy="fcfs", caching=False, **cfg):
+    return impl.Scheduler(SchedulerConfig(budget, policy=policy, **cfg), KVCacheManager(BS, num_blocks, caching))
 
 
-NANOENGINE = {
-    "chunk_plan": _engine_chunk_plan,
-    "schedule_step": _engine_schedule_step,
-    "choose_victim": _engine_choose_victim,
-    "admits": _engine_admits,
-}
+def step(s):
+    """One engine step without a model: schedule, then sample token 1 for every request whose
+    prompt (or decode) is complete. Returns the SchedulerOutput."""
+    so = s.schedule()
+    done = {r: 1 for r in so.num_scheduled_tokens if s.requests[r].num_computed_tokens == s.requests[r].num_tokens}
+    s.update_from_output(so, done)
+    return so
 
 
-@pytest.mark.task("07.1", "chunk_plan splits a prompt by the budget and the threshold")
-def test_chunk_plan(impl):
+def plan(s):
+    so = step(s)
+    return list(so.num_scheduled_tokens.items()), sorted(so.preempted_req_ids)
+
+
+@pytest.mark.task("07.1", "chunk_size and chunk_plan: the budget and the threshold cap each chunk")
+def test_chunks(impl):
+    assert impl.chunk_size(150, 64) == 64 and impl.chunk_size(150, 64, 24) == 24
+    assert impl.chunk_size(5, 64, 16) == 5 and impl.chunk_size(30, 10, 16) == 10
     assert impl.chunk_plan(150, 64) == [64, 64, 22]
     assert impl.chunk_plan(150, 64, 24) == [24] * 6 + [6], "the threshold caps every chunk"
     assert impl.chunk_plan(100, 32, 50) == [32, 32, 32, 4], "a threshold above the budget changes nothing"
-    assert impl.chunk_plan(64, 64) == [64]
-    assert impl.chunk_plan(5, 64, 16) == [5]
 
 
-@pytest.mark.task("07.2", "schedule_step serves running requests first, from one budget")
+@pytest.mark.task("07.2", "schedule: running requests first, then newcomers, from one token budget")
 def test_running_first(impl):
-    assert impl.schedule_step([1, 1, 40], [30, 5], 64, 8) == ([1, 1, 40], [22, 0])
-    assert impl.schedule_step([50, 30], [10], 64, 8) == ([50, 14], [0]), "a running request can be cut by the budget"
-    assert impl.schedule_step([40, 40, 1], [3], 64, 8) == ([40, 24, 0], [0]), "once the budget is 0, nobody else runs"
+    s = make(impl, budget=10)
+    s.add_request(req("a", 3))
+    assert plan(s) == ([("a", 3)], [])
+    s.add_request(req("b", 20, first=100))
+    so = step(s)
+    assert list(so.num_scheduled_tokens.items()) == [("a", 1), ("b", 9)], "a's decode first, b gets the rest"
+    assert [d.req_id for d in so.scheduled_new_reqs] == ["b"] and so.scheduled_cached_reqs.req_ids == ["a"]
+    assert plan(s) == ([("a", 1), ("b", 9)], []) and plan(s) == ([("a", 1), ("b", 2)], [])
 
 
-@pytest.mark.task("07.2b", "schedule_step applies the threshold and max_num_seqs")
-def test_threshold_and_max_seqs(impl):
-    assert impl.schedule_step([1, 1, 40], [30, 5], 64, 8, threshold=16) == ([1, 1, 16], [16, 5])
-    assert impl.schedule_step([1, 1, 1], [4, 4, 4], 64, 4) == ([1, 1, 1], [4, 0, 0]), "max_num_seqs counts running ones"
-    assert impl.schedule_step([], [100, 100, 100], 256, 8, threshold=64) == ([], [64, 64, 64])
+@pytest.mark.task("07.2b", "schedule: a long prompt is chunked, and an empty budget stops everyone")
+def test_budget(impl):
+    s = make(impl, budget=8)
+    s.add_request(req("a", 20))
+    assert [plan(s)[0] for _ in range(4)] == [[("a", 8)], [("a", 8)], [("a", 4)], [("a", 1)]]
+    s = make(impl, budget=8)
+    for name in "abc":
+        s.add_request(req(name, 6, first=10 * ord(name)))
+    assert plan(s) == ([("a", 6), ("b", 2)], []), "c waits: the budget is gone"
+    assert plan(s) == ([("a", 1), ("b", 4), ("c", 3)], [])
 
 
-@pytest.mark.task("07.3", "choose_victim: the tail under FCFS, the worst (priority, arrival) otherwise")
+@pytest.mark.task("07.3", "schedule: long_prefill_token_threshold caps running and new requests alike")
+def test_threshold(impl):
+    s = make(impl, budget=64, long_prefill_token_threshold=16)
+    s.add_request(req("a", 40))
+    s.add_request(req("b", 30, first=100))
+    assert plan(s) == ([("a", 16), ("b", 16)], [])
+    assert plan(s) == ([("a", 16), ("b", 14)], [])
+    assert plan(s) == ([("a", 8), ("b", 1)], [])
+
+
+@pytest.mark.task("07.4", "choose_victim: the running list's tail under FCFS, the worst (priority, arrival) otherwise")
 def test_choose_victim(impl):
-    running = [("a", 0, 1.0), ("b", 5, 2.0), ("c", 0, 3.0)]
-    assert impl.choose_victim(running, "fcfs") == "c"
-    assert impl.choose_victim(running, "priority") == "b"
-    readmitted = [("old", 0, 1.0), ("x", 0, 5.0), ("y", 0, 3.0)]  # y was preempted and readmitted
-    assert impl.choose_victim(readmitted, "fcfs") == "y", "FCFS takes the running list's tail, not the latest arrival"
-    assert impl.choose_victim(readmitted, "priority") == "x", "equal priorities: the latest arrival goes"
+    for policy, victim in (("fcfs", "y"), ("priority", "x")):
+        s = make(impl, policy=policy)
+        s.running = [req("old", 1, 0, 1.0), req("x", 1, 0, 5.0), req("y", 1, 0, 3.0)]  # y was readmitted
+        assert s.choose_victim().request_id == victim, f"{policy}: FCFS takes the tail, priority the latest arrival"
+        assert victim not in [r.request_id for r in s.running], "the victim leaves the running list"
+    s = make(impl, policy="priority")
+    s.running = [req("a", 1, 0, 1.0), req("b", 1, 5, 2.0), req("c", 1, 0, 3.0)]
+    assert s.choose_victim().request_id == "b", "the largest priority value is the worst"
 
 
-@pytest.mark.task("07.4", "admits: the whole prompt must fit, and free cached hits cost a block")
-def test_admission_gate(impl):
-    assert impl.admits(100, 16, 7, 0, 0) is True
-    assert impl.admits(100, 16, 6, 0, 0) is False
-    assert impl.admits(200, 16, 5, 0, 0) is False, "a first chunk would fit, the whole prompt does not"
-    assert impl.admits(100, 16, 4, 3, 0) is True, "hits held by running requests cost nothing"
-    assert impl.admits(100, 16, 4, 3, 3) is False, "free cached hits leave the free queue too"
-    assert impl.admits(100, 16, 7, 3, 3) is True
+def _two_decoding(impl, policy, num_blocks):
+    """a (7 tokens, priority 1) runs; b (5 tokens, priority 0) joins at step 1. Returns the plans."""
+    s = make(impl, num_blocks, policy=policy)
+    s.add_request(req("a", 7, 1, 0.0))
+    plans = [plan(s)]
+    s.add_request(req("b", 5, 0, 1.0, first=100))
+    plans += [plan(s) for _ in range(6)]
+    return s, plans
+
+
+@pytest.mark.task("07.5", "schedule: preemption by recompute, the victim's tokens back to the budget")
+def test_preemption(impl):
+    # 6 usable blocks. a holds 3 and b 2 after step 2; at step 6 a's position 12 needs a 4th block,
+    # none is free: FCFS takes the tail, b, and a goes on.
+    s, plans = _two_decoding(impl, "fcfs", 7)
+    assert plans[5] == ([("a", 1), ("b", 1)], [])
+    assert plans[6] == ([("a", 1)], ["b"]), "FCFS preempts the newest running request"
+    assert s.requests["b"].num_computed_tokens == 0 and s.kv_cache_manager.get_block_ids("b") == []
+    # 5 usable blocks, priority: at step 5 a (already scheduled this step) is worse than b, whose
+    # position 8 needs a block. a is preempted and its token goes back to the budget.
+    s, plans = _two_decoding(impl, "priority", 6)
+    assert plans[4] == ([("a", 1), ("b", 1)], [])
+    assert plans[5] == ([("b", 1)], ["a"]), "the victim ran earlier in this step: it must leave the plan"
+    # The requester itself is the victim: it stops, and so does the rest of the running loop.
+    s, plans = _two_decoding(impl, "priority", 7)
+    assert plans[6] == ([], ["a"])
+
+
+@pytest.mark.task("07.6", "schedule: admission gate, max_num_seqs, and no admission in a step that preempted")
+def test_admission(impl):
+    s = make(impl, budget=64, max_num_seqs=2)
+    for name in "abc":
+        s.add_request(req(name, 4, first=10 * ord(name)))
+    assert plan(s) == ([("a", 4), ("b", 4)], []), "max_num_seqs=2: c waits"
+    # The gate: 5 usable blocks, budget 8. a (18 tokens, 5 blocks) gets in; b must wait although its
+    # first chunk would fit, because its whole prompt would not.
+    s = make(impl, num_blocks=6, budget=8)
+    s.add_request(req("a", 18))
+    assert plan(s) == ([("a", 8)], [])
+    s = make(impl, num_blocks=6, budget=16)
+    s.add_request(req("a", 8))
+    s.add_request(req("b", 20, first=100))
+    assert plan(s) == ([("a", 8)], []), "b's first chunk (2 blocks) fits, its whole prompt (5) does not"
+    # Priority: c (priority 0) arrives as a's growth preempts b; c would fit, but nobody is admitted
+    # in a preempting step.
+    s = make(impl, 7, policy="priority")
+    s.add_request(req("a", 7, 1, 0.0))
+    s.add_request(req("b", 7, 1, 1.0, first=100))
+    for _ in range(6):
+        step(s)
+    s.add_request(req("c", 3, 0, 2.0, first=200))
+    assert plan(s) == ([("a", 1)], ["b"]), "a step that preempted admits nobody"
+    assert plan(s) == ([("a", 1), ("c", 3)], [])
+
+
+@pytest.mark.task("07.7", "your scheduler runs the engine: same tokens, same step timeline, through preemption")
+def test_runs_the_engine(impl):
+    from nanoengine import LLM
+    from nanoengine.config import LlamaConfig
+    from nanoengine.course.timeline import record_run, timeline_text
+    from nanoengine.model import LlamaForCausalLM
+
+    model = LlamaForCausalLM.random(LlamaConfig.tiny(), seed=0)
+    block_bytes = 2 * 2 * 2 * 8 * 4 * 4  # K and V, 2 layers, 2 KV heads, head_dim 8, fp32, 4 tokens
+    params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+    load = {0: [(list(range(10 + 10 * i, 23 + 10 * i)), params) for i in range(3)],
+            2: [(list(range(200, 206)), params)]}
+
+    def run(scheduler_cls, num_blocks):
+        llm = LLM(model, block_size=4, kv_cache_memory_bytes=num_blocks * block_bytes,
+                  max_num_batched_tokens=16, scheduler_cls=scheduler_cls)
+        return record_run(llm.engine, load)
+
+    yours, engine, roomy = run(impl.Scheduler, 15), run(Scheduler, 15), run(Scheduler, 64)
+    assert sum(len(r.preempted) for r in yours.records) >= 2, "a 14-block pool forces preemption"
+    assert not any(r.preempted and r.admitted for r in yours.records)
+    tokens = [yours.outputs[i].token_ids for i in yours.req_ids]
+    assert tokens == [roomy.outputs[i].token_ids for i in roomy.req_ids], "recompute must not change the output"
+    assert timeline_text(yours.records) == timeline_text(engine.records)
