@@ -36,7 +36,7 @@ test-fast: setup
 	$(BIN)/python -m pytest tests -m "not model and not reference" -q
 
 grade: setup
-	@test -n "$(CH)" || (echo "usage: make grade CH=04" && exit 2)
+	@test -n "$(CH)" || (echo "usage: make grade CH=04 (one chapter) or CH=all (the whole course)" && exit 2)
 	$(BIN)/python -m nanoengine.course.grading $(CH)
 
 bench: setup

@@ -73,6 +73,7 @@ class LLMEngine:
                  hash_algo: str = "xxhash", hash_block_tokens: BlockTokensHasher | None = None):
         self.runner, self.scheduler, self.tokenizer = runner, scheduler, tokenizer
         self.kv_cache_manager: KVCacheManagerInterface = scheduler.kv_cache_manager
+        self.hash_block_tokens = hash_block_tokens  # None: the engine's own chained hash
         self.block_hasher = get_request_block_hasher(
             scheduler.block_size, get_hash_fn_by_name(hash_algo), hash_block=hash_block_tokens
         )

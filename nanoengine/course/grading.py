@@ -1,6 +1,7 @@
 """Grade a chapter: run its graded tests against your code and print a scorecard.
 
     make grade CH=04                          # from the shell
+    make grade CH=all                         # the whole course, one scorecard
     from nanoengine.course.grading import grade
     grade("04")                               # from a notebook cell
 
@@ -37,7 +38,9 @@ class TaskResult:
 
 
 def chapter_files(chapter: str) -> list[Path]:
-    files = sorted(GRADED.glob(f"test_ch{int(chapter):02d}_*.py"))
+    """The graded test files of one chapter ("04"), or of every chapter ("all")."""
+    pattern = "test_ch*_*.py" if chapter == "all" else f"test_ch{int(chapter):02d}_*.py"
+    files = sorted(GRADED.glob(pattern))
     if not files:
         raise ValueError(f"No graded tests for chapter {chapter!r} in {GRADED.name}/.")
     return files
@@ -51,16 +54,26 @@ class Scorecard(list):
         self.chapter, self.impl = chapter, impl
 
     def __repr__(self) -> str:
-        lines = [f"Chapter {int(self.chapter):02d} ({self.impl}): {sum(r.passed for r in self)}/{len(self)} tasks pass"]
-        for r in self:
+        if self.chapter != "all":
+            return "\n".join(self._lines(f"Chapter {int(self.chapter):02d} ({self.impl})", self))
+        lines = [f"The course ({self.impl}): {sum(r.passed for r in self)}/{len(self)} tasks pass"]
+        for chapter in sorted({r.task.split(".")[0] for r in self}):
+            lines += ["", *self._lines(f"Chapter {chapter}", [r for r in self if r.task.split(".")[0] == chapter])]
+        return "\n".join(lines)
+
+    @staticmethod
+    def _lines(heading: str, results) -> list[str]:
+        lines = [f"{heading}: {sum(r.passed for r in results)}/{len(results)} tasks pass"]
+        for r in results:
             lines.append(f"  {'✓' if r.passed else '✗'} {r.task:6} {r.title}")
             if not r.passed:
                 lines.append(f"           {r.message}")
-        return "\n".join(lines)
+        return lines
 
 
 def grade(chapter: str, impl: str = "exercises") -> Scorecard:
-    """Run chapter `chapter`'s graded tests against `impl`; the result displays as a scorecard."""
+    """Run chapter `chapter`'s graded tests ("all": every chapter's, in one process) against `impl`;
+    the result displays as a scorecard."""
     if impl not in IMPLS and not Path(impl).is_dir():
         raise ValueError(f"impl must be one of {IMPLS} or a folder of chapter modules, got {impl!r}")
     with tempfile.TemporaryDirectory() as tmp:

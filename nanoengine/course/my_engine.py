@@ -126,63 +126,101 @@ def chapter_grade(chapter: str) -> Scorecard:
 @dataclass(frozen=True, slots=True)
 class PartStatus:
     part: Part
-    yours: bool
+    finished: bool  # its chapter passes
+    used: bool  # it serves in the engine being built (a finished kernel part may sit out on a CPU)
     why: str  # what decided it, in words
 
 
-def part_status(part: Part) -> PartStatus:
-    """Yours when no stub is left in the chapter's file and every graded task of the chapter passes.
-    A file with stubs left is not graded at all (the answer is already no), which keeps my_llm()
-    instant on an untouched course."""
-    left = stubs_left(part.module)
-    if left:
-        return PartStatus(part, False, f"stubs left: {', '.join(left[:3])}{' …' if len(left) > 3 else ''}")
-    card = chapter_grade(part.chapter)
-    passed = sum(r.passed for r in card)
-    if passed < len(card):
-        return PartStatus(part, False, f"{passed} of {len(card)} graded tasks pass (make grade CH={part.chapter})")
-    return PartStatus(part, True, f"all {len(card)} graded tasks pass")
+SOURCES = {"exercises": EXERCISES, "solutions": ROOT / "solutions"}
+_CPU_KERNELS = ("; on this CPU torch attention serves instead (the Triton interpreter would take "
+                "minutes per request): use_kernels=True forces them")
 
 
-def my_parts(statuses: list[PartStatus] | None = None) -> dict[str, Any]:
-    """The LLM keyword arguments that plug in every part of yours that is finished."""
-    statuses = statuses if statuses is not None else [part_status(p) for p in PARTS]
+def part_status(part: Part, source: str = "exercises", use_kernels: bool = False) -> PartStatus:
+    """Finished when no stub is left in the chapter's file and every graded task of the chapter
+    passes; a file with stubs left is not graded at all (the answer is already no), which keeps
+    my_llm() instant on an untouched course. The worked solutions count as finished: CI grades them."""
+    if source == "solutions":
+        finished, why = True, "the worked solution"
+    elif left := stubs_left(part.module):
+        return PartStatus(part, False, False, f"stubs left: {', '.join(left[:3])}{' …' if len(left) > 3 else ''}")
+    else:
+        card = chapter_grade(part.chapter)
+        passed = sum(r.passed for r in card)
+        finished = passed == len(card)
+        why = (f"all {passed} graded tasks pass" if finished
+               else f"{passed} of {len(card)} graded tasks pass (make grade CH={part.chapter})")
+    if finished and part.instantiate and not use_kernels:
+        return PartStatus(part, True, False, why + _CPU_KERNELS)
+    return PartStatus(part, finished, finished, why)
+
+
+def my_parts(statuses: list[PartStatus], source: str = "exercises") -> dict[str, Any]:
+    """The LLM keyword arguments that plug in every part the statuses say to use."""
     loaded: dict[str, ModuleType] = {}
     kwargs: dict[str, Any] = {}
     for status in statuses:
-        if status.yours:
+        if status.used:
             part = status.part
-            module = loaded.get(part.module) or loaded.setdefault(part.module, load_exercise(part.module))
-            obj = getattr(module, part.name)
+            if part.module not in loaded:
+                loaded[part.module] = load_exercise(part.module, SOURCES[source])
+            obj = getattr(loaded[part.module], part.name)
             kwargs[part.argument] = obj() if part.instantiate else obj
     return kwargs
 
 
-def parts_table(statuses: list[PartStatus]) -> str:
-    mine = sum(s.yours for s in statuses)
-    lines = [f"Your engine: {mine} of {len(statuses)} parts are yours"]
+def parts_table(statuses: list[PartStatus], source: str = "exercises") -> str:
+    owner = "yours" if source == "exercises" else "worked"
+    used = sum(s.used for s in statuses)
+    title = "Your engine" if source == "exercises" else "The worked solutions' engine"
+    lines = [f"{title}: {used} of {len(statuses)} parts are {owner}, the rest nanoengine's"]
     for s in statuses:
-        who = "yours" if s.yours else "nanoengine's"
+        who = owner if s.used else "nanoengine's"
         lines.append(f"  {s.part.chapter}  {s.part.title:30} {who:13} {s.why}")
     return "\n".join(lines)
 
 
-def my_llm(model=None, *, quiet: bool = False, **kwargs):
+def my_llm(model=None, *, source: str = "exercises", use_kernels: bool | None = None, quiet: bool = False,
+           **kwargs):
     """An LLM built from every part you have finished; nanoengine supplies the rest.
 
-    Prints which parts are whose (quiet=True does not). Any LLM argument can be given as well, and
-    an explicit one wins over your part (pass attention_backend="torch" to keep your kernels out of a
-    long CPU run, where the Triton interpreter is slow).
+    source="solutions" builds the same engine from the worked solutions. Your Triton kernels serve
+    only on a GPU unless use_kernels=True: on a CPU the interpreter runs them thousands of times
+    slower than torch. Prints which parts are whose (quiet=True does not). Any LLM argument can be
+    given too, and an explicit one wins over a part.
     """
+    import torch
+
     from nanoengine.llm import LLM
 
-    statuses = [part_status(p) for p in PARTS]
+    if source not in SOURCES:
+        raise ValueError(f"source must be one of {sorted(SOURCES)}, got {source!r}")
+    if use_kernels is None:
+        use_kernels = torch.cuda.is_available()
+    statuses = [part_status(p, source, use_kernels) for p in PARTS]
     if not quiet:
-        print(parts_table(statuses))
-    parts = my_parts(statuses)
+        print(parts_table(statuses, source))
     kwargs.setdefault("progress", False)
-    return LLM(model, **{**parts, **kwargs})
+    return LLM(model, **{**my_parts(statuses, source), **kwargs})
+
+
+def seam_owners(llm) -> list[tuple[str, str, str]]:
+    """(chapter, seam, who serves it) for each mechanism of an LLM, read off the engine's public
+    attributes: the module and name of the class (or, for the hash, the function) at each seam."""
+    from nanoengine.core import hash_block_tokens
+
+    engine, kv = llm.engine, llm.engine.kv_cache_manager
+    seams = [
+        ("02", "BlockTableInterface", type(engine.runner.block_table)),
+        ("03", "AttentionBackend", type(llm.backend)),
+        ("04", "BlockTokensHasher", engine.hash_block_tokens or hash_block_tokens),
+        ("05", "FreeBlockQueue", type(kv.block_pool.free_block_queue)),
+        ("06", "BlockPoolInterface", type(kv.block_pool)),
+        ("06", "KVCacheManagerInterface", type(kv)),
+        ("07", "SchedulerInterface", type(engine.scheduler)),
+    ]
+    return [(chapter, seam, f"{obj.__module__}.{obj.__qualname__}") for chapter, seam, obj in seams]
 
 
 __all__ = ["PARTS", "GRADED", "Part", "PartStatus", "chapter_grade", "load_exercise", "mine_or_worked", "my_llm", "my_parts",
-           "part_status", "parts_table", "stubs_left"]
+           "part_status", "parts_table", "seam_owners", "stubs_left"]
