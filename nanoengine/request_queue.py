@@ -2,6 +2,11 @@
 
 The scheduler asks the queue which request comes next and never asks which policy is in force,
 so a scheduler written against RequestQueue (chapter 07's exercise) serves both policies.
+
+vLLM's RequestQueue is an abstract base class that also has prepend_requests and remove_requests,
+and recent versions add a shortest-job-first policy; its priority heap holds the Requests themselves,
+ordered by Request.__lt__ on (priority, arrival_time). Here the heap holds tuples, so Request needs
+no ordering of its own, and the request id breaks exact ties.
 """
 
 from __future__ import annotations

@@ -35,23 +35,29 @@ def tiny_engine(policy="fcfs") -> LLMEngine:
     return LLMEngine(runner, scheduler, SimpleNamespace(eos_token_id=None, decode=lambda ids: ""))
 
 
+class _Spy:
+    """A second StepObserver: captures every SchedulerOutput and the free-block count right after it."""
+
+    def __init__(self):
+        self.seen = []
+
+    def on_schedule(self, scheduler, so, running_before):
+        self.seen.append((so, scheduler.kv_cache_manager.block_pool.get_num_free_blocks()))
+
+    def on_step(self, so, finished, stats, seconds):
+        pass
+
+
 def spy_on(engine) -> list:
-    """Capture every SchedulerOutput (and the free-block count right after it) independently."""
-    seen, real = [], engine.scheduler.schedule
-
-    def spy():
-        so = real()
-        seen.append((so, engine.kv_cache_manager.block_pool.get_num_free_blocks()))
-        return so
-
-    engine.scheduler.schedule = spy
-    return seen
+    spy = _Spy()
+    engine.observers.append(spy)
+    return spy.seen
 
 
 @pytest.fixture(scope="module")
 def recorded():
     engine = tiny_engine()
-    seen = spy_on(engine)  # the recorder wraps the spy, so both see the same outputs
+    seen = spy_on(engine)  # observes beside the recorder, so both see the same outputs
     return engine, seen, record_run(engine, ARRIVALS)
 
 
@@ -78,7 +84,7 @@ def test_records_are_the_schedulers_outputs(recorded):
     assert sum(r.total for r in run.records) == stats.num_prefill_tokens + stats.num_decode_tokens
     assert sum(r.cache_queries for r in run.records) == stats.prefix_cache_queries
     assert sum(r.cache_hits for r in run.records) == stats.prefix_cache_hits
-    assert engine.observers == [], "record_run takes its observer away"
+    assert len(engine.observers) == 1, "record_run takes its observer away (the spy stays)"
 
 
 def test_arrivals_join_at_their_step(recorded):
