@@ -60,3 +60,44 @@ def wasted_slots(seq_lens: Sequence[int], block_size: int) -> int:
     Hints: blocks held * block_size - tokens, per request.
     """
     raise NotImplementedError
+
+
+class BlockTable:
+    """Task 02.5: the model runner's block tables (nanoengine.model_runner.BlockTableInterface).
+
+    One row per running request: its block ids in order, as the scheduler hands them out. Rows only
+    grow while the request runs, and go when it finishes or is preempted. LLM(block_table_cls=...)
+    builds one with the engine's block size and asks it, every step, for each request's slots and
+    for the padded block tables of the batch.
+    """
+
+    def __init__(self, block_size: int):
+        """Keep the block size, and a dict from request id to its row (a list of block ids)."""
+        raise NotImplementedError
+
+    def add_row(self, req_id: str, block_ids: list[int]) -> None:
+        """A new (or readmitted) request: its row is a copy of block_ids."""
+        raise NotImplementedError
+
+    def append_row(self, req_id: str, block_ids: list[int]) -> None:
+        """The request got more blocks this step: extend its row (block_ids may be empty)."""
+        raise NotImplementedError
+
+    def remove_row(self, req_id: str) -> None:
+        """The request finished or was preempted: forget its row (no error if it has none)."""
+        raise NotImplementedError
+
+    def compute_slot_mapping(self, req_id: str, start_pos: int, num_tokens: int) -> list[int]:
+        """The flat slots of positions start_pos .. start_pos + num_tokens - 1 of the request.
+
+        Hints: this is your slot_mapping (task 02.2) on the request's row.
+        """
+        raise NotImplementedError
+
+    def get_block_tables(self, req_ids: list[str]) -> list[list[int]]:
+        """The rows of req_ids, in that order, each padded with 0 (the null block) to the longest.
+
+        Hints: the kernels read a rectangular [num_requests, max_blocks] tensor; padding with the
+        null block is safe because seq_lens keeps every read inside the real blocks.
+        """
+        raise NotImplementedError

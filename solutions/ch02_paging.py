@@ -26,3 +26,27 @@ def gather_kv(cache: torch.Tensor, block_table: torch.Tensor, seq_len: int) -> t
 def wasted_slots(seq_lens: Sequence[int], block_size: int) -> int:
     """Task 02.4: held but empty slots, summed over the requests."""
     return sum(num_blocks_needed(n, block_size) * block_size - n for n in seq_lens)
+
+
+class BlockTable:
+    """Task 02.5: one growing row of block ids per running request."""
+
+    def __init__(self, block_size: int):
+        self.block_size = block_size
+        self.rows: dict[str, list[int]] = {}
+
+    def add_row(self, req_id: str, block_ids: list[int]) -> None:
+        self.rows[req_id] = list(block_ids)
+
+    def append_row(self, req_id: str, block_ids: list[int]) -> None:
+        self.rows[req_id].extend(block_ids)
+
+    def remove_row(self, req_id: str) -> None:
+        self.rows.pop(req_id, None)
+
+    def compute_slot_mapping(self, req_id: str, start_pos: int, num_tokens: int) -> list[int]:
+        return slot_mapping(self.rows[req_id], start_pos, num_tokens, self.block_size)
+
+    def get_block_tables(self, req_ids: list[str]) -> list[list[int]]:
+        width = max(len(self.rows[r]) for r in req_ids)
+        return [self.rows[r] + [0] * (width - len(self.rows[r])) for r in req_ids]

@@ -186,8 +186,13 @@ class LlamaForCausalLM(nn.Module):
         return model._finish(device, dtype)
 
     @classmethod
-    def random(cls, config: LlamaConfig, seed: int = 0, device="cpu", dtype=torch.float32):
-        """Random weights with a realistic scale, for tests and benchmarks that need no real model."""
+    def random(cls, config: LlamaConfig, seed: int = 0, device="cpu", dtype=torch.float32, std: float = 0.02):
+        """Random weights, for tests and benchmarks that need no real model.
+
+        The default std is a trained model's scale, at which a tiny random model mostly repeats its
+        last input token; std=0.2 makes every greedy token depend on the whole context, so a test
+        whose outputs must change when attention reads the wrong K/V can see it.
+        """
         gen = torch.Generator().manual_seed(seed)
         model = cls(config)
         with torch.no_grad():
@@ -195,7 +200,7 @@ class LlamaForCausalLM(nn.Module):
                 if name.endswith("norm.weight"):
                     p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=gen))
                 else:
-                    p.copy_(0.02 * torch.randn(p.shape, generator=gen))
+                    p.copy_(std * torch.randn(p.shape, generator=gen))
         return model._finish(device, dtype)
 
     def _finish(self, device, dtype) -> "LlamaForCausalLM":

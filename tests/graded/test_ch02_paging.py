@@ -2,6 +2,8 @@
 
 from types import SimpleNamespace
 
+from nanoengine import LLM, SamplingParams
+
 import pytest
 import torch
 
@@ -12,7 +14,7 @@ from nanoengine.attention.paged import PagedKVCache
 from nanoengine.config import LlamaConfig
 from nanoengine.core import KVCacheManager
 from nanoengine.model import LlamaForCausalLM
-from nanoengine.model_runner import CachedRequestState, ModelRunner
+from nanoengine.model_runner import BlockTable
 from nanoengine.request import Request
 
 CHAPTER = "ch02_paging"
@@ -26,10 +28,10 @@ def _engine_num_blocks(num_tokens, block_size):
 
 
 def _engine_slot_mapping(block_table, start_pos, num_tokens, block_size):
-    """The slots the engine's ModelRunner computes for one request's chunk."""
-    runner = ModelRunner(None, SimpleNamespace(block_size=block_size), torch.device("cpu"))
-    runner.requests["r"] = CachedRequestState("r", [0] * (start_pos + num_tokens), list(block_table), start_pos, None)
-    return runner._prepare_inputs(["r"], {"r": num_tokens})[2].slot_mapping.tolist()
+    """The slots the engine's model runner computes for one request's chunk (its BlockTable)."""
+    table = BlockTable(block_size)
+    table.add_row("r", list(block_table))
+    return table.compute_slot_mapping("r", start_pos, num_tokens)
 
 
 def _engine_wasted(seq_lens, block_size):
@@ -41,6 +43,7 @@ NANOENGINE = {
     "slot_mapping": _engine_slot_mapping,
     "gather_kv": engine_gather_kv,
     "wasted_slots": _engine_wasted,
+    "BlockTable": BlockTable,
 }
 
 BLOCK_SIZE, TABLE = 4, [7, 2, 9, 4]  # deliberately out of order: pages need not be adjacent
@@ -130,3 +133,42 @@ def test_wasted_slots(impl):
     assert impl.wasted_slots([16, 17, 1, 40], 1) == 0, "one-token blocks waste nothing"
     assert impl.wasted_slots([1000], 256) == 24
     assert impl.wasted_slots([], 16) == 0
+
+
+@pytest.mark.task("02.5", "BlockTable keeps one growing row per request and maps positions to slots")
+def test_block_table(impl):
+    table = impl.BlockTable(4)
+    table.add_row("a", [7, 2])
+    table.add_row("b", [5])
+    assert list(table.compute_slot_mapping("a", 2, 4)) == [30, 31, 8, 9], "positions 2..5 of a"
+    table.append_row("a", [9])
+    table.append_row("b", [])
+    assert list(table.compute_slot_mapping("a", 8, 2)) == [36, 37], "the appended block holds positions 8..11"
+    assert [list(r) for r in table.get_block_tables(["b", "a"])] == [[5, 0, 0], [7, 2, 9]], \
+        "rows in the asked order, padded with the null block 0"
+    table.remove_row("a")
+    table.remove_row("never-added")
+    assert [list(r) for r in table.get_block_tables(["b"])] == [[5]]
+    with pytest.raises(KeyError):
+        table.get_block_tables(["a"])  # a removed row is gone
+    table.add_row("a", [3])
+    assert list(table.compute_slot_mapping("a", 0, 2)) == [12, 13], "a readmitted request starts a new row"
+
+
+@pytest.mark.task("02.5b", "your BlockTable runs the engine: chunked prefills, decodes and a preemption")
+def test_block_table_runs_the_engine(impl):
+    model = LlamaForCausalLM.random(LlamaConfig.tiny(), seed=1, std=0.2)  # outputs that depend on the context
+    params = SamplingParams(temperature=0, max_tokens=10, ignore_eos=True)
+    prompts = [list(range(10 + 20 * i, 27 + 20 * i)) for i in range(3)]
+
+    def run(block_table_cls, num_blocks):
+        # 16 bytes per token per layer and head (K and V, head_dim 8, fp32), 2 layers, 2 KV heads, 4-token blocks
+        llm = LLM(model, block_size=4, kv_cache_memory_bytes=num_blocks * 4 * 2 * 2 * 2 * 8 * 4,
+                  max_num_batched_tokens=12, block_table_cls=block_table_cls)
+        outs = llm.generate(prompt_token_ids=prompts, sampling_params=params)
+        return [o.token_ids for o in outs], llm.get_stats().num_preemptions
+
+    tokens, preemptions = run(impl.BlockTable, 16)
+    assert preemptions > 0, "a 15-block pool cannot hold three 27-token requests: some are preempted"
+    roomy, _ = run(BlockTable, 64)
+    assert tokens == roomy, "the same tokens as a roomy run on the engine's own block table"
