@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from nanoengine.core import BlockTokensHasher, KVCacheManagerInterface, PrefixCacheStats, get_hash_fn_by_name, get_request_block_hasher
+from nanoengine.errors import EngineStalledError
 from nanoengine.model_runner import ModelRunner
 from nanoengine.outputs import RequestOutput
 from nanoengine.request import Request, RequestStatus
@@ -112,9 +113,21 @@ class LLMEngine:
         self.scheduler.finish_requests(stopped, RequestStatus.FINISHED_STOPPED)
         done = finished + [self.outputs[r].request for r in stopped]
         outputs = [self._finish(r, now) for r in done]
+        if not (so.num_scheduled_tokens or so.preempted_req_ids or outputs) and self.has_unfinished_requests():
+            self._stalled()
         for observer in self.observers:
             observer.on_step(so, outputs, cache_stats, time.perf_counter() - start)
         return outputs
+
+    def _stalled(self) -> None:
+        scheduler = self.scheduler
+        raise EngineStalledError(
+            f"Step {self.stats.num_steps} scheduled no token, preempted nothing and finished nothing, with "
+            f"{len(scheduler.waiting)} requests waiting and {len(scheduler.running)} running: the engine cannot "
+            "make progress. A part plugged in through a seam is the likely cause: every running request needs at "
+            "least one token per step (a prefix hit must leave the last token to compute), and a waiting request "
+            "must be admitted once the pool is free."
+        )
 
     def _detokenize(self, req_id: str, now: float) -> bool:
         """Update the text; True if a stop string just matched (the scheduler has not finished it)."""

@@ -25,3 +25,9 @@ class InvalidRequestError(NanoEngineError, ValueError):
 
 class KVCacheTooSmallError(NanoEngineError, MemoryError):
     """The KV memory budget cannot hold what was asked of it."""
+
+
+class EngineStalledError(NanoEngineError, RuntimeError):
+    """A step could make no progress: it scheduled no token, preempted nothing and finished nothing
+    while requests remain. The engine's own parts never do this; a part plugged in through a seam
+    (a scheduler or KV cache manager of one's own) can, and without this check the loop would spin."""

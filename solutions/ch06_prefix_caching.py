@@ -1,50 +1,104 @@
-"""Chapter 06 solutions: find, keep and evict cached blocks on the engine's own pool."""
+"""Chapter 06 solutions: the block pool and the KV cache manager of the prefix cache."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
-from nanoengine.core import BlockPool, KVCacheBlock, KVCacheManager
+from nanoengine.core import BlockHash, KVCacheBlock
+from nanoengine.core import BlockPool as EngineBlockPool
+from nanoengine.core import KVCacheManager as EngineKVCacheManager
 from nanoengine.request import Request
 
 
-def longest_cache_hit(pool: BlockPool, block_hashes: Sequence[bytes], num_tokens: int,
-                      block_size: int) -> list[KVCacheBlock]:
-    """Task 06.1: the cached blocks a request of num_tokens tokens can reuse, untouched."""
-    hits = []
-    # The last token must be computed again for its logits, so it may not be covered by a hit.
-    for block_hash in block_hashes[: (num_tokens - 1) // block_size]:
-        block = pool.get_cached_block(block_hash)
-        if block is None:
-            break  # every later hash chains through this one: nothing after it can be cached
-        hits.append(block)
-    return hits
+class BlockPool(EngineBlockPool):
+    """Tasks 06.1, 06.2, 06.4b, 06.5: find, touch, cache, free and evict (no events, no collision checks)."""
+
+    def get_cached_block(self, block_hash: BlockHash, token_ids: Sequence[int] | None = None) -> KVCacheBlock | None:
+        return self.cached_block_hash_to_block.get_one_block(block_hash)
+
+    def touch(self, blocks: Iterable[KVCacheBlock]) -> None:
+        for block in blocks:
+            if block.is_null:
+                continue
+            if block.ref_cnt == 0:  # free but cached: in use again, so no longer evictable
+                self.free_block_queue.remove(block)
+            block.ref_cnt += 1
+
+    def cache_full_blocks(self, request: Request, blocks: Sequence[KVCacheBlock], num_cached_blocks: int,
+                          num_full_blocks: int, block_size: int) -> None:
+        for i in range(num_cached_blocks, num_full_blocks):
+            blocks[i].block_hash = request.block_hashes[i]
+            self.cached_block_hash_to_block.insert(request.block_hashes[i], blocks[i])
+
+    def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock]) -> None:
+        blocks = [block for block in ordered_blocks if not block.is_null]
+        for block in blocks:
+            block.ref_cnt -= 1
+        if any(block.ref_cnt < 0 for block in blocks):
+            for block in blocks:  # undo, so a double free changes nothing
+                block.ref_cnt += 1
+            raise ValueError("double free: a block has no reference left to drop")
+        freed = [block for block in blocks if block.ref_cnt == 0]
+        # Nothing can hit an unhashed block: reuse it first. A hashed one may still serve a later prefix.
+        self.free_block_queue.prepend_n([block for block in freed if block.block_hash is None])
+        self.free_block_queue.append_n([block for block in freed if block.block_hash is not None])
+
+    def get_new_blocks(self, num_blocks: int) -> list[KVCacheBlock]:
+        blocks = self.free_block_queue.popleft_n(num_blocks)
+        for block in blocks:
+            if block.block_hash is not None:  # lazy eviction: the cached content goes only now
+                self.cached_block_hash_to_block.pop(block.block_hash, block.block_id)
+                block.reset_hash()
+            block.ref_cnt += 1
+        return blocks
 
 
-def free_request(pool: BlockPool, blocks: Sequence[KVCacheBlock]) -> None:
-    """Task 06.2: release a finished request's blocks as vLLM 0.33 does."""
-    unhashed, hashed = [], []
-    for block in reversed(blocks):  # last block first: the root reaches the tail last
-        if block.is_null:
-            continue
-        block.ref_cnt -= 1
-        if block.ref_cnt == 0:
-            (unhashed if block.block_hash is None else hashed).append(block)
-    pool.free_block_queue.prepend_n(unhashed)  # nothing to lose: reuse these first
-    pool.free_block_queue.append_n(hashed)
+class KVCacheManager(EngineKVCacheManager):
+    """Tasks 06.1, 06.2b, 06.3: look up, allocate all or nothing, free last block first."""
+
+    def get_computed_blocks(self, request: Request, record_stats: bool = True) -> tuple[list[KVCacheBlock], int]:
+        if not self.enable_caching:
+            return [], 0
+        hits = []
+        # The last token is computed again for its logits, so the hit stops one token short.
+        for block_hash in request.block_hashes[: (request.num_tokens - 1) // self.block_size]:
+            block = self.block_pool.get_cached_block(block_hash)
+            if block is None:
+                break  # every later hash chains through this one
+            hits.append(block)
+        num_hit_tokens = len(hits) * self.block_size
+        if record_stats:
+            self.record_prefix_cache_stats(request, num_hit_tokens)
+        return hits, num_hit_tokens
+
+    def allocate_slots(self, request: Request, num_new_tokens: int, num_new_computed_tokens: int = 0,
+                       new_computed_blocks: list[KVCacheBlock] | None = None,
+                       num_lookahead_tokens: int = 0) -> list[KVCacheBlock] | None:
+        hits = new_computed_blocks or []
+        num_computed = request.num_computed_tokens + num_new_computed_tokens
+        num_required = -(-(num_computed + num_new_tokens + num_lookahead_tokens) // self.block_size)
+        num_new = max(num_required - len(self.req_to_blocks.get(request.request_id, ())) - len(hits), 0)
+        # A hit on a free cached block takes it out of the free queue: it costs a free block too.
+        if num_new + sum(block.ref_cnt == 0 for block in hits) > self.block_pool.get_num_free_blocks():
+            return None
+        held = self.req_to_blocks.setdefault(request.request_id, [])
+        if request.request_id not in self.num_cached_block:
+            self.block_pool.touch(hits)
+            held.extend(hits)
+            self.num_cached_block[request.request_id] = len(hits)
+        new_blocks = self.block_pool.get_new_blocks(num_new)
+        held.extend(new_blocks)
+        if self.enable_caching:
+            self.cache_blocks(request, min(num_computed + num_new_tokens, request.num_tokens))
+        return new_blocks
+
+    def free(self, request: Request) -> None:
+        blocks = self.req_to_blocks.pop(request.request_id, [])
+        self.num_cached_block.pop(request.request_id, None)
+        self.block_pool.free_blocks(reversed(blocks))  # the root last: it is evicted last
 
 
-def admit(manager: KVCacheManager, request: Request) -> int | None:
-    """Task 06.3: reuse the request's cached prefix and allocate the rest of its prompt, or nothing."""
-    hits, num_hit_tokens = manager.get_computed_blocks(request)
-    new_blocks = manager.allocate_slots(request, request.num_tokens - num_hit_tokens, num_hit_tokens, hits)
-    if new_blocks is None:
-        return None
-    request.num_computed_tokens = request.num_tokens
-    return num_hit_tokens
-
-
-def eviction_order(pool: BlockPool, num_blocks: int) -> list[int]:
+def eviction_order(pool: EngineBlockPool, num_blocks: int) -> list[int]:
     """Task 06.4: the cached blocks get_new_blocks(num_blocks) would evict, in order."""
     free = pool.free_block_queue.get_all_free_blocks()
     if num_blocks > len(free):

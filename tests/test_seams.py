@@ -114,3 +114,22 @@ def test_priority_queue_orders_by_priority_then_arrival_wherever_a_request_is_pu
     assert q.pop_request() is early_urgent and q.peek_request() is early_batch and len(q) == 1
     with pytest.raises(IndexError):
         create_request_queue("priority").peek_request()
+
+
+def test_a_part_that_stalls_the_engine_gets_a_clear_error():
+    from nanoengine.errors import EngineStalledError
+
+    class NoLastTokenRule(KVCacheManager):
+        """A learner's classic slip: the hit covers the whole block-aligned prompt, nothing is left to compute."""
+
+        def get_computed_blocks(self, request, record_stats=True):
+            blocks = [self.block_pool.get_cached_block(h) for h in request.block_hashes]
+            hits = blocks[: blocks.index(None)] if None in blocks else blocks
+            return hits, len(hits) * self.block_size
+
+    llm = LLM(LlamaForCausalLM.random(LlamaConfig.tiny(), seed=0), block_size=4, kv_cache_memory_bytes=2**18,
+              kv_cache_manager_cls=NoLastTokenRule)
+    params = SamplingParams(temperature=0, max_tokens=2)
+    llm.generate(prompt_token_ids=[list(range(1, 9))], sampling_params=params)
+    with pytest.raises(EngineStalledError, match="last token to compute"):
+        llm.generate(prompt_token_ids=[list(range(1, 9))], sampling_params=params)
