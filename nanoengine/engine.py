@@ -103,6 +103,8 @@ class LLMEngine:
         start = time.perf_counter()
         running_before = tuple(r.request_id for r in self.scheduler.running)
         so = self.scheduler.schedule()
+        if not (so.total_num_scheduled_tokens or so.preempted_req_ids) and self.has_unfinished_requests():
+            self._stalled()
         for observer in self.observers:
             observer.on_schedule(self.scheduler, so, running_before)
         sampled = self.runner.execute_model(so)
@@ -113,8 +115,6 @@ class LLMEngine:
         self.scheduler.finish_requests(stopped, RequestStatus.FINISHED_STOPPED)
         done = finished + [self.outputs[r].request for r in stopped]
         outputs = [self._finish(r, now) for r in done]
-        if not (so.num_scheduled_tokens or so.preempted_req_ids or outputs) and self.has_unfinished_requests():
-            self._stalled()
         for observer in self.observers:
             observer.on_step(so, outputs, cache_stats, time.perf_counter() - start)
         return outputs
@@ -122,7 +122,7 @@ class LLMEngine:
     def _stalled(self) -> None:
         scheduler = self.scheduler
         raise EngineStalledError(
-            f"Step {self.stats.num_steps} scheduled no token, preempted nothing and finished nothing, with "
+            f"Step {self.stats.num_steps} scheduled no token and preempted nothing, with "
             f"{len(scheduler.waiting)} requests waiting and {len(scheduler.running)} running: the engine cannot "
             "make progress. A part plugged in through a seam is the likely cause: every running request needs at "
             "least one token per step (a prefix hit must leave the last token to compute), and a waiting request "

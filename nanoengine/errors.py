@@ -28,6 +28,6 @@ class KVCacheTooSmallError(NanoEngineError, MemoryError):
 
 
 class EngineStalledError(NanoEngineError, RuntimeError):
-    """A step could make no progress: it scheduled no token, preempted nothing and finished nothing
-    while requests remain. The engine's own parts never do this; a part plugged in through a seam
+    """A step could make no progress: it scheduled no token and preempted nothing while requests
+    remain. The engine's own parts never do this; a part plugged in through a seam
     (a scheduler or KV cache manager of one's own) can, and without this check the loop would spin."""
