@@ -114,3 +114,38 @@ def paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, 
     (The engine's kernel runs one program per KV head instead, so K and V are read once per group.)
     """
     raise NotImplementedError
+
+
+def paged_prefill(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
+                  query_start_loc: torch.Tensor, seq_lens: torch.Tensor, max_query_len: int,
+                  scale: float) -> torch.Tensor:
+    """Task 03.5: chunks of new tokens (already stored) attend causally to their cached prefix and to
+    themselves: q [T, Hq, D] -> [T, Hq, D]. Request i owns rows query_start_loc[i]:query_start_loc[i+1]
+    and has seq_lens[i] tokens of context, the last of which are its new ones.
+
+    Hints:
+    - New token j of request i sits at position seq_lens[i] - n_i + j (n_i: its new tokens) and sees
+      the keys at positions 0 ..= that position: exactly a decode over the first position + 1 tokens.
+    - So one row per new token does it with your decode kernel: q as it is (T rows), the request's
+      block-table row repeated for each of its tokens (index block_tables with a LongTensor of request
+      numbers), and seq_len = position + 1 for each token. Then return paged_decode(...) on those.
+    - The engine's own prefill kernel (nanoengine/attention/triton_kernels.py) tiles the queries
+      instead, so K and V are read once per tile rather than once per token.
+    """
+    raise NotImplementedError
+
+
+class TritonBackend:
+    """Your kernels behind the engine's AttentionBackend seam: LLM(attention_backend=TritonBackend())
+    runs every attention layer through them (given: the glue is not a task)."""
+
+    name = "triton (yours)"
+
+    def store_kvcache(self, k, v, k_cache, v_cache, slot_mapping):
+        store_kvcache(k, v, k_cache, v_cache, slot_mapping)
+
+    def decode(self, q, k_cache, v_cache, block_tables, seq_lens, scale, num_common_prefix_blocks=0):
+        return paged_decode(q, k_cache, v_cache, block_tables, seq_lens, scale)  # reads a shared prefix in place
+
+    def prefill(self, q, k_cache, v_cache, block_tables, query_start_loc, seq_lens, max_query_len, scale):
+        return paged_prefill(q, k_cache, v_cache, block_tables, query_start_loc, seq_lens, max_query_len, scale)

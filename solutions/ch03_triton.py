@@ -95,3 +95,32 @@ def paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, 
         GROUP=num_heads // k_cache.shape[2], HEAD_DIM=head_dim, BLOCK_SIZE=k_cache.shape[1],
     )
     return out
+
+
+def paged_prefill(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
+                  query_start_loc: torch.Tensor, seq_lens: torch.Tensor, max_query_len: int,
+                  scale: float) -> torch.Tensor:
+    """Task 03.5: each new token is a decode over its causal prefix, one row per token."""
+    starts = query_start_loc.tolist()
+    rows, lens = [], []
+    for i, seq_len in enumerate(seq_lens.tolist()):
+        n = starts[i + 1] - starts[i]
+        rows += [i] * n
+        lens += range(seq_len - n + 1, seq_len + 1)  # token j sees positions 0 ..= seq_len - n + j
+    tables = block_tables[torch.tensor(rows, dtype=torch.long, device=q.device)]
+    return paged_decode(q, k_cache, v_cache, tables, torch.tensor(lens, dtype=torch.int32, device=q.device), scale)
+
+
+class TritonBackend:
+    """The AttentionBackend seam on this module's kernels."""
+
+    name = "triton (yours)"
+
+    def store_kvcache(self, k, v, k_cache, v_cache, slot_mapping):
+        store_kvcache(k, v, k_cache, v_cache, slot_mapping)
+
+    def decode(self, q, k_cache, v_cache, block_tables, seq_lens, scale, num_common_prefix_blocks=0):
+        return paged_decode(q, k_cache, v_cache, block_tables, seq_lens, scale)  # reads a shared prefix in place
+
+    def prefill(self, q, k_cache, v_cache, block_tables, query_start_loc, seq_lens, max_query_len, scale):
+        return paged_prefill(q, k_cache, v_cache, block_tables, query_start_loc, seq_lens, max_query_len, scale)

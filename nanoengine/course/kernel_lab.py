@@ -106,6 +106,7 @@ def interpreter_active() -> bool:
 @dataclass(frozen=True, slots=True)
 class Load:
     kernel: str  # the @triton.jit function's name
+    module: str  # the module that defines it: whose kernel ran
     program: tuple[int, int, int]  # the program's (x, y, z) index in its launch grid
     addresses: np.ndarray  # byte addresses of the lanes its mask let through
 
@@ -123,17 +124,17 @@ def trace_loads():
     from triton.runtime.interpreter import interpreter_builder as builder
 
     loads: list[Load] = []
-    kernel = [""]
+    kernel = [("", "")]
     real_run, real_load = InterpretedFunction.run, builder.create_masked_load
 
     def launch(self, *args, **kwargs):
-        kernel[0] = self.fn.__name__
+        kernel[0] = (self.fn.__name__, self.fn.__module__)
         return real_run(self, *args, **kwargs)
 
     def record(ptrs, mask, *rest):
         lanes = np.broadcast_to(mask.data.astype(bool), ptrs.data.shape)
         program = tuple(int(i) for i in builder.grid_idx)
-        loads.append(Load(kernel[0], program, ptrs.data[lanes].astype(np.int64)))
+        loads.append(Load(*kernel[0], program, ptrs.data[lanes].astype(np.int64)))
         return real_load(ptrs, mask, *rest)
 
     InterpretedFunction.run, builder.create_masked_load = launch, record

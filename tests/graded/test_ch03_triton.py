@@ -12,6 +12,7 @@ import triton
 
 from nanoengine.attention import triton_kernels
 from nanoengine.attention.backend import TorchBackend
+from nanoengine.attention.triton_backend import TritonBackend
 from nanoengine.course import kernel_lab
 from nanoengine.course.kernel_lab import random_paged_batch
 
@@ -40,7 +41,25 @@ NANOENGINE = {
     "paged_decode_reference": _engine_decode_one,
     "merge_splits": _engine_merge_splits,
     "paged_decode": triton_kernels.paged_decode,
+    "paged_prefill": triton_kernels.paged_prefill,
+    "TritonBackend": TritonBackend,
 }
+
+
+def _kernels_ran(impl, loads) -> set[str]:
+    """The Triton kernels of impl's own module that read memory under trace_loads (the launcher's module
+    is where its kernels live: a torch fallback, or someone else's kernel, leaves this empty)."""
+    module = impl.paged_decode.__module__
+    return {load.kernel for load in loads if load.module == module}
+
+
+def _traced(impl, call):
+    """call() under kernel_lab.trace_loads; on a GPU (no interpreter to watch) just call()."""
+    if DEVICE != "cpu":
+        return call(), None
+    with kernel_lab.trace_loads() as loads:
+        out = call()
+    return out, _kernels_ran(impl, loads)
 
 
 def _on_device(batch):
@@ -78,12 +97,8 @@ def _check_store(impl, k, v, buffers, slots):
 @pytest.mark.task("03.1", "store_kvcache writes every token's K and V at its slot, in a Triton kernel")
 def test_store(impl):
     case = _store_case(num_kv_heads=2, head_dim=32)
-    if DEVICE == "cpu":
-        with kernel_lab.trace_loads() as loads:
-            _check_store(impl, *case)
-        assert loads, "store_kvcache must launch a Triton kernel (no tl.load ran)"
-    else:
-        _check_store(impl, *case)
+    _, ran = _traced(impl, lambda: _check_store(impl, *case))
+    assert ran is None or ran, "store_kvcache must launch a Triton kernel of its own module (no tl.load of one ran)"
 
 
 @pytest.mark.task("03.1b", "store_kvcache skips slot -1 and handles 3 KV heads (padded to 4)")
@@ -137,7 +152,8 @@ def test_merge_splits(impl):
 def test_decode_kernel(impl):
     for kw in (dict(num_kv_heads=2, group=3, block_size=8, head_dim=16), dict(num_kv_heads=1, group=4, block_size=16, head_dim=32)):
         b = _on_device(random_paged_batch([1, 8, 17, 33], **kw, seed=4))
-        out = impl.paged_decode(b.q, b.k_cache, b.v_cache, b.block_tables, b.seq_lens, b.scale)
+        out, ran = _traced(impl, lambda: impl.paged_decode(b.q, b.k_cache, b.v_cache, b.block_tables, b.seq_lens, b.scale))
+        assert ran is None or ran, "paged_decode must run a Triton kernel of its own module, not torch"
         assert out is not None and out.shape == b.q.shape, "return the [B, Hq, D] output"
         assert not out.isnan().any(), f"{kw}: NaN, so a masked or unowned slot was read"
         torch.testing.assert_close(out, _decode_reference(b), atol=TOL, rtol=TOL, msg=lambda m: f"{kw}: {m}")
@@ -150,3 +166,39 @@ def test_decode_kernel_empty_context(impl):
     assert out is not None and torch.equal(out[0], torch.zeros_like(out[0])), \
         "seq_len 0: l stays 0, so guard the final division (acc / l)"
     torch.testing.assert_close(out[1], _decode_reference(b)[1], atol=TOL, rtol=TOL)
+
+
+@pytest.mark.task("03.5", "paged_prefill: chunks attend causally over their cached prefix, in Triton")
+def test_prefill(impl):
+    b = _on_device(random_paged_batch([5, 19, 24, 9], [5, 3, 16, 1], num_kv_heads=2, group=3, block_size=8, seed=6))
+    expected = TorchBackend().prefill(b.q, b.k_cache, b.v_cache, b.block_tables, b.query_start_loc, b.seq_lens,
+                                      b.max_query_len, b.scale)
+    out, ran = _traced(impl, lambda: impl.paged_prefill(b.q, b.k_cache, b.v_cache, b.block_tables, b.query_start_loc,
+                                                        b.seq_lens, b.max_query_len, b.scale))
+    assert ran is None or ran, "paged_prefill must run a Triton kernel of its own module, not torch"
+    assert out is not None and out.shape == b.q.shape
+    assert not out.isnan().any(), "NaN: a key past a token's own position, or an unowned slot, was read"
+    torch.testing.assert_close(out, expected, atol=TOL, rtol=TOL)
+
+
+@pytest.mark.task("03.6", "your kernels serve requests: LLM on your TritonBackend gives torch attention's tokens")
+def test_kernels_serve_requests(impl):
+    from nanoengine import LLM, SamplingParams
+    from nanoengine.config import LlamaConfig
+    from nanoengine.model import LlamaForCausalLM
+
+    config = LlamaConfig.tiny(head_dim=16, hidden_size=96)  # the kernels want head_dim >= 16
+    model = LlamaForCausalLM.random(config, seed=3, std=0.2, device=DEVICE)  # outputs that depend on the context
+    prompts = [list(range(1, 21)), list(range(1, 17)) + [60, 61, 62]]  # the second reuses two 8-token blocks
+    params = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
+
+    def serve(backend):
+        llm = LLM(model, block_size=8, kv_cache_memory_bytes=2**20, attention_backend=backend)
+        return llm.generate(prompt_token_ids=prompts, sampling_params=params)  # a batch of two, decoding together
+
+    yours, ran = _traced(impl, lambda: serve(impl.TritonBackend()))
+    assert ran is None or len(ran) >= 2, \
+        f"your module's kernels must store K/V and attend (two kernels at least); of its kernels these ran: {ran}"
+    torch_outs = serve("torch")
+    assert yours[1].num_cached_tokens == 16, "the second request's prefill ran over the first one's blocks"
+    assert [o.token_ids for o in yours] == [o.token_ids for o in torch_outs]
