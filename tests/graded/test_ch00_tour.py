@@ -44,6 +44,9 @@ NANOENGINE = {
 
 @pytest.mark.task("00.1", "render_chatml matches SmolLM2's chat template")
 def test_chatml(impl):
+    assert impl.render_chatml([{"role": "user", "content": "Hi"}]) == (
+        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+        "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"), "SmolLM2's format, written out by hand"
     tok = _tokenizer()
     for messages in (
         [{"role": "user", "content": "What is the capital of Japan?"}],

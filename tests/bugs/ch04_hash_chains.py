@@ -1,0 +1,21 @@
+"""Seeded bugs for chapter 04: the worked solution with one mistake a learner could make."""
+
+BUGS = [
+    # (task id that must fail, the mistake, text found exactly once in solutions/ch04_hash_chains.py, its replacement)
+    ("04.1", "token order ignored", 'len(token_ids), *token_ids)', 'len(token_ids), *sorted(token_ids))'),
+    ("04.1", "a 64-bit hash", "    return xxhash.xxh3_128_digest(data)", "    return xxhash.xxh3_64_digest(data)"),
+    ("04.1b", "the parent is ignored: no chain", "    data = parent_block_hash or ROOT_HASH", "    data = ROOT_HASH"),
+    ("04.1b", "extra keys ignored", "    if extra_keys:\n", "    if False:\n"),
+    ("04.2", "the partial last block is hashed too", "range(0, len(token_ids) - block_size + 1, block_size)",
+     "range(0, len(token_ids), block_size)"),
+    ("04.2", "each block hashed alone, not chained", "parent = hash_block_tokens(parent, token_ids[start",
+     "parent = hash_block_tokens(None, token_ids[start"),
+    ("04.2b", "the salt ignored", "keys = (cache_salt,) if cache_salt and start == 0 else None", "keys = None"),
+    ("04.2b", "the salt on the second block", "keys = (cache_salt,) if cache_salt and start == 0 else None",
+     "keys = (cache_salt,) if cache_salt and start == block_size else None"),
+    ("04.3", "no num_tokens - 1 rule", "block_hashes[: (num_tokens - 1) // block_size]", "block_hashes[: num_tokens // block_size]"),
+    ("04.3", "a miss is skipped, not the end of the walk", "            break\n        hits += 1", "            continue\n        hits += 1"),
+    ("04.4", "a text hash, not bytes", "    return xxhash.xxh3_128_digest(data)", "    return xxhash.xxh3_128_hexdigest(data)"),
+    ("04.4", "hashes the list object's identity, not its tokens",
+     'data += struct.pack(f"<I{len(token_ids)}I", len(token_ids), *token_ids)', "data += str(id(token_ids)).encode()"),
+]
