@@ -109,7 +109,8 @@ def test_multi_turn_prompts_share_prefixes(impl, request):
 def test_predict_hits(impl):
     a = list(range(40))
     assert impl.predict_hit_tokens([a, a + [99] * 10]) == [0, 32], "a's two full blocks are cached"
-    assert impl.predict_hit_tokens([a[:48], a[:48]]) == [0, 32], "a block-aligned repeat recomputes its last block"
+    aligned = list(range(48))
+    assert impl.predict_hit_tokens([aligned, aligned]) == [0, 32], "a block-aligned repeat recomputes its last block"
     b = [7] * 16 + a[16:]
     assert impl.predict_hit_tokens([a, b, a + [1, 2]]) == [0, 0, 32], \
         "the cache holds every earlier prompt, not only the previous one"

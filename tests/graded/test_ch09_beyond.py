@@ -63,6 +63,7 @@ def test_lcp(impl):
     assert impl.longest_common_prefix([1, 2], [1, 2, 3]) == 2, "a prefix of the other shares all of itself"
     assert impl.longest_common_prefix([5, 6], [5, 6]) == 2
     assert impl.longest_common_prefix([], [1]) == 0 and impl.longest_common_prefix([9], [8]) == 0
+    assert impl.longest_common_prefix([1, 2, 3, 4], [1, 9, 3, 4]) == 1, "the first difference ends the prefix"
 
 
 @pytest.mark.task("09.2", "RadixTree.match_prefix matches to the token, where the hash map stops at a block")
@@ -76,6 +77,11 @@ def test_radix_match(impl):
         assert hash_map_match(stored, query) == diverge // 16 * 16, "the engine's map serves whole blocks only"
     assert tree.match_prefix(stored) == 100 and tree.match_prefix(stored[:30]) == 30
     assert tree.match_prefix([]) == 0 and impl.RadixTree().match_prefix(stored) == 0
+    branched = impl.RadixTree()
+    branched.insert(stored)
+    branched.insert(stored[:40] + [7] * 10)  # an edge of 40 shared tokens, then two children
+    assert branched.match_prefix(stored[:20] + stored[40:60]) == 20, \
+        "a match that ends inside an edge ends there: it may not jump to the edge's children"
 
 
 @pytest.mark.task("09.2b", "RadixTree.insert stores a shared prefix once and splits edges")
