@@ -15,11 +15,42 @@ MODULES = sorted(p.stem for p in (GRADED.parents[1] / "solutions").glob("ch*.py"
 BUGS = GRADED.parent / "bugs"
 
 
-def test_scorecard_shows_each_task_and_why_it_failed():
-    card = grade(CHAPTERS[0], "exercises")
+@pytest.fixture(scope="module")
+def cards() -> dict:
+    """The whole course graded once per implementation, each in one process (tens of processes would
+    cost minutes of interpreter and model start-up)."""
+    return {impl: grade("all", impl) for impl in ("solutions", "nanoengine", "exercises")}
+
+
+@pytest.fixture(scope="module")
+def bug_results(tmp_path_factory) -> list:
+    """Every chapter's seeded bugs, graded in one process: each variant runs only the task it targets."""
+    root = tmp_path_factory.mktemp("bugs")
+    for module in MODULES:
+        source = (GRADED.parents[1] / "solutions" / f"{module}.py").read_text()
+        for k, (task, mistake, old, new) in enumerate(_bugs(module)):
+            assert source.count(old) == 1, f"{module}, {mistake}: the text to replace must occur once in the solution"
+            folder = root / f"{module[:4]}_bug{k:02d}"
+            folder.mkdir()
+            (folder / f"{module}.py").write_text(source.replace(old, new))
+            (folder / "TASK").write_text(task)
+    return grade("all", str(root))
+
+
+def _bugs(module: str) -> list:
+    return runpy.run_path(str(BUGS / f"{module}.py"))["BUGS"]
+
+
+def _chapter(card, chapter: str) -> list:
+    return [r for r in card if r.task.split(".")[0] == chapter]
+
+
+def test_scorecard_shows_each_task_and_why_it_failed(cards):
+    card = cards["exercises"]
     text = repr(card)
-    assert text.startswith(f"Chapter {CHAPTERS[0]} (exercises): 0/{len(card)} tasks pass")
+    assert text.startswith(f"The course (exercises): 0/{len(card)} tasks pass")
     assert text.count("✗") == len(card) and "not implemented yet" in text
+    assert f"Chapter {CHAPTERS[0]}: 0/{len(_chapter(card, CHAPTERS[0]))} tasks pass" in text
 
 
 def test_every_chapter_module_has_a_graded_suite_and_seeded_bugs():
@@ -30,15 +61,15 @@ def test_every_chapter_module_has_a_graded_suite_and_seeded_bugs():
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
 @pytest.mark.parametrize("impl", ["solutions", "nanoengine"])
-def test_every_task_passes(chapter, impl):
-    results = grade(chapter, impl)
+def test_every_task_passes(cards, chapter, impl):
+    results = _chapter(cards[impl], chapter)
     assert results, "no graded task ran"
     assert [r.task for r in results if not r.passed] == [], [r.message for r in results if not r.passed]
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
-def test_every_task_fails_on_the_stubs_with_not_implemented(chapter):
-    results = grade(chapter, "exercises")
+def test_every_task_fails_on_the_stubs_with_not_implemented(cards, chapter):
+    results = _chapter(cards["exercises"], chapter)
     assert results and [r.task for r in results if r.passed] == []
     assert all("not implemented yet" in r.message for r in results), [r.message for r in results]
     ids = [r.task for r in results]
@@ -46,22 +77,13 @@ def test_every_task_fails_on_the_stubs_with_not_implemented(chapter):
 
 
 @pytest.mark.parametrize("module", MODULES)
-def test_every_task_rejects_two_seeded_bugs(module, tmp_path):
-    chapter = module[2:4]
-    source = (GRADED.parents[1] / "solutions" / f"{module}.py").read_text()
-    bugs = runpy.run_path(str(BUGS / f"{module}.py"))["BUGS"]
-    for k, (task, mistake, old, new) in enumerate(bugs):
-        assert source.count(old) == 1, f"{mistake}: the text to replace must occur once in the solution"
-        folder = tmp_path / f"bug{k:02d}"
-        folder.mkdir()
-        (folder / f"{module}.py").write_text(source.replace(old, new))
-        (folder / "TASK").write_text(task)
-    results = grade(chapter, str(tmp_path))
-    caught = {r.variant for r in results if not r.passed and "not implemented" not in r.message}
-    missed = [f"{task} {mistake}" for k, (task, mistake, _, _) in enumerate(bugs) if f"bug{k:02d}" not in caught]
+def test_every_task_rejects_two_seeded_bugs(cards, bug_results, module):
+    bugs = _bugs(module)
+    caught = {r.variant for r in bug_results if not r.passed and "not implemented" not in r.message}
+    missed = [f"{task} {mistake}" for k, (task, mistake, _, _) in enumerate(bugs)
+              if f"{module[:4]}_bug{k:02d}" not in caught]
     assert missed == [], f"seeded bugs that pass their task: {missed}"
-    tasks = {r.task for r in grade(chapter, "solutions")}
-    per_task = {t: sum(b[0] == t for b in bugs) for t in tasks}
+    per_task = {r.task: sum(b[0] == r.task for b in bugs) for r in _chapter(cards["solutions"], module[2:4])}
     assert all(n >= 2 for n in per_task.values()), f"every task needs two seeded bugs: {per_task}"
 
 
