@@ -33,9 +33,12 @@ class BlockPool(EngineBlockPool):
     never in the queue and its ref_cnt is never counted."""
 
     def get_cached_block(self, block_hash: BlockHash, token_ids: Sequence[int] | None = None) -> KVCacheBlock | None:
-        """Task 06.1: the block cached under block_hash, or None. Find only: change nothing.
+        """Task 06.1: the block cached under block_hash, or None. Find only: change nothing (no
+        ref_cnt, no queue), since a lookup may end with the request left waiting.
 
-        (token_ids matter only when collisions are checked, which your pool leaves out.)
+        Hints: the map answers it (get_one_block). token_ids matter only to a pool that checks hash
+        collisions: the engine's does when built with check_hash_collisions=True, yours leaves that
+        out, and LLM never asks a custom pool for it.
         """
         raise NotImplementedError
 
@@ -54,7 +57,10 @@ class BlockPool(EngineBlockPool):
         """Task 06.5: name blocks[num_cached_blocks:num_full_blocks] by the request's hashes.
 
         Block i gets request.block_hashes[i] and goes into the map under it, so a later request with
-        the same prefix finds it. The first num_cached_blocks are named already.
+        the same prefix finds it; keep "a block has a hash iff the map holds it under that hash".
+        The first num_cached_blocks are named already: leave them alone.
+
+        Hints: block.block_hash = h sets it (once); self.cached_block_hash_to_block.insert(h, block).
         """
         raise NotImplementedError
 
@@ -75,9 +81,12 @@ class BlockPool(EngineBlockPool):
     def get_new_blocks(self, num_blocks: int) -> list[KVCacheBlock]:
         """Task 06.4b: hand out num_blocks blocks from the head of the free queue, ref_cnt 1 each.
 
-        Lazy eviction happens here: a popped block that still has a hash loses it now (drop its map
-        entry: pop(block_hash, block_id), then block.reset_hash()). Until this moment a freed cached
-        block stayed findable.
+        Lazy eviction happens here: a popped block that still has a hash loses it now, and only now;
+        until this moment a freed cached block stayed findable.
+
+        Hints: self.free_block_queue.popleft_n(num_blocks) (it raises when too few are free); evict
+        with self.cached_block_hash_to_block.pop(block.block_hash, block.block_id), then
+        block.reset_hash().
         """
         raise NotImplementedError
 
@@ -92,7 +101,9 @@ class KVCacheManager(EngineKVCacheManager):
         Walk request.block_hashes from the first, asking self.block_pool.get_cached_block, and stop at
         the first miss: every later hash chains through the missing one. Never cover the request's
         last token (its logits give the next token): at most (num_tokens - 1) // block_size blocks.
-        Touch nothing. With prefix caching off (self.enable_caching False) there is no hit. When
+        Touch nothing. With prefix caching off (self.enable_caching False) there is no hit.
+
+        Hints: hits are whole blocks, so the tokens they cover are len(blocks) * self.block_size. When
         record_stats is true, count the lookup: self.record_prefix_cache_stats(request, num_hit_tokens).
         """
         raise NotImplementedError
@@ -113,6 +124,9 @@ class KVCacheManager(EngineKVCacheManager):
         4. Take the new blocks from the pool and append them; then, with caching on, name the blocks
            that are full once these tokens are computed: self.cache_blocks(request, n), with n the
            computed + new computed + new tokens, capped at request.num_tokens.
+
+        Hints: -(-a // b) rounds up; self.req_to_blocks.setdefault(request_id, []) starts a list;
+        self.block_pool.touch and self.block_pool.get_new_blocks do the pool's part.
         """
         raise NotImplementedError
 

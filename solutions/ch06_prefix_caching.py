@@ -14,6 +14,7 @@ class BlockPool(EngineBlockPool):
     """Tasks 06.1, 06.2, 06.4b, 06.5: find, touch, cache, free and evict (no events, no collision checks)."""
 
     def get_cached_block(self, block_hash: BlockHash, token_ids: Sequence[int] | None = None) -> KVCacheBlock | None:
+        # token_ids are ignored: this pool leaves hash-collision checks to the engine's BlockPool.
         return self.cached_block_hash_to_block.get_one_block(block_hash)
 
     def touch(self, blocks: Iterable[KVCacheBlock]) -> None:
