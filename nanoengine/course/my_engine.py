@@ -143,6 +143,7 @@ def part_status(part: Part, source: str = "exercises", use_kernels: bool = False
     if source == "solutions":
         finished, why = True, "the worked solution"
     elif left := stubs_left(part.module):
+        left.sort(key=lambda name: not name.startswith(part.name))  # this part's own stubs first
         return PartStatus(part, False, False, f"stubs left: {', '.join(left[:3])}{' …' if len(left) > 3 else ''}")
     else:
         card = chapter_grade(part.chapter)
@@ -162,6 +163,9 @@ def my_parts(statuses: list[PartStatus], source: str = "exercises") -> dict[str,
     for status in statuses:
         if status.used:
             part = status.part
+            if part.instantiate:
+                # Kernels need Triton's interpreter on a CPU, chosen before triton is first imported.
+                importlib.import_module("nanoengine.attention.triton_backend")
             if part.module not in loaded:
                 loaded[part.module] = load_exercise(part.module, SOURCES[source])
             obj = getattr(loaded[part.module], part.name)
