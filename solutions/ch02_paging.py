@@ -29,14 +29,18 @@ def wasted_slots(seq_lens: Sequence[int], block_size: int) -> int:
 
 
 class BlockTable:
-    """Task 02.5: one growing row of block ids per running request."""
+    """Task 02.5: one growing row of block ids per running request.
+
+    Invariant: rows[req_id] lists the request's blocks in position order (token t sits in block
+    rows[req_id][t // block_size]); a row only grows, until the request finishes or is preempted.
+    """
 
     def __init__(self, block_size: int):
         self.block_size = block_size
         self.rows: dict[str, list[int]] = {}
 
     def add_row(self, req_id: str, block_ids: list[int]) -> None:
-        self.rows[req_id] = list(block_ids)
+        self.rows[req_id] = list(block_ids)  # a copy: the caller owns its list and may change it
 
     def append_row(self, req_id: str, block_ids: list[int]) -> None:
         self.rows[req_id].extend(block_ids)

@@ -2,17 +2,17 @@
 
 from types import SimpleNamespace
 
-from nanoengine import LLM, SamplingParams
-
 import pytest
 import torch
 
+from nanoengine import LLM, SamplingParams
 from nanoengine.attention import ContiguousKVCache, TorchBackend
 from nanoengine.attention.backend import AttentionMetadata
 from nanoengine.attention.backend import gather_kv as engine_gather_kv
 from nanoengine.attention.paged import PagedKVCache
 from nanoengine.config import LlamaConfig
 from nanoengine.core import KVCacheManager
+from nanoengine.course.kv_memory import greedy_generate
 from nanoengine.model import LlamaForCausalLM
 from nanoengine.model_runner import BlockTable
 from nanoengine.request import Request
@@ -161,14 +161,10 @@ def test_block_table_runs_the_engine(impl):
     params = SamplingParams(temperature=0, max_tokens=10, ignore_eos=True)
     prompts = [list(range(10 + 20 * i, 27 + 20 * i)) for i in range(3)]
 
-    def run(block_table_cls, num_blocks):
-        # 16 bytes per token per layer and head (K and V, head_dim 8, fp32), 2 layers, 2 KV heads, 4-token blocks
-        llm = LLM(model, block_size=4, kv_cache_memory_bytes=num_blocks * 4 * 2 * 2 * 2 * 8 * 4,
-                  max_num_batched_tokens=12, block_table_cls=block_table_cls)
-        outs = llm.generate(prompt_token_ids=prompts, sampling_params=params)
-        return [o.token_ids for o in outs], llm.get_stats().num_preemptions
-
-    tokens, preemptions = run(impl.BlockTable, 16)
-    assert preemptions > 0, "a 15-block pool cannot hold three 27-token requests: some are preempted"
-    roomy, _ = run(BlockTable, 64)
-    assert tokens == roomy, "the same tokens as a roomy run on the engine's own block table"
+    # 16 blocks of 4 tokens; a token's K and V take 2 x 2 layers x 2 KV heads x head_dim 8 x 4 bytes (fp32)
+    llm = LLM(model, block_size=4, kv_cache_memory_bytes=16 * 4 * 2 * 2 * 2 * 8 * 4, max_num_batched_tokens=12,
+              block_table_cls=impl.BlockTable, progress=False)
+    tokens = [o.token_ids for o in llm.generate(prompt_token_ids=prompts, sampling_params=params)]
+    assert llm.get_stats().num_preemptions > 0, "15 usable blocks cannot hold three 27-token requests at once"
+    alone = [greedy_generate(model, p, params.max_tokens).token_ids for p in prompts]  # no paging, no engine
+    assert tokens == alone, "the same tokens as each request run alone in one contiguous cache"
