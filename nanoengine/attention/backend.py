@@ -96,7 +96,7 @@ class TorchBackend:
     def decode(self, q, k_cache, v_cache, block_tables, seq_lens, scale, num_common_prefix_blocks=0):
         if num_common_prefix_blocks and q.shape[0] > 1:
             return self._cascade_decode(q, k_cache, v_cache, block_tables, seq_lens, scale, num_common_prefix_blocks)
-        keys, values, mask = _gather_padded(k_cache, v_cache, block_tables, seq_lens)
+        keys, values, mask = gather_padded(k_cache, v_cache, block_tables, seq_lens)
         out = _sdpa(q.unsqueeze(2), keys.transpose(1, 2), values.transpose(1, 2), mask[:, None, None, :], scale)
         return out.squeeze(2)
 
@@ -115,7 +115,7 @@ class TorchBackend:
         o1 = o1.view(hkv, b, -1, d).transpose(0, 1)
         lse1 = lse1.view(hkv, b, -1).transpose(0, 1)
         prefix_len = num_prefix_blocks * k_cache.shape[1]
-        sk, sv, mask = _gather_padded(k_cache, v_cache, block_tables[:, num_prefix_blocks:], seq_lens - prefix_len)
+        sk, sv, mask = gather_padded(k_cache, v_cache, block_tables[:, num_prefix_blocks:], seq_lens - prefix_len)
         o2, lse2 = _attend(qg, sk.transpose(1, 2), sv.transpose(1, 2), mask[:, None, None, :], scale)
         lse = torch.logaddexp(lse1, lse2)
         out = o1 * (lse1 - lse).exp()[..., None] + o2 * (lse2 - lse).exp()[..., None]
@@ -138,7 +138,7 @@ class TorchBackend:
         return out
 
 
-def _gather_padded(k_cache, v_cache, block_tables, seq_lens):
+def gather_padded(k_cache, v_cache, block_tables, seq_lens):
     """Each request's first seq_lens[b] tokens as [B, S, Hkv, D] copies padded to the longest, and the
     [B, S] mask of real positions."""
     block_size = k_cache.shape[1]
