@@ -5,6 +5,7 @@ Check your work with:   make grade CH=04
 
 from __future__ import annotations
 
+import struct  # noqa: F401  (turns token ids into bytes)
 from collections.abc import Sequence
 
 import xxhash

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from nanoengine.core import get_request_block_hasher  # noqa: F401  (task 08.4's hint uses it)
+from nanoengine.request import Request  # noqa: F401
+
 
 def hit_rate(outputs: Sequence) -> float:
     """Task 08.1: the prefix-cache hit rate of a run, in tokens.

@@ -8,9 +8,10 @@ Check your work with:   make grade CH=09
 
 from __future__ import annotations
 
+from collections import deque  # noqa: F401  (two queues make the eviction order of task 09.3)
 from collections.abc import Iterable, Sequence
 
-from nanoengine.core import KVCacheEvent
+from nanoengine.core import AllBlocksCleared, BlockRemoved, BlockStored, KVCacheEvent  # noqa: F401
 
 
 def longest_common_prefix(a: Sequence[int], b: Sequence[int]) -> int:

@@ -2,6 +2,7 @@
 fails on the untouched stubs with NotImplementedError, every task rejects at least two seeded bugs
 (tests/bugs/), and stubs and solutions have the same public functions, classes and method signatures."""
 
+import ast
 import importlib
 import inspect
 import runpy
@@ -109,3 +110,21 @@ def test_stub_and_solution_signatures_match(module):
                 assert inspect.signature(fn) == inspect.signature(_methods(other)[method]), f"{name}.{method}"
         else:
             assert inspect.signature(obj) == inspect.signature(other), name
+
+
+def _imported_names(path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {alias.asname or alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            names |= {alias.asname or alias.name for alias in node.names}
+    return names
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_stubs_import_what_their_solutions_need(module):
+    """A learner who pastes a worked function body into the stub must not meet a NameError."""
+    root = GRADED.parents[1]
+    missing = _imported_names(root / "solutions" / f"{module}.py") - _imported_names(root / "exercises" / f"{module}.py")
+    assert not missing, f"exercises/{module}.py lacks imports its solution uses: {sorted(missing)}"
