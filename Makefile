@@ -29,8 +29,10 @@ lab: setup
 	$(BIN)/jupyter lab --notebook-dir=notebooks --no-browser --ip=127.0.0.1 --port=$(PORT) \
 		$(if $(filter 0,$(shell id -u)),--allow-root)
 
+# Two workers, one per core; a notebook's cells stay together and in order (--dist loadfile).
 test: setup
-	$(BIN)/python -m pytest tests notebooks --nbval-lax --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider
+	$(BIN)/python -m pytest tests notebooks -n 2 --dist loadfile --nbval-lax \
+		--nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider
 
 test-fast: setup
 	$(BIN)/python -m pytest tests -m "not model and not reference" -q

@@ -9,7 +9,8 @@ import torch  # importing torch does not import triton
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-torch.set_num_threads(max(1, os.cpu_count() or 1))
+# Under pytest-xdist each worker has a core of its own; more threads would only contend.
+torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else max(1, os.cpu_count() or 1))
 
 # Graded suites run in their own processes (tests/test_grading.py), once per implementation.
 collect_ignore = [] if os.environ.get("NANOENGINE_IMPL") else ["graded"]
