@@ -17,6 +17,8 @@ import torch
 import triton  # noqa: F401  (triton.next_power_of_2 is what you need in the launchers)
 import triton.language as tl
 
+from nanoengine.attention.backend import KernelBackend
+
 
 @triton.jit
 def _store_kernel(k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, slot_ptr,
@@ -135,17 +137,9 @@ def paged_prefill(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     raise NotImplementedError
 
 
-class TritonBackend:
+class TritonBackend(KernelBackend):
     """Your kernels behind the engine's AttentionBackend seam: LLM(attention_backend=TritonBackend())
     runs every attention layer through them (given: the glue is not a task)."""
 
-    name = "triton (yours)"
-
-    def store_kvcache(self, k, v, k_cache, v_cache, slot_mapping):
-        store_kvcache(k, v, k_cache, v_cache, slot_mapping)
-
-    def decode(self, q, k_cache, v_cache, block_tables, seq_lens, scale, num_common_prefix_blocks=0):
-        return paged_decode(q, k_cache, v_cache, block_tables, seq_lens, scale)  # reads a shared prefix in place
-
-    def prefill(self, q, k_cache, v_cache, block_tables, query_start_loc, seq_lens, max_query_len, scale):
-        return paged_prefill(q, k_cache, v_cache, block_tables, query_start_loc, seq_lens, max_query_len, scale)
+    def __init__(self):
+        super().__init__("triton (yours)", store_kvcache, paged_decode, paged_prefill)

@@ -6,6 +6,8 @@ import torch
 import triton
 import triton.language as tl
 
+from nanoengine.attention.backend import KernelBackend
+
 
 @triton.jit
 def _store_kernel(k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, slot_ptr,
@@ -111,16 +113,8 @@ def paged_prefill(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     return paged_decode(q, k_cache, v_cache, tables, torch.tensor(lens, dtype=torch.int32, device=q.device), scale)
 
 
-class TritonBackend:
+class TritonBackend(KernelBackend):
     """The AttentionBackend seam on this module's kernels."""
 
-    name = "triton (yours)"
-
-    def store_kvcache(self, k, v, k_cache, v_cache, slot_mapping):
-        store_kvcache(k, v, k_cache, v_cache, slot_mapping)
-
-    def decode(self, q, k_cache, v_cache, block_tables, seq_lens, scale, num_common_prefix_blocks=0):
-        return paged_decode(q, k_cache, v_cache, block_tables, seq_lens, scale)  # reads a shared prefix in place
-
-    def prefill(self, q, k_cache, v_cache, block_tables, query_start_loc, seq_lens, max_query_len, scale):
-        return paged_prefill(q, k_cache, v_cache, block_tables, query_start_loc, seq_lens, max_query_len, scale)
+    def __init__(self):
+        super().__init__("triton (yours)", store_kvcache, paged_decode, paged_prefill)

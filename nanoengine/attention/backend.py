@@ -62,6 +62,26 @@ class AttentionBackend(Protocol):
         themselves: q [T, Hq, D] -> [T, Hq, D]. query_start_loc and seq_lens are relative to this call."""
 
 
+class KernelBackend:
+    """An AttentionBackend over three launchers with the Triton kernels' signatures: store_kvcache(k, v,
+    k_cache, v_cache, slot_mapping), paged_decode(q, k_cache, v_cache, block_tables, seq_lens, scale) and
+    paged_prefill(q, k_cache, v_cache, block_tables, query_start_loc, seq_lens, max_query_len, scale).
+    Chapter 03's TritonBackend puts a learner's kernels behind the engine's attention seam with it."""
+
+    def __init__(self, name: str, store_kvcache, paged_decode, paged_prefill):
+        self.name = name
+        self._store, self._decode, self._prefill = store_kvcache, paged_decode, paged_prefill
+
+    def store_kvcache(self, k, v, k_cache, v_cache, slot_mapping):
+        self._store(k, v, k_cache, v_cache, slot_mapping)
+
+    def decode(self, q, k_cache, v_cache, block_tables, seq_lens, scale, num_common_prefix_blocks=0):
+        return self._decode(q, k_cache, v_cache, block_tables, seq_lens, scale)  # reads a shared prefix in place
+
+    def prefill(self, q, k_cache, v_cache, block_tables, query_start_loc, seq_lens, max_query_len, scale):
+        return self._prefill(q, k_cache, v_cache, block_tables, query_start_loc, seq_lens, max_query_len, scale)
+
+
 def decode_step_bytes(seq_lens: list[int], num_heads: int, num_kv_heads: int, head_dim: int, elt: int,
                       table_width: int) -> int:
     """Bytes one decode step must move: K and V of every context token, q in and o out, the int32
