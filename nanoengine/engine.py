@@ -101,7 +101,7 @@ class LLMEngine:
     def step(self) -> list[RequestOutput]:
         """One forward pass. Returns the requests that finished in it."""
         start = time.perf_counter()
-        running_before = tuple(r.request_id for r in self.scheduler.running)
+        running_before = tuple(r.request_id for r in self.scheduler.running) if self.observers else ()
         so = self.scheduler.schedule()
         if not (so.total_num_scheduled_tokens or so.preempted_req_ids) and self.has_unfinished_requests():
             self._stalled()
