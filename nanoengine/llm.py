@@ -52,7 +52,8 @@ class LLM:
 
     CPU runs fp32 with the torch attention backend; CUDA runs bf16 with the Triton kernels.
     The KV pool is sized from `kv_cache_memory_bytes` (CPU default 512 MiB) or, on CUDA, from
-    `gpu_memory_utilization` of the memory left after loading the weights.
+    `gpu_memory_utilization` of the memory left after loading the weights. `num_gpu_blocks_override`
+    (vLLM's name) gives the pool's block count instead, null block included, whatever the dtype.
     Engines of the same checkpoint, device and dtype share one read-only model; each has its own KV pool.
 
     Every mechanism the course builds enters through its own seam, a Protocol beside the engine's
@@ -83,6 +84,7 @@ class LLM:
         max_num_batched_tokens: int = 2048,
         long_prefill_token_threshold: int = 0,
         kv_cache_memory_bytes: int | None = None,
+        num_gpu_blocks_override: int | None = None,
         gpu_memory_utilization: float = 0.9,
         max_model_len: int | None = None,
         attention_backend: str | AttentionBackend | None = None,
@@ -113,7 +115,14 @@ class LLM:
         self.backend = get_backend(backend) if isinstance(backend, str) else backend
         self.block_size = block_size
 
-        num_blocks = self._num_kv_blocks(kv_cache_memory_bytes, gpu_memory_utilization)
+        num_blocks = (self._num_kv_blocks(kv_cache_memory_bytes, gpu_memory_utilization)
+                      if num_gpu_blocks_override is None else num_gpu_blocks_override)
+        if num_blocks < 2:  # block 0 is the null block, so one usable block needs two
+            raise KVCacheTooSmallError(
+                f"The KV pool would hold {num_blocks} blocks of {block_size} tokens "
+                f"({self._bytes_per_block} bytes each); at least two are needed (one is the null block). "
+                f"Give num_gpu_blocks_override >= 2 or kv_cache_memory_bytes >= {2 * self._bytes_per_block}."
+            )
         self.kv_cache = PagedKVCache(self.config, num_blocks, block_size, self.backend, self.device, self.dtype)
         self.max_model_len = min(max_model_len or self.config.max_position_embeddings, self.config.max_position_embeddings)
         # A factory of two arguments (chapter 09's policies) still works when no queue is given.
@@ -142,14 +151,7 @@ class LLM:
             free, _ = torch.cuda.mem_get_info(self.device)
             budget = int(free * utilization)
         budget = DEFAULT_CPU_KV_BYTES if budget is None else budget
-        num_blocks = budget // self._bytes_per_block
-        if num_blocks < 2:  # block 0 is the null block, so one usable block needs two
-            raise KVCacheTooSmallError(
-                f"kv_cache_memory_bytes={budget} holds {num_blocks} KV blocks of {self._bytes_per_block} bytes "
-                f"({self.block_size} tokens each); at least two are needed (one is the null block). "
-                f"Give kv_cache_memory_bytes >= {2 * self._bytes_per_block}."
-            )
-        return num_blocks
+        return budget // self._bytes_per_block
 
     @property
     def num_kv_tokens(self) -> int:

@@ -70,7 +70,7 @@ def test_prefix_caching_off_matches_reference(reference):
 
 def test_tiny_pool_preempts_and_still_matches(reference):
     # 13 usable blocks (208 tokens) for 8 requests of ~70 tokens growing by 24: they cannot all fit.
-    llm = make_llm(kv_cache_memory_bytes=14 * 16 * 46080)
+    llm = make_llm(num_gpu_blocks_override=14)
     outs = llm.generate(_prompts(llm), GREEDY)
     assert llm.get_stats().num_preemptions > 0
     assert [o.token_ids for o in outs] == reference

@@ -13,7 +13,7 @@ OK = SamplingParams(temperature=0, max_tokens=4)
 @pytest.fixture(scope="module")
 def small():
     # 8 usable blocks (128 tokens) and max_model_len 100, so both limits are easy to cross.
-    return LLM(progress=False, kv_cache_memory_bytes=9 * 16 * 46080, max_model_len=100)
+    return LLM(progress=False, num_gpu_blocks_override=9, max_model_len=100)
 
 
 def assert_intact(llm):
@@ -47,14 +47,14 @@ def test_invalid_requests(small, call, match):
 
 
 def test_prompt_longer_than_the_kv_pool():
-    llm = LLM(progress=False, kv_cache_memory_bytes=4 * 16 * 46080)  # 3 usable blocks = 48 tokens
+    llm = LLM(progress=False, num_gpu_blocks_override=4)  # 3 usable blocks = 48 tokens
     with pytest.raises(InvalidRequestError, match="whole KV pool holds 48.*raise kv_cache_memory_bytes"):
         llm.generate(prompt_token_ids=[7] * 60, sampling_params=OK)
     assert_intact(llm)
 
 
 def test_output_that_outgrows_the_pool_is_capped_not_stuck():
-    llm = LLM(progress=False, kv_cache_memory_bytes=4 * 16 * 46080)
+    llm = LLM(progress=False, num_gpu_blocks_override=4)
     out = llm.generate(prompt_token_ids=[7] * 40, sampling_params=SamplingParams(temperature=0, max_tokens=30, ignore_eos=True))[0]
     assert out.finish_reason == "length" and len(out.token_ids) == 48 - 40 + 1
     assert_intact(llm)
@@ -84,3 +84,5 @@ def test_unknown_model_name():
 def test_kv_budget_below_one_block():
     with pytest.raises(KVCacheTooSmallError, match=r"kv_cache_memory_bytes >= 1474560"):
         LLM(progress=False, kv_cache_memory_bytes=1000)
+    with pytest.raises(KVCacheTooSmallError, match=r"num_gpu_blocks_override >= 2"):
+        LLM(progress=False, num_gpu_blocks_override=1)

@@ -1,10 +1,16 @@
-"""The quiz widget, driven from Python as nbval sees it."""
+"""The quiz widget, driven from Python as nbval sees it, and the chapters' quiz data files."""
+
+import json
+import re
+from pathlib import Path
 
 import pytest
 
-from nanoengine.course.quiz import Question, Quiz
+from nanoengine.course.quiz import QUIZ_DIR, Question, Quiz, chapter_quiz, load_questions
 
 Q = Question("2 + 2?", ("3", "4"), 1, ("3 is one short.", "4 it is."))
+NOTEBOOKS = sorted((Path(__file__).parents[1] / "notebooks").glob("0*.ipynb"))
+CHAPTERS = [nb.name[:2] for nb in NOTEBOOKS]
 
 
 def test_wrong_answer_explains_and_right_answer_confirms():
@@ -12,12 +18,37 @@ def test_wrong_answer_explains_and_right_answer_confirms():
     item = quiz.items[0]
     assert item.correct is None and "Pick an answer" in item.check()
     item.choose(0)
-    assert item.correct is False and item.check() == "✗ Not quite. 3 is one short."
+    assert item.correct is False and item.check() == "✗ Not quite: 3 is one short."
     item.choose(1)
     item.button.click()
-    assert item.correct is True and item.feedback.value == "✓ Right. 4 it is."
+    assert item.correct is True and item.feedback.value == "✓ Right: 4 it is."
 
 
 def test_question_needs_one_explanation_per_option():
     with pytest.raises(ValueError):
         Question("?", ("a", "b"), 0, ("only one",))
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_every_chapter_has_a_quiz_whose_feedback_does_not_repeat_the_verdict(chapter):
+    questions = load_questions(chapter)
+    assert len(questions) >= 4
+    for q in questions:
+        assert len(set(q.options)) == len(q.options), q.prompt
+        for why in q.why:
+            assert not re.match(r"(Right|Correct|Wrong)\b", why), f"{q.prompt}: the verdict is printed already"
+    item = chapter_quiz(chapter).items[0]
+    item.choose(item.question.answer)
+    assert item.check().startswith("✓ Right:")
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
+def test_no_notebook_source_shows_a_quiz_answer(notebook):
+    cells = json.loads(notebook.read_text())["cells"]
+    sources = "\n".join("".join(c["source"]) for c in cells)
+    assert "Question(" not in sources
+    assert f'chapter_quiz("{notebook.name[:2]}")' in sources
+
+
+def test_every_quiz_file_belongs_to_a_chapter():
+    assert sorted(p.stem for p in QUIZ_DIR.glob("*.json")) == CHAPTERS

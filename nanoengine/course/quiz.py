@@ -1,10 +1,21 @@
-"""Self-check quizzes: pick an answer, press Check, and a wrong answer explains itself."""
+"""Self-check quizzes: pick an answer, press Check, and a wrong answer explains itself.
+
+A chapter's questions live in `quizzes/NN.json`, not in the notebook, so that reading the quiz cell
+does not show the answer. The file holds two lists of questions:
+- "quiz": the end-of-chapter quiz, shown by `chapter_quiz("NN")`;
+- "predict": questions asked before a code cell runs, shown by `chapter_quiz("NN", "predict", i)`,
+  whose answer the next cell then measures.
+"""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 import ipywidgets as widgets
+
+QUIZ_DIR = Path(__file__).with_name("quizzes")
 
 
 @dataclass(slots=True, frozen=True)
@@ -47,7 +58,7 @@ class QuizItem:
             self.feedback.value = "Pick an answer first."
         else:
             why = self.question.why[self.question.options.index(self.choices.value)]
-            mark = "✓ Right." if self.correct else "✗ Not quite."
+            mark = "✓ Right:" if self.correct else "✗ Not quite:"
             self.feedback.value = f"{mark} {why}"
         return self.feedback.value
 
@@ -60,4 +71,20 @@ class Quiz:
     def _ipython_display_(self):
         from IPython.display import display
 
-        display(self.widget)
+        # The text form is what a saved notebook shows before its cell runs again.
+        bundle = self.widget._repr_mimebundle_()
+        bundle["text/plain"] = (f"Quiz: {len(self.items)} question(s). Run this cell to answer them "
+                                "(a saved widget comes alive only when its cell runs).")
+        display(bundle, raw=True)
+
+
+def load_questions(chapter: str, part: str = "quiz") -> list[Question]:
+    """The questions of `part` ("quiz" or "predict") in chapter `chapter`'s data file."""
+    data = json.loads((QUIZ_DIR / f"{chapter}.json").read_text(encoding="utf-8"))
+    return [Question(q["prompt"], tuple(q["options"]), q["answer"], tuple(q["why"])) for q in data[part]]
+
+
+def chapter_quiz(chapter: str, part: str = "quiz", index: int | None = None) -> Quiz:
+    """Chapter `chapter`'s quiz, or with index the one question `part[index]` (a predict-then-run)."""
+    questions = load_questions(chapter, part)
+    return Quiz(questions if index is None else [questions[index]])

@@ -173,7 +173,7 @@ def test_plugs_into_the_engine(impl):
     torch.set_num_threads(1)  # this process only: two threads on a busy 2-core machine run several times slower
     # 12 blocks of 8 tokens: the long prompt evicts cached blocks, and the later chats take the system
     # prompt's blocks back out of the middle of the free queue.
-    pool_kwargs = dict(kv_cache_memory_bytes=12 * 8 * 46_080, block_size=8, progress=False)
+    pool_kwargs = dict(num_gpu_blocks_override=12, block_size=8, progress=False)
     theirs = LLM(free_queue_cls=impl.FreeKVCacheBlockQueue, **pool_kwargs)
     engines = {"a plain list": LLM(free_queue_cls=ListQueue, **pool_kwargs), "yours": theirs}
     system = "You are a patient tutor. Answer in one short sentence."
