@@ -94,7 +94,8 @@ def test_block_aligned_fully_cached_prompt_recomputes_last_block(llm):
     assert_no_leak(llm)
 
 
-def test_stop_strings_streaming_and_stats(llm):
+def test_stop_strings_streaming_and_stats(llm, golden):
+    """Golden text, cpu/float32 (see tests/conftest.py)."""
     params = SamplingParams(temperature=0, max_tokens=32, stop=["Tokyo"])
     out = llm.chat("What is the capital of Japan?", params)
     assert out.text == "The capital of Japan is " and out.finish_reason == "stop"

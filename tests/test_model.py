@@ -119,7 +119,8 @@ def test_embedded_greedy_32_tokens_match_hf(llm, hf_model, question):
 
 
 @pytest.mark.model
-def test_capital_of_japan(llm):
-    out = llm.chat("What is the capital of Japan?", SamplingParams(temperature=0, max_tokens=32))
+def test_capital_of_japan(golden):
+    """Golden text, cpu/float32 (see tests/conftest.py)."""
+    out = golden.chat("What is the capital of Japan?", SamplingParams(temperature=0, max_tokens=32))
     assert out.text == "The capital of Japan is Tokyo."
     assert out.finish_reason == "stop"

@@ -25,9 +25,9 @@ import triton
 import triton.language as tl
 
 DOT_MIN = 16  # the GPU compiler rejects tl.dot operands with a dimension below 16
-# KV tokens per decode tile: several cache blocks gathered through the table. Compiled for sm_90,
-# 64 tokens at d128 bf16 take ~80 registers and ~39 KB of shared memory (5 programs per SM); 128
-# doubles both and halves occupancy.
+# KV tokens per decode tile: several cache blocks gathered through the table. Compiled offline
+# (bench/kernels_offline.py, bf16, 4 warps), a 64-token tile takes 64 registers at SmolLM2's d64 and
+# 96 (sm_90) to 114 (sm_80) at d128, no spills, and 21-40 KB of shared memory: 4 to 8 programs per SM.
 DECODE_BLOCK_N = 64
 PREFILL_BLOCK_M = 64  # one Hopper warpgroup MMA (M=64) with 4 warps
 PREFILL_BLOCK_N = 64
@@ -66,6 +66,18 @@ def _store_kernel(
 
 
 @triton.jit
+def _row_ptrs(base, rows, HEAD_DIM: tl.constexpr):
+    """Pointers to HEAD_DIM contiguous elements at each offset of `rows`: a [len(rows), HEAD_DIM] tile.
+
+    The launchers guarantee (_aligned) a 16-byte aligned base and row offsets of whole 16-byte
+    units; saying so lets the compiler load each row in 16-byte vectors whatever Triton's launch
+    specialisation inferred. Without it one 64-bit address per element filled ~210 registers.
+    """
+    ptrs = base + rows[:, None] + tl.arange(0, HEAD_DIM)[None, :]
+    return tl.max_contiguous(tl.multiple_of(ptrs, [16, 16]), [1, HEAD_DIM])
+
+
+@triton.jit
 def _load_kv_tile(cache_ptr, table_ptr, n, n_mask, kv_head, s_b, s_t, s_h, HEAD_DIM: tl.constexpr,
                   BLOCK_SIZE: tl.constexpr):
     """K or V rows of token positions n ([BLOCK_N]) of one request: a [BLOCK_N, HEAD_DIM] tile.
@@ -73,10 +85,11 @@ def _load_kv_tile(cache_ptr, table_ptr, n, n_mask, kv_head, s_b, s_t, s_h, HEAD_
     A tile may span several cache blocks; each token looks up its own block id. Masked tokens read
     nothing (0), so the table's null-block padding and the tail of the last block are never touched.
     """
-    block = tl.load(table_ptr + n // BLOCK_SIZE, mask=n_mask, other=0).to(tl.int64)
-    d = tl.arange(0, HEAD_DIM)
-    rows = block * s_b + (n % BLOCK_SIZE) * s_t + kv_head * s_h
-    return tl.load(cache_ptr + rows[:, None] + d[None, :], mask=n_mask[:, None], other=0.0)
+    block = tl.load(table_ptr + n // BLOCK_SIZE, mask=n_mask, other=0)
+    # int64 only for the block's base: block * s_b overflows int32 on a pool of a few GiB, while the
+    # offset inside a block is small.
+    rows = block.to(tl.int64) * s_b + ((n % BLOCK_SIZE) * s_t + kv_head * s_h)
+    return tl.load(_row_ptrs(cache_ptr, rows, HEAD_DIM), mask=n_mask[:, None], other=0.0)
 
 
 @triton.jit
@@ -121,7 +134,7 @@ def _decode_kernel(
     d = tl.arange(0, HEAD_DIM)
     heads = kv_head * GROUP + g
     g_mask = g < GROUP
-    q = tl.load(q_ptr + seq * s_qb + heads[:, None] * s_qh + d[None, :], mask=g_mask[:, None], other=0.0)
+    q = tl.load(_row_ptrs(q_ptr, seq * s_qb + heads * s_qh, HEAD_DIM), mask=g_mask[:, None], other=0.0)
 
     m_i = tl.full([GROUP_PAD], float("-inf"), tl.float32)
     l_i = tl.zeros([GROUP_PAD], tl.float32)
@@ -141,7 +154,7 @@ def _decode_kernel(
         tl.store(out_ptr + row[:, None] * HEAD_DIM + d[None, :], acc, mask=g_mask[:, None])
     else:
         out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
-        dst = out_ptr + seq * s_ob + heads[:, None] * s_oh + d[None, :]
+        dst = _row_ptrs(out_ptr, seq * s_ob + heads * s_oh, HEAD_DIM)
         tl.store(dst, out.to(out_ptr.dtype.element_ty), mask=g_mask[:, None])
 
 
@@ -197,11 +210,10 @@ def _prefill_kernel(
     prefix_len = seq_len - q_len
 
     i = tile * BLOCK_M + tl.arange(0, BLOCK_M)
-    d = tl.arange(0, HEAD_DIM)
     i_mask = i < q_len
     tokens = (q_start + i).to(tl.int64)
     pos = prefix_len + i
-    q = tl.load(q_ptr + tokens[:, None] * s_qt + head * s_qh + d[None, :], mask=i_mask[:, None], other=0.0)
+    q = tl.load(_row_ptrs(q_ptr, tokens * s_qt + head * s_qh, HEAD_DIM), mask=i_mask[:, None], other=0.0)
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
@@ -219,8 +231,15 @@ def _prefill_kernel(
         m_i, l_i, acc = _online_softmax_step(q, k, v, causal, m_i, l_i, acc, qk_scale, DOT_PRECISION)
 
     out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
-    tl.store(out_ptr + tokens[:, None] * s_ot + head * s_oh + d[None, :],
+    tl.store(_row_ptrs(out_ptr, tokens * s_ot + head * s_oh, HEAD_DIM),
              out.to(out_ptr.dtype.element_ty), mask=i_mask[:, None])
+
+
+def prefill_num_warps(head_dim: int) -> int:
+    """A [BLOCK_M, head_dim] fp32 accumulator spread over 4 warps is 64 registers a thread at d128,
+    and with the q tile and scores it spilled on sm_80 (bench/results/kernels_offline.json): 8 warps
+    halve it."""
+    return NUM_WARPS * 2 if head_dim >= 128 else NUM_WARPS
 
 
 def _dot_precision(dtype: torch.dtype) -> str:
@@ -232,15 +251,22 @@ def _is_pow2(x: int, at_least: int) -> bool:
     return x >= at_least and x & (x - 1) == 0
 
 
+def _rows_aligned(x: torch.Tensor) -> bool:
+    """What _row_ptrs promises the compiler: contiguous rows at 16-byte aligned offsets."""
+    size = x.element_size()
+    return x.stride(-1) == 1 and x.data_ptr() % 16 == 0 and all(s * size % 16 == 0 for s in x.stride()[:-1])
+
+
 def _check_cache(k_cache: torch.Tensor, v_cache: torch.Tensor) -> None:
-    assert k_cache.shape == v_cache.shape and k_cache.stride(-1) == 1 and v_cache.stride(-1) == 1
+    assert k_cache.shape == v_cache.shape and _rows_aligned(k_cache) and _rows_aligned(v_cache), \
+        "caches need a contiguous last dim and 16-byte aligned rows"
     block_size, head_dim = k_cache.shape[1], k_cache.shape[3]
     assert _is_pow2(block_size, 8), "block_size must be a power of two >= 8"
     assert _is_pow2(head_dim, 16), "head_dim must be a power of two >= 16"
 
 
-def _last_dim_contiguous(x: torch.Tensor) -> torch.Tensor:
-    return x if x.stride(-1) == 1 else x.contiguous()
+def _aligned(x: torch.Tensor) -> torch.Tensor:
+    return x if _rows_aligned(x) else x.clone(memory_format=torch.contiguous_format)
 
 
 def store_kvcache(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -250,7 +276,7 @@ def store_kvcache(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cac
     num_tokens, num_kv_heads, head_dim = k.shape
     if num_tokens == 0:
         return
-    k, v = _last_dim_contiguous(k), _last_dim_contiguous(v)
+    k, v = _aligned(k), _aligned(v)
     _store_kernel[(num_tokens,)](
         k, v, k_cache, v_cache, slot_mapping,
         k.stride(0), k.stride(1), v.stride(0), v.stride(1),
@@ -296,7 +322,7 @@ def paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, 
     assert _is_pow2(block_n, DOT_MIN), "block_n must be a power of two >= 16"
     num_seqs, num_heads, head_dim = q.shape
     block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
-    q = _last_dim_contiguous(q)
+    q = _aligned(q)
     out = torch.empty_like(q)
     if num_seqs == 0:
         return out
@@ -344,7 +370,7 @@ def paged_prefill(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     _check_cache(k_cache, v_cache)
     assert _is_pow2(block_m, DOT_MIN) and _is_pow2(block_n, DOT_MIN), "tiles must be powers of two >= 16"
     num_tokens, num_heads, head_dim = q.shape
-    q = _last_dim_contiguous(q)
+    q = _aligned(q)
     out = torch.empty_like(q)
     num_reqs = seq_lens.shape[0]
     if num_tokens == 0 or num_reqs == 0:
@@ -355,6 +381,6 @@ def paged_prefill(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1), block_tables.stride(0),
         *k_cache.stride()[:3], *v_cache.stride()[:3],
         GROUP=group, HEAD_DIM=head_dim, BLOCK_SIZE=k_cache.shape[1], BLOCK_M=block_m, BLOCK_N=block_n,
-        DOT_PRECISION=_dot_precision(q.dtype), num_warps=NUM_WARPS, num_stages=NUM_STAGES,
+        DOT_PRECISION=_dot_precision(q.dtype), num_warps=prefill_num_warps(head_dim), num_stages=NUM_STAGES,
     )
     return out

@@ -25,6 +25,7 @@ from nanoengine.attention.triton_kernels import (
     DECODE_BLOCK_N,
     PREFILL_BLOCK_M,
     PREFILL_BLOCK_N,
+    _aligned,
     _online_softmax_step,
     choose_num_splits,
     paged_decode,
@@ -188,6 +189,28 @@ def test_decode_split_k(num_splits):
 def test_decode_head_dim_64_smollm2_heads():
     c = decode_case([17, 33], num_kv_heads=3, group=3, head_dim=64)
     assert_close(run_decode(c, block_n=16), reference_decode(c), CPU_TOL)
+
+
+def _misaligned(x: torch.Tensor) -> torch.Tensor:
+    """The same values at a data pointer 4 bytes past a 16-byte boundary."""
+    flat = torch.empty(x.numel() + 1, dtype=x.dtype)
+    view = flat[1:].view(x.shape)
+    view.copy_(x)
+    assert view.data_ptr() % 16 != 0
+    return view
+
+
+def test_misaligned_queries_are_copied_not_misread():
+    """_row_ptrs tells the compiler every row starts 16-byte aligned; the launchers must make it so."""
+    c = decode_case([17, 33], num_kv_heads=2, group=2)
+    assert _aligned(_misaligned(c.q)).data_ptr() % 16 == 0 and _aligned(c.q) is c.q
+    assert_close(paged_decode(_misaligned(c.q), c.k_cache, c.v_cache, c.block_tables, c.seq_lens, c.scale,
+                              block_n=16), reference_decode(c), CPU_TOL)
+    p = prefill_case([(5, 20), (1, 33)], num_kv_heads=2, group=2)
+    assert_close(paged_prefill(_misaligned(p.q), p.k_cache, p.v_cache, p.block_tables, p.query_start_loc,
+                               p.seq_lens, p.max_query_len, p.scale), reference_prefill(p), CPU_TOL)
+    with pytest.raises(AssertionError, match="16-byte aligned"):
+        paged_decode(c.q, _misaligned(c.k_cache), c.v_cache, c.block_tables, c.seq_lens, c.scale)
 
 
 @pytest.mark.parametrize("num_splits", [1, 3])
