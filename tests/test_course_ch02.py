@@ -107,3 +107,21 @@ def test_text_view_agrees_with_the_grid(pool_map):
     assert text.splitlines()[0] == pool_map.summary()
     assert grid_text(block_states(pool_map.engine.kv_cache_manager), 8) in text
     assert text.splitlines()[1].split("|")[1].split()[0] == "##", "block 0 shows as the null block"
+
+
+def test_step_is_disabled_when_the_story_ends_and_reset_replays_it(pool_map):
+    first = pool_map.text()
+    while not pool_map.ended:
+        assert not pool_map.step_button.disabled
+        pool_map.step_button.click()
+    assert pool_map.step_button.disabled and "no unfinished requests" in pool_map.tables.value
+    pool_map.reset_button.click()
+    assert not pool_map.step_button.disabled and pool_map.num_steps == 0
+    assert pool_map.summary() == first.splitlines()[0]  # block ids may differ: the free queue's order moved
+    assert_matches_pool(pool_map)
+
+
+def test_legend_shows_every_request_colour():
+    from nanoengine.course.pool_map import _REQUEST_COLORS, legend_html
+
+    assert all(c in legend_html() for c in _REQUEST_COLORS)

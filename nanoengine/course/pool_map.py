@@ -19,7 +19,7 @@ from nanoengine.core import KVCacheManager
 # One color per request id (modulo); the four non-request states get colors no request uses.
 _REQUEST_COLORS = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1", "#9c755f", "#edc948", "#76b7b2")
 _STATE_STYLE = {
-    "null": ("#333333", "null block: pads block tables, never holds a token"),
+    "null": ("#333333", "null block: never given out, stands in where a table has no real block (here: padding)"),
     "shared": ("#ff5fa2", "held by several requests (ref_cnt > 1)"),
     "cached": ("#c7e9c0", "free, hash kept: a request with the same prefix can take it back"),
     "free": ("#f2f2f2", "free, no hash"),
@@ -113,10 +113,10 @@ def _cell(s: BlockState) -> str:
 
 
 def legend_html() -> str:
-    items = [f"<span style='background:{c};padding:0 8px;border:1px solid #999'>&nbsp;</span> {t}"
-             for c, t in _STATE_STYLE.values()]
-    items.insert(0, "<span style='background:#4e79a7;padding:0 8px'>&nbsp;</span> held by one request "
-                    "(the number is its id)")
+    swatch = "<span style='background:{};padding:0 8px;border:1px solid #999'>&nbsp;</span>"
+    held = "".join(swatch.format(c) for c in _REQUEST_COLORS)
+    items = [f"{held} held by one request (one colour per request; the number is its id)"]
+    items += [f"{swatch.format(c)} {t}" for c, t in _STATE_STYLE.values()]
     return "<div style='font:11px sans-serif'>" + " &nbsp; ".join(items) + "</div>"
 
 
@@ -139,13 +139,14 @@ class PoolMap:
 
     `arrivals[k]` lists (prompt_token_ids, SamplingParams) to add before the widget's k-th step
     (k counts from 0), so a scripted story replays the same way on every run. `step()`,
-    `step_button.click()` and `text()` drive and read it from Python, which is how the tests and
-    nbval see it.
+    `step_button.click()`, `reset()` and `text()` drive and read it from Python, which is how the
+    tests and nbval see it. Step is disabled once the story has ended; Reset replays it.
     """
 
     def __init__(self, engine, arrivals: dict[int, Iterable[tuple]] | None = None, columns: int = 16):
         self.engine = engine
-        self.arrivals = {k: list(v) for k, v in (arrivals or {}).items()}
+        self.story = {k: list(v) for k, v in (arrivals or {}).items()}
+        self.arrivals = dict(self.story)
         self.columns = columns
         self.num_steps = 0
         self.finished: list[str] = []
@@ -156,7 +157,10 @@ class PoolMap:
         self.step_button = widgets.Button(description="Step", button_style="primary",
                                           tooltip="run one real engine step")
         self.step_button.on_click(lambda _: self.step())
-        self.widget = widgets.VBox([widgets.HBox([self.step_button, self.status]), self.grid,
+        self.reset_button = widgets.Button(description="Reset", tooltip="finish what runs, clear the prefix "
+                                           "cache and start the story again")
+        self.reset_button.on_click(lambda _: self.reset())
+        self.widget = widgets.VBox([widgets.HBox([self.step_button, self.reset_button, self.status]), self.grid,
                                     widgets.HTML(legend_html()), self.tables])
         self._add_arrivals()
         self.refresh()
@@ -167,13 +171,30 @@ class PoolMap:
 
     def step(self) -> None:
         """Run one engine step (if anything is left to run), then redraw from the pool."""
+        if not self.engine.has_unfinished_requests() and self.arrivals:
+            self.num_steps = min(self.arrivals)  # idle until the next arrival: skip to it
+            self._add_arrivals()
         if self.engine.has_unfinished_requests():
             self.finished = [out.request_id for out in self.engine.step()]
             self.num_steps += 1
             self._add_arrivals()
         self.refresh()
 
+    def reset(self) -> None:
+        """Run what is left to its end, clear the prefix cache and replay the story from step 0."""
+        while self.engine.has_unfinished_requests():
+            self.engine.step()
+        self.engine.kv_cache_manager.reset_prefix_cache()
+        self.arrivals, self.num_steps, self.finished = dict(self.story), 0, []
+        self._add_arrivals()
+        self.refresh()
+
+    @property
+    def ended(self) -> bool:
+        return not self.engine.has_unfinished_requests() and not self.arrivals
+
     def refresh(self) -> None:
+        self.step_button.disabled = self.ended
         self.states = block_states(self.engine.kv_cache_manager)
         self.grid.value = grid_html(self.states, self.columns)
         self.tables.value = "<pre style='font-size:11px;margin:0'>" + html.escape("\n".join(
