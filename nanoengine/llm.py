@@ -115,14 +115,7 @@ class LLM:
         self.backend = get_backend(backend) if isinstance(backend, str) else backend
         self.block_size = block_size
 
-        num_blocks = (self._num_kv_blocks(kv_cache_memory_bytes, gpu_memory_utilization)
-                      if num_gpu_blocks_override is None else num_gpu_blocks_override)
-        if num_blocks < 2:  # block 0 is the null block, so one usable block needs two
-            raise KVCacheTooSmallError(
-                f"The KV pool would hold {num_blocks} blocks of {block_size} tokens "
-                f"({self._bytes_per_block} bytes each); at least two are needed (one is the null block). "
-                f"Give num_gpu_blocks_override >= 2 or kv_cache_memory_bytes >= {2 * self._bytes_per_block}."
-            )
+        num_blocks = self._num_kv_blocks(kv_cache_memory_bytes, gpu_memory_utilization, num_gpu_blocks_override)
         self.kv_cache = PagedKVCache(self.config, num_blocks, block_size, self.backend, self.device, self.dtype)
         self.max_model_len = min(max_model_len or self.config.max_position_embeddings, self.config.max_position_embeddings)
         # A factory of two arguments (chapter 09's policies) still works when no queue is given.
@@ -146,12 +139,22 @@ class LLM:
     def _bytes_per_block(self) -> int:
         return PagedKVCache.bytes_per_block(self.config, self.block_size, self.dtype)
 
-    def _num_kv_blocks(self, budget: int | None, utilization: float) -> int:
-        if budget is None and self.device.type == "cuda":
-            free, _ = torch.cuda.mem_get_info(self.device)
-            budget = int(free * utilization)
-        budget = DEFAULT_CPU_KV_BYTES if budget is None else budget
-        return budget // self._bytes_per_block
+    def _num_kv_blocks(self, budget: int | None, utilization: float, override: int | None = None) -> int:
+        if override is not None:
+            num_blocks = override
+        else:
+            if budget is None and self.device.type == "cuda":
+                free, _ = torch.cuda.mem_get_info(self.device)
+                budget = int(free * utilization)
+            budget = DEFAULT_CPU_KV_BYTES if budget is None else budget
+            num_blocks = budget // self._bytes_per_block
+        if num_blocks < 2:  # block 0 is the null block, so one usable block needs two
+            raise KVCacheTooSmallError(
+                f"The KV pool would hold {num_blocks} blocks of {self.block_size} tokens "
+                f"({self._bytes_per_block} bytes each); at least two are needed (one is the null block). "
+                f"Give num_gpu_blocks_override >= 2 or kv_cache_memory_bytes >= {2 * self._bytes_per_block}."
+            )
+        return num_blocks
 
     @property
     def num_kv_tokens(self) -> int:
