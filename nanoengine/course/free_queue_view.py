@@ -202,11 +202,11 @@ class FreeQueueView:
         self.make_lab, self.story = make_lab, tuple(story)
         self.step_button = widgets.Button(description="Step", button_style="primary",
                                           tooltip="play the next action of the scripted story")
-        self.allocate_button = widgets.Button(description="allocate request",
+        self.allocate_button = widgets.Button(description="allocate request", layout={"width": "auto"},
                                               tooltip="a request with new tokens: blocks come from the head")
-        self.chat_button = widgets.Button(description="touch cached prefix",
+        self.chat_button = widgets.Button(description="touch cached prefix", layout={"width": "auto"},
                                           tooltip="a chat that starts with the shared system prompt")
-        self.free_button = widgets.Button(description="free oldest request")
+        self.free_button = widgets.Button(description="free oldest request", layout={"width": "auto"})
         self.reset_button = widgets.Button(description="Reset")
         self.step_button.on_click(lambda _: self.step())
         self.allocate_button.on_click(lambda _: self.act(FreeQueueLab.allocate_request))

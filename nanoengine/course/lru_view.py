@@ -1,8 +1,10 @@
-"""Chapter 06's LRU view: seed 000's eviction timeline replayed on the real pool, and the free
+"""Chapter 06's LRU view: a published eviction timeline replayed on the real pool, and the free
 policy of older vLLM releases, to measure what vLLM 0.33's change buys.
 
-`SeedTimeline` runs the seed's t=0..t=6 story through the engine's own Scheduler and KVCacheManager
-(block size 4, the null block plus 10 blocks, so the seed's blocks 0-9 are our 1-10). `LRUView` is
+The timeline is the t=0..t=6 story of the blog post "vLLM v1 Prefix Caching: Hash Chains, LRU
+Eviction, and Hit Rate Optimization" (series "vLLM v1 & Omni Internals"). `EvictionTimeline` runs it
+through the engine's own Scheduler and KVCacheManager (block size 4, the null block plus 10 blocks,
+so the post's blocks 0-9 are our 1-10). `LRUView` is
 its widget: Step moves one t forward, and the table shows every block's ref_cnt, short hash, place
 in the free queue and whether it was just evicted, all read from the live pool.
 
@@ -154,41 +156,42 @@ def views_text(views: list[BlockView]) -> str:
     ])
 
 
-# ---- seed 000's timeline ----------------------------------------------------------------------
+# ---- the blog post's timeline -------------------------------------------------------------------
 SYSTEM_PROMPT = tuple(range(100, 116))  # 16 tokens: four full blocks of 4
 
 
 @dataclass(frozen=True, slots=True)
-class SeedStep:
-    """What seed 000 says happens at time t (in its own block ids), and where the engine differs."""
+class TimelineStep:
+    """What the post says happens at time t (in its own block ids), and where the engine differs."""
 
     t: int
-    seed_says: str
+    post_says: str
     engine_differs: str
 
 
-SEED_STEPS = (
-    SeedStep(0, "A brings the system prompt: blocks 0-3 are allocated, filled and put in the cache, "
+TIMELINE_STEPS = (
+    TimelineStep(0, "A brings the system prompt: blocks 0-3 are allocated, filled and put in the cache, "
                 "each with ref_count 1.",
              "Same four blocks, numbered 1-4: block 0 is the engine's null block and never holds tokens."),
-    SeedStep(1, "A completes: blocks 0-3 drop to ref_count 0 and join the LRU's tail, "
+    TimelineStep(1, "A completes: blocks 0-3 drop to ref_count 0 and join the LRU's tail, "
                 "oldest first: LRU = [0, 1, 2, 3].",
              "No separate LRU: one free queue holds never-used and cached blocks alike. The request is "
              "freed last block first, so its root (1) sits behind its tail (4) and is evicted last."),
-    SeedStep(2, "B brings the same system prompt: lookup matches blocks 0-3, which go back to "
+    TimelineStep(2, "B brings the same system prompt: lookup matches blocks 0-3, which go back to "
                 "ref_count 1 and leave the LRU (now empty).",
-             "The lookup only reads; allocate_slots takes the references once the whole prompt fits. "
+             "The lookup takes no reference (by default it only counts itself in the prefix-cache stats); "
+             "allocate_slots takes the references once the whole prompt fits. "
              "B has 2 tokens of its own, which need a new block (5). A B that were just the 16-token "
              "prompt would hit 3 blocks, not 4: the last token is always recomputed for its logits."),
-    SeedStep(3, "C brings a different prompt: no hit; free blocks 4-7 are allocated.",
+    TimelineStep(3, "C brings a different prompt: no hit; free blocks 4-7 are allocated.",
              "C gets 6-9, since block 5 went to B. Never-cached blocks come first because nothing "
              "cached sits ahead of them in the queue; no eviction yet."),
-    SeedStep(4, "B completes: blocks 0-3 re-enter the LRU at the tail: LRU = [0, 1, 2, 3].",
+    TimelineStep(4, "B completes: blocks 0-3 re-enter the LRU at the tail: LRU = [0, 1, 2, 3].",
              "B's partial block 5 has no hash: it goes to the head, to be reused first. The chain "
              "goes to the tail, last block first."),
-    SeedStep(5, "C completes: blocks 4-7 join the LRU: LRU = [0, 1, 2, 3, 4, 5, 6, 7].",
+    TimelineStep(5, "C completes: blocks 4-7 join the LRU: LRU = [0, 1, 2, 3, 4, 5, 6, 7].",
              "Same ages, but each chain is reversed: the queue reads [unhashed..., 4, 3, 2, 1, 9, 8, 7, 6]."),
-    SeedStep(6, "A new request needs 6 blocks and only 2 are free: it takes them, then evicts blocks "
+    TimelineStep(6, "A new request needs 6 blocks and only 2 are free: it takes them, then evicts blocks "
                 "0, 1, 2, 3, the system prompt, from the LRU head. The next request with that prompt "
                 "pays the full prefill.",
              "With 6 blocks the same four go, but tail first (4, 3, 2, 1). Ask for fewer blocks with the "
@@ -197,12 +200,12 @@ SEED_STEPS = (
 )
 
 
-class SeedTimeline:
-    """Seed 000's t=0..t=6 on the engine's Scheduler and KVCacheManager.
+class EvictionTimeline:
+    """The post's t=0..t=6 on the engine's Scheduler and KVCacheManager.
 
     `step()` runs the next t; `did` says what the engine did, `evicted` lists the blocks that lost
     their hash in that step, in eviction order. `e_blocks` is how many blocks the request at t=6
-    needs (6 in the seed).
+    needs (6 in the post).
     """
 
     block_size = 4
@@ -223,11 +226,11 @@ class SeedTimeline:
 
     @property
     def done(self) -> bool:
-        return self.t == len(SEED_STEPS) - 1
+        return self.t == len(TIMELINE_STEPS) - 1
 
     @property
-    def seed_step(self) -> SeedStep | None:
-        return SEED_STEPS[self.t] if self.t >= 0 else None
+    def timeline_step(self) -> TimelineStep | None:
+        return TIMELINE_STEPS[self.t] if self.t >= 0 else None
 
     def step(self) -> None:
         """Run the next t (nothing after t=6) and record what it evicted from the pool's events."""
@@ -275,12 +278,12 @@ _ACTIONS = (
 )
 
 
-def timeline_text(timeline: SeedTimeline) -> str:
-    """What the widget shows, as plain text: the step, the seed's claim, the engine's state."""
-    step = timeline.seed_step
+def timeline_text(timeline: EvictionTimeline) -> str:
+    """What the widget shows, as plain text: the step, the post's claim, the engine's state."""
+    step = timeline.timeline_step
     lines = [f"t={step.t}" if step else "before t=0"]
     if step:
-        lines.append(f"seed 000: {step.seed_says}")
+        lines.append(f"the post: {step.post_says}")
     lines.append(f"engine:   {timeline.did}")
     if timeline.evicted:
         lines.append(f"evicted:  {timeline.evicted}, in this order (* below: the hash shown is the new owner's)")
@@ -323,14 +326,14 @@ _LEGEND = ("<div style='font:11px sans-serif'>blue: held (ref &gt; 0) &nbsp; gre
 
 
 class LRUView:
-    """Step through seed 000's timeline on the real pool.
+    """Step through the blog post's eviction timeline on the real pool.
 
     `step()`, `reset()`, `step_button.click()` and `e_slider.value = n` drive it from Python (that
     is how the tests and nbval see it); `text()` is the same picture in plain text.
     """
 
     def __init__(self, e_blocks: int = 6):
-        self.timeline = SeedTimeline(e_blocks)
+        self.timeline = EvictionTimeline(e_blocks)
         self.step_button = widgets.Button(description="Step", button_style="primary", tooltip="run the next t")
         self.reset_button = widgets.Button(description="Reset", tooltip="back to before t=0")
         self.e_slider = widgets.IntSlider(value=e_blocks, min=1, max=10, description="E's blocks",
@@ -354,16 +357,16 @@ class LRUView:
 
     def _replay(self, t: int) -> None:
         # The story is deterministic: rebuilding it up to t shows the same state with the new slider value.
-        self.timeline = SeedTimeline(self.e_slider.value)
+        self.timeline = EvictionTimeline(self.e_slider.value)
         while self.timeline.t < t:
             self.timeline.step()
         self.refresh()
 
     def refresh(self) -> None:
-        tl, step = self.timeline, self.timeline.seed_step
+        tl, step = self.timeline, self.timeline.timeline_step
         rows = [f"<b>{f't={step.t}' if step else 'before t=0'}</b>"]
         if step:
-            rows.append(f"<i>seed 000:</i> {html.escape(step.seed_says)}")
+            rows.append(f"<i>the post:</i> {html.escape(step.post_says)}")
         rows.append(f"<i>engine:</i> {html.escape(tl.did)}")
         if step:
             rows.append(f"<i>differs:</i> {html.escape(step.engine_differs)}")
