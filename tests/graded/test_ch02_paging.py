@@ -161,8 +161,8 @@ def test_block_table_runs_the_engine(impl):
     params = SamplingParams(temperature=0, max_tokens=10, ignore_eos=True)
     prompts = [list(range(10 + 20 * i, 27 + 20 * i)) for i in range(3)]
 
-    # 16 blocks of 4 tokens; a token's K and V take 2 x 2 layers x 2 KV heads x head_dim 8 x 4 bytes (fp32)
-    llm = LLM(model, block_size=4, kv_cache_memory_bytes=16 * 4 * 2 * 2 * 2 * 8 * 4, max_num_batched_tokens=12,
+    # 16 blocks of 4 tokens, counted in blocks so that the size holds in any dtype
+    llm = LLM(model, block_size=4, num_gpu_blocks_override=16, max_num_batched_tokens=12,
               block_table_cls=impl.BlockTable, progress=False)
     tokens = [o.token_ids for o in llm.generate(prompt_token_ids=prompts, sampling_params=params)]
     assert llm.get_stats().num_preemptions > 0, "15 usable blocks cannot hold three 27-token requests at once"

@@ -280,7 +280,7 @@ def test_serves_the_engine(impl):
     def serve(**parts):
         # 8 usable blocks of 4 tokens: request 2 (22 + 6 tokens) takes 7 of them and evicts all cached
         # blocks but the one at the free queue's tail, the system prompt's root
-        llm = LLM(model, block_size=4, kv_cache_memory_bytes=9 * 4 * 2 * 2 * 2 * 8 * 4, **parts)
+        llm = LLM(model, block_size=4, num_gpu_blocks_override=9, **parts)
         outs = [llm.generate(prompt_token_ids=p, sampling_params=params)[0] for p in prompts]
         return llm, outs
 

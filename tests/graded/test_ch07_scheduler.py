@@ -175,13 +175,12 @@ def test_runs_the_engine(impl):
     from nanoengine.model import LlamaForCausalLM
 
     model = LlamaForCausalLM.random(LlamaConfig.tiny(), seed=0, std=0.2)  # outputs that depend on the context
-    block_bytes = 2 * 2 * 2 * 8 * 4 * 4  # K and V, 2 layers, 2 KV heads, head_dim 8, fp32, 4 tokens
     params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
     load = {0: [(list(range(10 + 10 * i, 23 + 10 * i)), params) for i in range(3)],
             2: [(list(range(200, 206)), params)]}
 
     def run(scheduler_cls, num_blocks):
-        llm = LLM(model, block_size=4, kv_cache_memory_bytes=num_blocks * block_bytes,
+        llm = LLM(model, block_size=4, num_gpu_blocks_override=num_blocks,
                   max_num_batched_tokens=16, scheduler_cls=scheduler_cls)
         return record_run(llm.engine, load)
 
