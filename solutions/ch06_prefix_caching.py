@@ -39,7 +39,8 @@ class BlockPool(EngineBlockPool):
             for block in blocks:  # undo, so a double free changes nothing
                 block.ref_cnt += 1
             raise ValueError("double free: a block has no reference left to drop")
-        freed = [block for block in blocks if block.ref_cnt == 0]
+        # dict.fromkeys: a block listed twice (two references dropped) is queued once.
+        freed = list(dict.fromkeys(block for block in blocks if block.ref_cnt == 0))
         # Nothing can hit an unhashed block: reuse it first. A hashed one may still serve a later prefix.
         self.free_block_queue.prepend_n([block for block in freed if block.block_hash is None])
         self.free_block_queue.append_n([block for block in freed if block.block_hash is not None])

@@ -289,23 +289,23 @@ class BlockPool:
     def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock]) -> None:
         """Drop one reference on each block; blocks reaching 0 become free.
 
-        Pass a request's blocks in reverse order, each at most once. Unhashed
-        blocks go to the head (their content is worthless, reuse them first);
-        cached ones go to the tail in the given order, so a chain's last
-        block is evicted before its root. A block already at ref_cnt 0 raises
+        Pass a request's blocks in reverse order. Unhashed blocks go to the
+        head (their content is worthless, reuse them first); cached ones go to
+        the tail in the given order, so a chain's last block is evicted before
+        its root. A block listed twice drops two references and is queued once,
+        when it reaches 0. Dropping a reference a block does not have raises
         ValueError and nothing changes.
         """
         blocks = [block for block in ordered_blocks if not block.is_null]
-        for block in blocks:
-            block.ref_cnt -= 1
         unhashed: list[KVCacheBlock] = []
         hashed: list[KVCacheBlock] = []
-        for block in blocks:
-            ref_cnt = block.ref_cnt
+        # One pass: a block reaches 0 exactly once, so it is queued exactly once.
+        for i, block in enumerate(blocks):
+            ref_cnt = block.ref_cnt = block.ref_cnt - 1
             if ref_cnt == 0:
                 (unhashed if block._block_hash is None else hashed).append(block)
             elif ref_cnt < 0:
-                for b in blocks:
+                for b in blocks[: i + 1]:
                     b.ref_cnt += 1
                 raise ValueError(
                     f"Double free: block {block.block_id} has no reference left "

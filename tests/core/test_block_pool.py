@@ -261,3 +261,12 @@ def test_collision_mode_needs_token_ids():
     pool = BlockPool(3, enable_caching=True, check_hash_collisions=True)
     with pytest.raises(ValueError, match="pass the block's token ids"):
         pool.get_cached_block(b"h")
+
+
+def test_a_block_listed_twice_drops_two_references_and_is_queued_once():
+    pool = BlockPool(6, True, 4)
+    blocks = pool.get_new_blocks(1)
+    pool.touch(blocks)  # ref_cnt 2: two requests hold it
+    pool.free_blocks([blocks[0], blocks[0]])
+    assert blocks[0].ref_cnt == 0 and pool.get_num_free_blocks() == 5
+    assert [b.block_id for b in pool.free_block_queue.get_all_free_blocks()].count(blocks[0].block_id) == 1
