@@ -39,7 +39,7 @@ test-fast: setup
 
 grade: setup
 	@test -n "$(CH)" || (echo "usage: make grade CH=04 (one chapter) or CH=all (the whole course)" && exit 2)
-	$(BIN)/python -m nanoengine.course.grading $(CH)
+	$(BIN)/python -m nanoengine.course.grading $(CH) $(if $(STRICT),--strict)
 
 bench: setup
 	$(BIN)/python -m nanoengine bench

@@ -128,3 +128,11 @@ def test_stubs_import_what_their_solutions_need(module):
     root = GRADED.parents[1]
     missing = _imported_names(root / "solutions" / f"{module}.py") - _imported_names(root / "exercises" / f"{module}.py")
     assert not missing, f"exercises/{module}.py lacks imports its solution uses: {sorted(missing)}"
+
+
+def test_the_learners_grade_command_exits_0_with_open_tasks_and_strict_mode_does_not():
+    from nanoengine.course.grading import main
+
+    assert main(["00"]) == 0  # the stubs: every task open, a scorecard, no "Error 1" from make
+    assert main(["00", "exercises", "--strict"]) == 1
+    assert main(["00", "solutions", "--strict"]) == 0
