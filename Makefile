@@ -14,6 +14,9 @@ PIP := $(BIN)/python -m pip --disable-pip-version-check
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml Makefile
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "nanoengine needs Python 3.11 or newer, \
+	and $(PYTHON) is $$($(PYTHON) --version 2>&1). Install one (python.org, pyenv or conda), then run \
+	make PYTHON=python3.11 (or its path)."; exit 1; }
 	@echo "==> creating $(VENV) with $$($(PYTHON) --version)"
 	$(PYTHON) -m venv $(VENV)
 	@echo "==> installing torch, then the other pinned dependencies (first run: about a minute)"

