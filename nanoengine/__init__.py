@@ -10,6 +10,7 @@ _EXPORTS = {
     "LLM": "nanoengine.llm",
     "SamplingParams": "nanoengine.sampling_params",
     "RequestOutput": "nanoengine.outputs",
+    "CompletionOutput": "nanoengine.outputs",
     "LlamaConfig": "nanoengine.config",
     "NanoEngineError": "nanoengine.errors",
     "ModelNotFoundError": "nanoengine.errors",

@@ -14,7 +14,7 @@ from typing import Protocol
 from nanoengine.core import BlockTokensHasher, KVCacheManagerInterface, PrefixCacheStats, get_hash_fn_by_name, get_request_block_hasher
 from nanoengine.errors import EngineStalledError
 from nanoengine.model_runner import ModelRunner
-from nanoengine.outputs import RequestOutput
+from nanoengine.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from nanoengine.request import Request, RequestStatus
 from nanoengine.sampling_params import SamplingParams
 from nanoengine.scheduler import SchedulerInterface, SchedulerOutput
@@ -52,6 +52,7 @@ class _OutputState:
     text: str = ""
     first_token_time: float | None = None
     finish_reason: str | None = None
+    stop_reason: str | None = None
 
 
 class StepObserver(Protocol):
@@ -138,18 +139,20 @@ class LLMEngine:
         for stop in request.sampling_params.stop:
             if (cut := text.find(stop)) >= 0:
                 text = text[:cut]
-                state.finish_reason = "stop"
+                state.finish_reason, state.stop_reason = "stop", stop
         state.text = text
         return state.finish_reason is not None and not RequestStatus.is_finished(request.status)
 
     def _finish(self, request: Request, now: float) -> RequestOutput:
         state = self.outputs.pop(request.request_id)
+        completion = CompletionOutput(
+            index=0, text=state.text, token_ids=list(request.output_token_ids),
+            finish_reason=state.finish_reason or _FINISH_REASONS[request.status], stop_reason=state.stop_reason,
+        )
         return RequestOutput(
             request_id=request.request_id, prompt=state.prompt, prompt_token_ids=request.prompt_token_ids,
-            text=state.text, token_ids=list(request.output_token_ids),
-            finish_reason=state.finish_reason or _FINISH_REASONS[request.status],
-            num_cached_tokens=max(request.num_cached_tokens, 0), arrival_time=request.arrival_time,
-            first_token_time=state.first_token_time or now, finish_time=now,
+            outputs=[completion], num_cached_tokens=max(request.num_cached_tokens, 0),
+            metrics=RequestMetrics(request.arrival_time, state.first_token_time or now, now),
         )
 
     def _record(self, so) -> PrefixCacheStats | None:

@@ -1,28 +1,87 @@
-"""What generate() returns, named as in vLLM's RequestOutput."""
+"""What generate() returns, shaped as vLLM's `RequestOutput` and `CompletionOutput` (vllm/outputs.py).
+
+`out.outputs[0].text` runs on both engines. A request here has one completion, so RequestOutput also
+offers documented aliases for it: `text`, `token_ids` and `finish_reason` read `outputs[0]`, and
+`arrival_time`, `first_token_time`, `finish_time` read `metrics`. vLLM's v1 metrics object is
+`RequestStateStats` with its own clock fields; ours keeps the three times the course measures.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class CompletionOutput:
+    """One completion of a request, vLLM's field names.
+
+    finish_reason: "stop" (EOS or a stop string) or "length" (max_tokens reached); None while running.
+    stop_reason: the stop string that ended it, None for EOS or a length cap (as in vLLM).
+    cumulative_logprob and logprobs stay None: nanoengine does not compute them.
+    """
+
+    index: int
+    text: str
+    token_ids: list[int]
+    cumulative_logprob: float | None = None
+    logprobs: list | None = None
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+
+@dataclass(slots=True)
+class RequestMetrics:
+    """When the request arrived, produced its first token and finished: time.perf_counter() seconds."""
+
+    arrival_time: float
+    first_token_time: float
+    finish_time: float
 
 
 @dataclass(slots=True)
 class RequestOutput:
-    """One finished request. Times are time.perf_counter() seconds.
+    """One finished request, vLLM's field names.
 
-    finish_reason: "stop" (EOS or a stop string) or "length" (max_tokens reached).
     num_cached_tokens: prompt tokens whose K/V came from the prefix cache instead of prefill.
+    prompt_logprobs stays None: nanoengine does not compute it.
     """
 
     request_id: str
     prompt: str | None
     prompt_token_ids: list[int]
-    text: str
-    token_ids: list[int]
-    finish_reason: str
+    outputs: list[CompletionOutput]
     num_cached_tokens: int
-    arrival_time: float
-    first_token_time: float
-    finish_time: float
+    metrics: RequestMetrics
+    finished: bool = True
+    prompt_logprobs: list | None = field(default=None)
+
+    # ---- aliases for the single completion and the metrics (nanoengine's short forms) ----------
+    @property
+    def text(self) -> str:
+        return self.outputs[0].text
+
+    @property
+    def token_ids(self) -> list[int]:
+        return self.outputs[0].token_ids
+
+    @property
+    def finish_reason(self) -> str | None:
+        return self.outputs[0].finish_reason
+
+    @property
+    def arrival_time(self) -> float:
+        return self.metrics.arrival_time
+
+    @property
+    def first_token_time(self) -> float:
+        return self.metrics.first_token_time
+
+    @property
+    def finish_time(self) -> float:
+        return self.metrics.finish_time
 
     @property
     def ttft(self) -> float:

@@ -151,3 +151,19 @@ def test_cache_salt_isolates_tenants(llm, prompts):
     assert llm.generate(prompts[0], GREEDY, cache_salt="bob")[0].num_cached_tokens == 0
     assert llm.generate(prompts[0], GREEDY, cache_salt="alice")[0].num_cached_tokens > 0
     assert_no_leak(llm)
+
+
+def test_outputs_have_vllms_shape_and_the_short_forms_are_aliases(llm, golden):
+    from nanoengine import CompletionOutput, RequestOutput
+
+    out = llm.generate(llm.apply_chat_template("What is the capital of Japan?"),
+                       SamplingParams(temperature=0, max_tokens=32, stop=["Tokyo"]))[0]
+    assert isinstance(out, RequestOutput) and out.finished and out.prompt_logprobs is None
+    (completion,) = out.outputs
+    assert isinstance(completion, CompletionOutput) and completion.index == 0 and completion.finished()
+    assert completion.text == out.text == "The capital of Japan is " and completion.stop_reason == "Tokyo"
+    assert completion.token_ids == out.token_ids and completion.finish_reason == out.finish_reason == "stop"
+    assert completion.cumulative_logprob is None and completion.logprobs is None
+    assert out.metrics.arrival_time == out.arrival_time <= out.metrics.first_token_time <= out.metrics.finish_time
+    capped = llm.generate("Once upon a time", SamplingParams(temperature=0, max_tokens=3))[0]
+    assert capped.outputs[0].finish_reason == "length" and capped.outputs[0].stop_reason is None
