@@ -18,7 +18,7 @@ from nanoengine.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from nanoengine.request import Request, RequestStatus
 from nanoengine.sampling_params import SamplingParams
 from nanoengine.scheduler import SchedulerInterface, SchedulerOutput
-from nanoengine.tokenizer import Tokenizer
+from nanoengine.tokenizer import IncrementalDetokenizer, Tokenizer
 
 _FINISH_REASONS = {
     RequestStatus.FINISHED_STOPPED: "stop",
@@ -49,10 +49,16 @@ class EngineStats:
 class _OutputState:
     request: Request
     prompt: str | None
-    text: str = ""
+    detokenizer: IncrementalDetokenizer | None
     first_token_time: float | None = None
     finish_reason: str | None = None
     stop_reason: str | None = None
+    stop_at: int | None = None  # where a stop string begins: the text ends there
+
+    @property
+    def text(self) -> str:
+        """The completion so far, cut before a stop string."""
+        return self.detokenizer.text[: self.stop_at] if self.detokenizer else ""
 
 
 class StepObserver(Protocol):
@@ -92,7 +98,8 @@ class LLMEngine:
             block_hasher=self.block_hasher, cache_salt=cache_salt, priority=priority,
             arrival_time=time.perf_counter(),
         )
-        self.outputs[req_id] = _OutputState(request, prompt)
+        detokenizer = IncrementalDetokenizer(self.tokenizer) if self.tokenizer else None
+        self.outputs[req_id] = _OutputState(request, prompt, detokenizer)
         self.scheduler.add_request(request)
         return req_id
 
@@ -135,12 +142,18 @@ class LLMEngine:
         state = self.outputs[req_id]
         request = state.request
         state.first_token_time = state.first_token_time or now
-        text = self.tokenizer.decode(request.output_token_ids) if self.tokenizer else ""
-        for stop in request.sampling_params.stop:
-            if (cut := text.find(stop)) >= 0:
-                text = text[:cut]
-                state.finish_reason, state.stop_reason = "stop", stop
-        state.text = text
+        stops = request.sampling_params.stop
+        if state.detokenizer is None or not (new := state.detokenizer.update(request.output_token_ids)) or not stops:
+            return False
+        # No stop string was in the text before this step, so a match ends in the new part: search a
+        # window that starts where the longest stop could begin. Stops stay exact across tokens, and
+        # the earliest match wins.
+        window = state.detokenizer.tail(len(new) + max(map(len, stops)) - 1)
+        matches = [(i, stop) for stop in stops if (i := window.find(stop)) >= 0]
+        if matches:
+            i, stop = min(matches)
+            state.stop_at = state.detokenizer.num_chars - len(window) + i
+            state.finish_reason, state.stop_reason = "stop", stop
         return state.finish_reason is not None and not RequestStatus.is_finished(request.status)
 
     def _finish(self, request: Request, now: float) -> RequestOutput:

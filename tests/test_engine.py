@@ -167,3 +167,13 @@ def test_outputs_have_vllms_shape_and_the_short_forms_are_aliases(llm, golden):
     assert out.metrics.arrival_time == out.arrival_time <= out.metrics.first_token_time <= out.metrics.finish_time
     capped = llm.generate("Once upon a time", SamplingParams(temperature=0, max_tokens=3))[0]
     assert capped.outputs[0].finish_reason == "length" and capped.outputs[0].stop_reason is None
+
+
+def test_detokenizing_never_decodes_the_whole_output_and_stops_span_tokens(llm, golden, monkeypatch):
+    def whole_decode(*args, **kwargs):
+        raise AssertionError("the engine decoded the whole output again (O(n^2) over a generation)")
+
+    monkeypatch.setattr(llm.tokenizer, "decode", whole_decode)
+    # "of Ja" starts inside one token and ends inside another.
+    out = llm.chat("What is the capital of Japan?", SamplingParams(temperature=0, max_tokens=32, stop=["of Ja"]))
+    assert out.text == "The capital " and out.outputs[0].stop_reason == "of Ja"

@@ -51,3 +51,30 @@ def test_chat_template_equals_hf(llm, hf_tokenizer):
         ours = llm.tokenizer.apply_chat_template(messages)
         assert ours == hf_tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         assert ours.endswith("<|im_start|>assistant\n")
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_incremental_detokenizer_equals_a_full_decode_at_every_complete_character(llm, text):
+    from nanoengine.tokenizer import IncrementalDetokenizer
+
+    ids = llm.tokenizer.encode(text * 3)
+    detokenizer = IncrementalDetokenizer(llm.tokenizer)
+    for n in range(1, len(ids) + 1):
+        full = llm.tokenizer.decode(ids[:n])
+        detokenizer.update(ids[:n])
+        streamed = detokenizer.text
+        # A prefix that ends inside a multi-byte character decodes to U+FFFD; the stream waits instead.
+        assert streamed == full or (full.endswith("\ufffd") and full.startswith(streamed))
+    assert detokenizer.text == llm.tokenizer.decode(ids)
+
+
+def test_incremental_detokenizer_tail_reads_the_last_characters(llm):
+    from nanoengine.tokenizer import IncrementalDetokenizer
+
+    ids = llm.tokenizer.encode(TEXTS[2] * 2)
+    detokenizer = IncrementalDetokenizer(llm.tokenizer)
+    for n in range(1, len(ids) + 1):
+        detokenizer.update(ids[:n])
+    text = detokenizer.text
+    assert detokenizer.num_chars == len(text)
+    assert [detokenizer.tail(k) for k in (0, 1, 7, 500)] == ["", text[-1:], text[-7:], text]
