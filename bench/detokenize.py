@@ -21,6 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from nanoengine.bench import machine_info  # noqa: E402
 from nanoengine.model_loader import unpacked_folder  # noqa: E402
 from nanoengine.tokenizer import IncrementalDetokenizer, Tokenizer  # noqa: E402
 from tqdm import tqdm  # noqa: E402
@@ -75,7 +76,7 @@ def main() -> None:
     print(f"stream step at {LENGTHS[-1]} tokens / at {LENGTHS[0]}: {flat:.2f}")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps({
-        "machine": platform.processor() or platform.machine(), "python": platform.python_version(),
+        "machine": machine_info(), "python": platform.python_version(),
         "method": "median of 41 repeats per length; stream = mean DecodeStream step over tokens n-31..n",
         "stream_step_growth_100_to_2000": round(flat, 2), "rows": rows,
     }, indent=1) + "\n")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import time
@@ -174,9 +175,9 @@ def main(argv: list[str] | None = None) -> dict:
     report = {
         "workload": {"system_prompt_tokens": system_tokens, "users": n, "max_tokens": args.max_tokens,
                      "prompt_tokens": [len(llm_tok.encode(p)) for p in prompts]},
-        "machine": {"device": str(device), "name": torch.cuda.get_device_name(device) if device.type == "cuda"
-                    else platform.processor() or platform.machine(), "torch_threads": torch.get_num_threads(),
-                    "dtype": str(dtype), "torch": torch.__version__},
+        "machine": {"device": str(device), **machine_info(),
+                    "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+                    "torch_threads": torch.get_num_threads(), "dtype": str(dtype), "torch": torch.__version__},
         "results": results,
     }
     _print_table(report)
@@ -187,10 +188,32 @@ def main(argv: list[str] | None = None) -> dict:
     return report
 
 
+VECTOR_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16", "asimd", "sve")
+
+
+def machine_info() -> dict:
+    """The CPU a benchmark ran on: its ratios against HF depend on it. The vector extensions decide
+    which GEMM kernels oneDNN and MKL pick (an AVX2-only core gains nothing from packed weights)."""
+    cpu, flags = platform.processor() or platform.machine(), set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name":
+                    cpu = value.strip()
+                elif key.strip() in ("flags", "Features") and not flags:
+                    flags = set(value.split())
+    except OSError:
+        pass
+    return {"cpu": cpu, "cpu_count": os.cpu_count(), "vector_extensions": [f for f in VECTOR_FLAGS if f in flags],
+            "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(), "platform": platform.platform()}
+
+
 def _print_table(report: dict) -> None:
     w = report["workload"]
     print(f"\nchatbot workload: {w['users']} users, {w['system_prompt_tokens']}-token system prompt, "
-          f"<= {w['max_tokens']} new tokens each, on {report['machine']['device']}")
+          f"<= {w['max_tokens']} new tokens each, on {report['machine']['device']} ({report['machine']['cpu']}, "
+          f"{report['machine']['cpu_count']} cores, {' '.join(report['machine']['vector_extensions'])})")
     print(f"{'':22}{'TTFT p50':>10}{'TTFT p90':>10}{'vs HF':>8}{'hit rate':>10}{'tok/s':>9}{'vs HF':>8}{'= HF':>6}")
     for name, r in report["results"].items():
         hit = "-" if r["prefix_hit_rate"] is None else f"{100 * r['prefix_hit_rate']:.0f}%"

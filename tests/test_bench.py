@@ -21,6 +21,8 @@ def test_bench_smoke(tmp_path, capsys):
     assert results["nanoengine_cache_off"]["prefix_hit_rate"] == 0
     assert all(r["same_tokens_as_hf"] for r in results.values())
     assert "TTFT p50" in capsys.readouterr().out
+    machine = report["machine"]
+    assert machine["cpu"] and machine["cpu_count"] >= 1 and isinstance(machine["vector_extensions"], list)
 
 
 def test_readme_quotes_the_committed_engine_benchmark():
