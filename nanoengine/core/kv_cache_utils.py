@@ -327,7 +327,15 @@ class FreeKVCacheBlockQueue:
         self.num_free_blocks -= 1
 
     def append(self, block: KVCacheBlock) -> None:
-        self.append_n((block,))
+        # Linked in place rather than through append_n: for one block the tuple and the loop cost
+        # as much as the links themselves (remove + append 297 -> 190 ns, bench/block_pool.py).
+        tail = self.fake_free_list_tail
+        last = tail.prev_free_block
+        last.next_free_block = block
+        block.prev_free_block = last
+        block.next_free_block = tail
+        tail.prev_free_block = block
+        self.num_free_blocks += 1
 
     def append_n(self, blocks: Sequence[KVCacheBlock]) -> None:
         """Append blocks at the tail, keeping their order."""
