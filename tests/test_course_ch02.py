@@ -1,7 +1,6 @@
 """Chapter 02's pool map: what the widget displays is the pool's real state, step after step."""
 
 import re
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -27,7 +26,7 @@ def tiny_engine() -> LLMEngine:
     cache = PagedKVCache(config, NUM_BLOCKS, BLOCK_SIZE, TorchBackend())
     runner = ModelRunner(LlamaForCausalLM.random(config, seed=0), cache, torch.device("cpu"))
     scheduler = Scheduler(SchedulerConfig(max_model_len=256), KVCacheManager(BLOCK_SIZE, NUM_BLOCKS))
-    return LLMEngine(runner, scheduler, SimpleNamespace(eos_token_id=None, decode=lambda ids: ""))
+    return LLMEngine(runner, scheduler, None)
 
 
 def greedy(n: int) -> SamplingParams:

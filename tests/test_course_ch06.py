@@ -1,7 +1,6 @@
 """Chapter 06's LRU view shows the pool's real state at every t, and its policy tools measure the engine."""
 
 import re
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -121,7 +120,7 @@ def tiny_engine(pool):
     cache = PagedKVCache(config, pool.num_gpu_blocks, 16, TorchBackend())
     runner = ModelRunner(LlamaForCausalLM.random(config, seed=0), cache, torch.device("cpu"))
     scheduler = Scheduler(SchedulerConfig(max_num_seqs=4), KVCacheManager(16, pool))
-    return LLMEngine(runner, scheduler, SimpleNamespace(eos_token_id=None, decode=lambda ids: ""))
+    return LLMEngine(runner, scheduler, None)
 
 
 @pytest.mark.parametrize("factory", [BlockPool, old_pool])

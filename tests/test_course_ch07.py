@@ -1,7 +1,6 @@
 """Chapter 07's step timeline records what the real scheduler did, step by step, and the widget
 shows the recorded step it is set to."""
 
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -32,7 +31,7 @@ def tiny_engine(policy="fcfs") -> LLMEngine:
     runner = ModelRunner(LlamaForCausalLM.random(config, seed=0), cache, torch.device("cpu"))
     scheduler = Scheduler(SchedulerConfig(max_num_batched_tokens=BUDGET, policy=policy, max_model_len=256),
                           KVCacheManager(BS, NUM_BLOCKS))
-    return LLMEngine(runner, scheduler, SimpleNamespace(eos_token_id=None, decode=lambda ids: ""))
+    return LLMEngine(runner, scheduler, None)
 
 
 class _Spy:

@@ -58,14 +58,6 @@ class _ModelFreeRunner:
         return {r: 0 for r in so.num_scheduled_tokens if reqs[r].num_computed_tokens >= reqs[r].num_tokens}
 
 
-class _NoTokenizer:
-    eos_token_id = None  # token 0 never ends a request early: max_tokens does
-
-    @staticmethod
-    def decode(token_ids) -> str:
-        return ""
-
-
 class ModelFreeReplica:
     """An engine without a model: `.engine` is a real LLMEngine over a real Scheduler and pool."""
 
@@ -74,7 +66,7 @@ class ModelFreeReplica:
         manager = KVCacheManager(block_size, block_pool(num_blocks, True))
         config = SchedulerConfig(max_num_batched_tokens, long_prefill_token_threshold=long_prefill_token_threshold)
         scheduler = Scheduler(config, manager)
-        self.engine = LLMEngine(_ModelFreeRunner(scheduler), scheduler, _NoTokenizer())
+        self.engine = LLMEngine(_ModelFreeRunner(scheduler), scheduler, None)  # no tokenizer: max_tokens ends requests
 
     def get_stats(self):
         return self.engine.stats
