@@ -15,7 +15,7 @@ BUGS = [
      "self.free_block_queue.append_n([block for block in freed if block.block_hash is None])"),
     ("06.2", "hashed blocks to the head", "self.free_block_queue.append_n([block for block in freed if block.block_hash is not None])",
      "self.free_block_queue.prepend_n([block for block in freed if block.block_hash is not None])"),
-    ("06.2b", "every freed block goes to the queue, shared ones too", "freed = [block for block in blocks if block.ref_cnt == 0]",
+    ("06.2b", "every freed block goes to the queue, shared ones too", "freed = list(dict.fromkeys(block for block in blocks if block.ref_cnt == 0))",
      "freed = blocks"),
     ("06.2b", "a double free goes unnoticed", "        if any(block.ref_cnt < 0 for block in blocks):\n", "        if False:\n"),
     ("06.2b", "free leaves the request's entry behind", "        blocks = self.req_to_blocks.pop(request.request_id, [])\n",
