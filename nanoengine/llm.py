@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import weakref
@@ -17,7 +18,7 @@ from nanoengine.errors import InvalidRequestError, KVCacheTooSmallError
 from nanoengine.model import LlamaForCausalLM
 from nanoengine.model_loader import read_config, read_weights, unpacked_folder
 from nanoengine.model_runner import BlockTable, BlockTableInterface, ModelRunner
-from nanoengine.outputs import RequestOutput
+from nanoengine.outputs import RequestMetrics, RequestOutput
 from nanoengine.sampling_params import SamplingParams
 from nanoengine.scheduler import Scheduler, SchedulerConfig, SchedulerInterface
 from nanoengine.tokenizer import Tokenizer
@@ -44,6 +45,21 @@ def resolve_device(device: str | torch.device) -> torch.device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(device)
+
+
+def merge_samples(samples: list[RequestOutput]) -> RequestOutput:
+    """One RequestOutput for the n samples of a prompt: completion i is sample i, and the times
+    span all of them (first arrival, first token, last finish)."""
+    if len(samples) == 1:
+        return samples[0]
+    first = samples[0]
+    times = [s.metrics for s in samples]
+    return dataclasses.replace(
+        first,
+        outputs=[dataclasses.replace(s.outputs[0], index=i) for i, s in enumerate(samples)],
+        metrics=RequestMetrics(min(t.arrival_time for t in times), min(t.first_token_time for t in times),
+                               max(t.finish_time for t in times)),
+    )
 
 
 class LLM:
@@ -179,17 +195,19 @@ class LLM:
         """
         batch = self._prepare(prompts, prompt_token_ids)
         params = self._params_per_prompt(sampling_params, len(batch))
-        ids = [self.engine.add_request(tokens, p, prompt=text, priority=priority, cache_salt=cache_salt)
-               for (text, tokens), p in zip(batch, params)]
+        # n > 1: n child requests per prompt; the first to be scheduled caches the prompt's full
+        # blocks and the others hit them, so the prompt is held once (vLLM v1 fans out the same way).
+        ids = [[self.engine.add_request(tokens, p.child(i), prompt=text, priority=priority, cache_salt=cache_salt)
+                for i in range(p.n)] for (text, tokens), p in zip(batch, params)]
         done: dict[str, RequestOutput] = {}
         from tqdm.auto import tqdm
 
-        with tqdm(total=len(ids), desc="Generating", unit="req", disable=not progress) as bar:
+        with tqdm(total=sum(map(len, ids)), desc="Generating", unit="req", disable=not progress) as bar:
             while self.engine.has_unfinished_requests():
                 finished = self.engine.step()
                 done.update((o.request_id, o) for o in finished)
                 bar.update(len(finished))
-        return [done[i] for i in ids]
+        return [merge_samples([done[i] for i in children]) for children in ids]
 
     def chat(self, messages: list[dict] | str, sampling_params: SamplingParams | None = None) -> RequestOutput:
         """One assistant reply to `messages` ([{"role", "content"}], or a single user string)."""
@@ -205,7 +223,10 @@ class LLM:
     def stream(self, prompt: str, sampling_params: SamplingParams | None = None) -> Iterator[str]:
         """Yield the completion's text piece by piece while the engine steps."""
         (text, tokens), = self._prepare(prompt, None)
-        req_id = self.engine.add_request(tokens, sampling_params or SamplingParams(), prompt=text)
+        params = sampling_params or SamplingParams()
+        if params.n != 1:
+            raise InvalidRequestError("stream() yields one completion; use generate() for n > 1.")
+        req_id = self.engine.add_request(tokens, params, prompt=text)
         emitted = ""
         while True:
             finished = {o.request_id: o for o in self.engine.step()}

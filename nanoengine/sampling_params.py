@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from nanoengine.errors import InvalidRequestError
 
@@ -20,6 +20,8 @@ class SamplingParams:
     seed: makes a sampled request reproducible, independent of what else is in the batch.
     stop: strings that end the output (not included in it).
     ignore_eos: keep going past the end-of-sequence token (for benchmarks).
+    n: how many completions to sample from the prompt. They run as n requests that share the
+    prompt's KV blocks through the prefix cache; with a seed, sample i uses seed + i (as vLLM does).
     Invalid values raise InvalidRequestError at construction, before anything is queued.
     """
 
@@ -30,6 +32,7 @@ class SamplingParams:
     seed: int | None = None
     stop: list[str] = field(default_factory=list)
     ignore_eos: bool = False
+    n: int = 1
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -45,8 +48,15 @@ class SamplingParams:
             raise InvalidRequestError(f"top_p must be in (0, 1], got {self.top_p}. Use 1.0 to disable it.")
         if not isinstance(self.top_k, int) or self.top_k == 0 or self.top_k < -1:
             raise InvalidRequestError(f"top_k must be -1 (disabled) or >= 1, got {self.top_k!r}.")
+        if not isinstance(self.n, int) or self.n < 1:
+            raise InvalidRequestError(f"n must be an integer >= 1 (completions per prompt), got {self.n!r}.")
         if any(not isinstance(s, str) or not s for s in self.stop):
             raise InvalidRequestError(f"stop must be non-empty strings, got {self.stop!r}.")
+
+    def child(self, index: int) -> SamplingParams:
+        """The parameters of sample `index` of n: n = 1, and seed + index when seeded (vLLM's
+        ParentRequest._get_child_sampling_params)."""
+        return replace(self, n=1, seed=None if self.seed is None else self.seed + index)
 
     @property
     def greedy(self) -> bool:

@@ -18,6 +18,7 @@ from nanoengine.sampling_params import SamplingParams
         ({"top_k": 0}, "top_k must be -1"),
         ({"top_k": -2}, "top_k must be -1"),
         ({"stop": [""]}, "stop must be non-empty"),
+        ({"n": 0}, "n must be an integer >= 1"),
     ],
 )
 def test_invalid_params_raise_one_documented_error(kwargs, match):
@@ -27,7 +28,7 @@ def test_invalid_params_raise_one_documented_error(kwargs, match):
 
 def test_defaults_mirror_vllm():
     p = SamplingParams(stop="###")
-    assert (p.temperature, p.top_p, p.top_k, p.max_tokens, p.stop) == (1.0, 1.0, -1, 16, ["###"])
+    assert (p.temperature, p.top_p, p.top_k, p.max_tokens, p.stop, p.n) == (1.0, 1.0, -1, 16, ["###"], 1)
     assert SamplingParams(temperature=0).greedy and not p.greedy
 
 
@@ -51,3 +52,41 @@ def test_greedy_and_seeded_sampling_are_reproducible():
     assert a[0] == int(logits[0].argmax())
     b = sample(logits, params, [None, make_generator(7), make_generator(7)])
     assert a == b
+
+
+def _held(llm) -> int:
+    pool = llm.engine.kv_cache_manager.block_pool
+    return pool.num_gpu_blocks - 1 - pool.get_num_free_blocks()
+
+
+def _peak_blocks(llm, prompts, params) -> int:
+    for prompt in prompts:
+        for i in range(params.n):
+            llm.engine.add_request(prompt, params.child(i))
+    peak = 0
+    while llm.engine.has_unfinished_requests():
+        llm.engine.step()
+        peak = max(peak, _held(llm))
+    return peak
+
+
+def test_n_samples_share_the_prompts_blocks_and_seeds_make_them_reproducible():
+    from nanoengine import LLM
+    from nanoengine.config import LlamaConfig
+    from nanoengine.model import LlamaForCausalLM
+
+    model = LlamaForCausalLM.random(LlamaConfig.tiny(max_position_embeddings=1024), seed=0, std=0.2)
+    prompt = [(7 * i) % 200 + 3 for i in range(500)]  # 31 full blocks of 16 and 4 tokens
+    params = SamplingParams(temperature=1.0, max_tokens=20, n=4, seed=1, ignore_eos=True)
+    llm = LLM(model, block_size=16, num_gpu_blocks_override=300)
+    # The prompt's 31 full blocks once, plus each sample's own: its partial block and one more (520 tokens).
+    assert _peak_blocks(llm, [prompt], params) == 31 + 4 * 2
+    separate = LLM(model, block_size=16, num_gpu_blocks_override=300, enable_prefix_caching=False)
+    assert _peak_blocks(separate, [prompt] * 4, params.child(0)) == 4 * 33
+
+    out, = llm.generate(prompt_token_ids=prompt, sampling_params=params)
+    assert [c.index for c in out.outputs] == [0, 1, 2, 3] and len({tuple(c.token_ids) for c in out.outputs}) == 4
+    again, = llm.generate(prompt_token_ids=prompt, sampling_params=params)
+    assert [c.token_ids for c in again.outputs] == [c.token_ids for c in out.outputs]
+    assert params.child(2).seed == 3 and params.child(2).n == 1  # vLLM: sample i draws with seed + i
+    assert _held(llm) == 0
