@@ -245,7 +245,7 @@ class Case:
     make: Callable[[Backend], Callable[[int], None]]
     loops: int
     ops_per_loop: int = 1  # the row reports ns per loop / ops_per_loop
-    vllm_ns: float | None = None  # FACTS.md, vLLM 0.33 on a 2-core machine
+    vllm_ns: float | None = None  # bench/results/block_pool_vllm_reference.json: vLLM 0.33, another run
     bar_ns: float | None = None  # the target when vLLM has no figure
     deque_loops: int = 0  # 0: no deque baseline for this row
 

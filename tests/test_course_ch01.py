@@ -55,7 +55,7 @@ def test_llama_70b_block_is_seed_000s_5_24_mb():
     assert calc.result.bytes_per_token == 327_680
     assert calc.result.bytes_per_block == 5_242_880
     assert "5,242,880 B (5.24 MB, 5.00 MiB)" in calc.output.value
-    calc.budget.value = "seed 000's H100 pool (45 GB)"
+    calc.budget.value = "the blog post's H100 pool (45 GB)"
     assert calc.result.budget_blocks == 8_582, "8,583 whole blocks in 45e9 bytes, minus the null block"
     assert "8,582 blocks" in calc.summary()
 

@@ -84,7 +84,7 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, 
 BUDGETS = {
     "nanoengine CPU default (512 MiB)": DEFAULT_CPU_KV_BYTES,
     "8 GiB": 8 * 2**30,
-    "seed 000's H100 pool (45 GB)": 45 * 10**9,
+    "the blog post's H100 pool (45 GB)": 45 * 10**9,
     "80 GiB": 80 * 2**30,
 }
 

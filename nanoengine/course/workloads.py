@@ -29,7 +29,8 @@ from nanoengine.sampling_params import SamplingParams
 
 STORED_RUN = Path(__file__).resolve().parents[2] / "bench" / "results" / "workloads_cpu.json"
 
-# Seed 000's table (Llama 70B, TP=4, H100): hit-rate range and TTFT-reduction range per workload.
+# The table in the blog post "vLLM v1 Prefix Caching: Hash Chains, LRU Eviction, and Hit Rate
+# Optimization" (Llama 70B, TP=4, H100): hit-rate range and TTFT-reduction range per workload.
 SEED_000 = {
     "chatbot": ((0.92, 0.97), (0.78, 0.78)),
     "multi_turn": ((0.80, 0.95), (0.65, 0.85)),
@@ -397,9 +398,9 @@ def _pct_range(lo: float, hi: float) -> str:
 
 
 def results_markdown(results: Sequence[WorkloadResult], model: tuple[float, float] | None = None) -> str:
-    """The measured table beside seed 000's; with a cost model, also the reduction it predicts."""
+    """The measured table beside the blog post's; with a cost model, also the reduction it predicts."""
     head = "| workload | hit rate | TTFT p50 off | on | reduction |" + (" predicted |" if model else "")
-    head += " seed 000: hit rate | reduction |"
+    head += " blog post: hit rate | reduction |"
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in results:
         seed_hit, seed_red = SEED_000[r.name]
@@ -431,7 +432,7 @@ def plot_prefix_sweep(points: Sequence[SweepPoint], model: tuple[float, float] |
 
 
 def plot_workloads(results: Sequence[WorkloadResult]):
-    """Our hit rate and TTFT reduction per workload, with seed 000's ranges as vertical bars."""
+    """Our hit rate and TTFT reduction per workload, with the blog post's ranges as vertical bars."""
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 3.5), dpi=80)
@@ -442,7 +443,7 @@ def plot_workloads(results: Sequence[WorkloadResult]):
         (hlo, hhi), (rlo, rhi) = SEED_000[r.name]
         ax.plot([x - 0.2] * 2, [100 * hlo, 100 * hhi + 0.8], color="k", lw=3)
         ax.plot([x + 0.2] * 2, [100 * rlo, 100 * rhi + 0.8], color="k", lw=3)
-    ax.plot([], [], color="k", lw=3, label="seed 000's range")
+    ax.plot([], [], color="k", lw=3, label="the blog post's range")
     ax.set_xticks(list(xs), [r.name for r in results], rotation=20, fontsize=8)
     ax.set_ylabel("%")
     ax.legend(fontsize=8)

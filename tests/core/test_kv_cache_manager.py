@@ -27,7 +27,7 @@ def assert_map_consistent(manager):
 
 
 def test_seed_000_eviction_timeline(manager, make_request, run_step, free_ids):
-    """Seed 000's t=0..t=6, on the real pool (its blocks 0-7 are our 1-10)."""
+    """The prefix-caching blog post's t=0..t=6, on the real pool (its blocks 0-7 are our 1-10)."""
     pool = manager.block_pool
     # t=0: A's system prompt fills 4 blocks, cached as they fill.
     a = make_request("A", SYSTEM)

@@ -55,7 +55,7 @@ def test_bytes_per_token(impl):
     assert impl.kv_bytes_per_token(1, 1, 1, 1) == 2, "one K number and one V number"
 
 
-@pytest.mark.task("01.2", "kv_bytes_per_block: seed 000's 5,242,880-byte Llama-70B block")
+@pytest.mark.task("01.2", "kv_bytes_per_block: the blog post's 5,242,880-byte Llama-70B block")
 def test_bytes_per_block(impl):
     block = impl.kv_bytes_per_block(16, 80, 8, 128, 2)
     assert block == 5_242_880
