@@ -1,5 +1,9 @@
 """Time the BlockPool hot paths against vLLM's figures and a deque baseline.
 
+vLLM's figures are those of bench/results/block_pool_vllm_reference.json (vLLM 0.33, timed side by
+side with nanoengine in one run on this machine class; the file says how to reproduce it). Rows that
+run did not time have no vLLM figure.
+
     python bench/block_pool.py [--quick]
 
 Each row is the median of several runs (ns per operation, time.perf_counter_ns
@@ -239,30 +243,33 @@ def bench_miss_lookup(_: Backend) -> Callable[[int], None]:
     return run
 
 
+VLLM_REFERENCE = json.loads((ROOT / "bench" / "results" / "block_pool_vllm_reference.json").read_text())
+
+
 @dataclass
 class Case:
     name: str
     make: Callable[[Backend], Callable[[int], None]]
     loops: int
     ops_per_loop: int = 1  # the row reports ns per loop / ops_per_loop
-    vllm_ns: float | None = None  # bench/results/block_pool_vllm_reference.json: vLLM 0.33, another run
-    bar_ns: float | None = None  # the target when vLLM has no figure
+    bar_ns: float | None = None  # a target of our own, for a row vLLM has no committed figure for
     deque_loops: int = 0  # 0: no deque baseline for this row
+
+    @property
+    def vllm_ns(self) -> float | None:
+        """vLLM 0.33's figure for this row, from bench/results/block_pool_vllm_reference.json (one
+        side-by-side run on this machine class, with how to reproduce it), if that run timed it."""
+        return next((r["vllm_ns"] for r in VLLM_REFERENCE["rows"] if self.name.startswith(r["name"])), None)
 
 
 CASES = [
-    Case("free queue remove(middle)+append", bench_remove_append, 200_000,
-         vllm_ns=487, deque_loops=2_000),
-    Case("popleft_n(16)+append_n(16), per block", bench_popleft_append_n, 20_000, 16,
-         vllm_ns=109, deque_loops=20_000),
-    Case("get_new_blocks(32)+free_blocks, caching off", bench_alloc_free_no_caching, 10_000,
-         vllm_ns=10_500, deque_loops=10_000),
-    Case("hit: 32 lookups + touch + free", bench_hit_cycle, 5_000,
-         vllm_ns=33_000, deque_loops=20),
-    Case("miss: get_new_blocks(32) evicting + cache + free", bench_miss_cycle, 2_000,
-         vllm_ns=85_000, deque_loops=2_000),
-    Case("hash one 16-token block, sha256", bench_hash_block(sha256), 100_000, vllm_ns=1_600),
-    Case("hash one 16-token block, xxhash", bench_hash_block(xxhash_128), 100_000, vllm_ns=1_050),
+    Case("free queue remove(middle)+append", bench_remove_append, 200_000, deque_loops=2_000),
+    Case("popleft_n(16)+append_n(16), per block", bench_popleft_append_n, 20_000, 16, deque_loops=20_000),
+    Case("get_new_blocks(32)+free_blocks, caching off", bench_alloc_free_no_caching, 10_000, deque_loops=10_000),
+    Case("hit: 32 lookups + touch + free", bench_hit_cycle, 5_000, deque_loops=20),
+    Case("miss: get_new_blocks(32) evicting + cache + free", bench_miss_cycle, 2_000, deque_loops=2_000),
+    Case("hash one 16-token block, sha256", bench_hash_block(sha256), 100_000),
+    Case("hash one 16-token block, xxhash", bench_hash_block(xxhash_128), 100_000),
     Case("hash a 2048-token prompt (128 blocks)", bench_hash_prompt, 500),
     Case("miss lookup, 4096-token prompt, hashes ready", bench_miss_lookup, 100_000,
          bar_ns=25_000),
