@@ -9,7 +9,8 @@ random from a pool twice the size the largest configuration needs. Its bandwidth
 one decode step must move, 2*sum(L_b)*Hkv*D*elt (K and V) + q/o + block tables, over the median
 time, and is set against a device-to-device copy measured in the same run, against SDPA on a
 contiguous (unpaged) KV cache, and against gather+SDPA (TorchBackend.decode). Prefill/extend is
-reported in TFLOP/s (causal pairs only) next to TorchBackend.prefill.
+reported in TFLOP/s (causal pairs only) next to TorchBackend.prefill. On CUDA each decode shape is
+also replayed from a CUDA graph ("graph us"): the gap to the eager time is Python and launch cost.
 
 Times are medians from triton.testing.do_bench, which flushes the L2 cache before every run.
 """
@@ -76,6 +77,17 @@ def bench_ms(fn) -> float:
     return statistics.median(times)
 
 
+def graph_ms(fn) -> float:
+    """Median milliseconds of fn replayed from a CUDA graph: the kernels' own time, without the
+    Python and launch cost that every eager call pays (and that a captured decode step skips)."""
+    fn()  # compiles outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return bench_ms(graph.replay)
+
+
 def copy_gbps(device, nbytes: int) -> float:
     """Device-to-device copy bandwidth, counting the read and the write."""
     src = torch.empty(nbytes, dtype=torch.uint8, device=device)
@@ -118,6 +130,8 @@ def decode_row(pool: Pool, heads: Heads, batch: int, context: int, copy_bw: floa
             q.unsqueeze(2), k_flat, v_flat, scale=scale, enable_gqa=True)),
         "gather_sdpa": bench_ms(lambda: torch_be.decode(q, pool.k, pool.v, tables, seq_lens, scale)),
     }
+    if device.type == "cuda":
+        times["triton_graph"] = graph_ms(lambda: triton_be.decode(q, pool.k, pool.v, tables, seq_lens, scale))
     elt = q.element_size()
     nbytes = decode_step_bytes([context] * batch, q.shape[1], hkv, d, elt, tables.shape[1])
     gbps = {name: nbytes / ms / 1e6 for name, ms in times.items()}
@@ -189,11 +203,12 @@ def run(device: torch.device, dtype, heads_list, batches, contexts, prefills) ->
 def print_tables(results: dict) -> None:
     print(f"\n{results['device']}  copy {results['copy_gbps']:.0f} GB/s  ({results['dtype']}, block {BLOCK_SIZE})")
     print(f"{'heads':>10} {'B':>3} {'L':>5} {'splits':>6} {'triton GB/s':>11} {'% copy':>6} "
-          f"{'SDPA GB/s':>9} {'gather GB/s':>11} {'x gather':>8} {'x SDPA':>6}")
+          f"{'SDPA GB/s':>9} {'gather GB/s':>11} {'x gather':>8} {'x SDPA':>6} {'us':>7} {'graph us':>8}")
     for r in results["decode"]:
+        graph = f"{1e3 * r['triton_graph_ms']:>8.1f}" if "triton_graph_ms" in r else f"{'-':>8}"
         print(f"{r['heads']:>10} {r['batch']:>3} {r['context']:>5} {r['num_splits']:>6} {r['triton_gbps']:>11.0f} "
               f"{r['pct_of_copy']:>6.1f} {r['sdpa_contiguous_gbps']:>9.0f} {r['gather_sdpa_gbps']:>11.0f} "
-              f"{r['x_vs_gather_sdpa']:>8.2f} {r['x_vs_sdpa_contiguous']:>6.2f}")
+              f"{r['x_vs_gather_sdpa']:>8.2f} {r['x_vs_sdpa_contiguous']:>6.2f} {1e3 * r['triton_ms']:>7.1f} {graph}")
     print(f"\n{'heads':>10} {'prefill':>24} {'triton TFLOP/s':>14} {'gather TFLOP/s':>14}")
     for r in results["prefill"]:
         print(f"{r['heads']:>10} {r['shape']:>24} {r['triton_tflops']:>14.2f} {r['gather_sdpa_tflops']:>14.2f}")

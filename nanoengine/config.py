@@ -52,6 +52,12 @@ class LlamaConfig:
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
+    def to_hf(self):
+        """The same shape as a Hugging Face transformers.LlamaConfig (transformers is a test extra)."""
+        import transformers
+
+        return transformers.LlamaConfig(**{k: v for k, v in self.to_dict().items()})
+
     @classmethod
     def from_dict(cls, d: dict) -> "LlamaConfig":
         return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d})
@@ -76,6 +82,14 @@ class LlamaConfig:
             bos_token_id=int(meta.get("tokenizer.ggml.bos_token_id", 1)),
             eos_token_id=int(meta.get("tokenizer.ggml.eos_token_id", 2)),
         )
+
+    @classmethod
+    def smollm2_135m(cls) -> "LlamaConfig":
+        """The embedded SmolLM2-135M-Instruct's shape: random weights in it cost what the real ones do,
+        for benchmarks and GPU tests on machines without the model package."""
+        return cls(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                   num_attention_heads=9, num_key_value_heads=3, head_dim=64, rope_theta=100000.0,
+                   rms_norm_eps=1e-5, max_position_embeddings=8192)
 
     @classmethod
     def tiny(cls, **overrides) -> "LlamaConfig":

@@ -13,6 +13,7 @@ import torch
 from nanoengine.attention import AttentionBackend, get_backend
 from nanoengine.attention.paged import PagedKVCache
 from nanoengine.core import BlockPool, BlockTokensHasher, FreeBlockQueue, KVCacheManager
+from nanoengine.cuda_graphs import DecodeGraphs
 from nanoengine.engine import EngineStats, LLMEngine
 from nanoengine.errors import InvalidRequestError, KVCacheTooSmallError
 from nanoengine.model import LlamaForCausalLM
@@ -66,7 +67,8 @@ class LLM:
     """Load a llama GGUF (the embedded SmolLM2-135M-Instruct by default) and serve it with a paged KV
     cache, prefix caching and continuous batching.
 
-    CPU runs fp32 with the torch attention backend; CUDA runs bf16 with the Triton kernels.
+    CPU runs fp32 with the torch attention backend; CUDA runs bf16 with the Triton kernels, and replays
+    pure-decode steps from CUDA graphs captured at start-up (`enforce_eager=True` turns that off, as in vLLM).
     The KV pool is sized from `kv_cache_memory_bytes` (CPU default 512 MiB) or, on CUDA, from
     `gpu_memory_utilization` of the memory left after loading the weights. `num_gpu_blocks_override`
     (vLLM's name) gives the pool's block count instead, null block included, whatever the dtype.
@@ -112,6 +114,7 @@ class LLM:
         kv_cache_manager_cls: type[KVCacheManager] = KVCacheManager,
         scheduler_cls: type[SchedulerInterface] = Scheduler,
         block_table_cls: type[BlockTableInterface] = BlockTable,
+        enforce_eager: bool = False,
         progress: bool = True,
     ):
         if isinstance(model, LlamaForCausalLM):
@@ -143,7 +146,10 @@ class LLM:
                             scheduling_policy, self.max_model_len),
             kv_manager,
         )
-        runner = ModelRunner(self.model, self.kv_cache, self.device, block_table_cls)
+        graphs = None
+        if not enforce_eager and self.device.type == "cuda" and getattr(self.backend, "supports_cuda_graphs", False):
+            graphs = DecodeGraphs(self.model, self.kv_cache, max_num_seqs, self.max_model_len)
+        runner = ModelRunner(self.model, self.kv_cache, self.device, block_table_cls, graphs)
         self.engine = LLMEngine(runner, scheduler, self.tokenizer, hash_algo, hash_block_tokens)
         logger.info(
             "KV cache: %d blocks x %d tokens = %d tokens (%.0f MiB), %s backend on %s",

@@ -9,6 +9,7 @@ import torch
 
 from nanoengine.attention.backend import AttentionMetadata
 from nanoengine.attention.paged import PagedKVCache
+from nanoengine.cuda_graphs import DecodeGraphs
 from nanoengine.model import LlamaForCausalLM
 from nanoengine.sampler import make_generator, sample
 from nanoengine.sampling_params import SamplingParams
@@ -74,8 +75,9 @@ class CachedRequestState:
 
 class ModelRunner:
     def __init__(self, model: LlamaForCausalLM, kv_cache: PagedKVCache, device: torch.device,
-                 block_table_cls: type[BlockTableInterface] = BlockTable):
+                 block_table_cls: type[BlockTableInterface] = BlockTable, cuda_graphs: DecodeGraphs | None = None):
         self.model, self.kv_cache, self.device = model, kv_cache, device
+        self.cuda_graphs = cuda_graphs  # None: every step runs eagerly
         self.block_size = kv_cache.block_size
         self.block_table = block_table_cls(self.block_size)
         self.requests: dict[str, CachedRequestState] = {}
@@ -133,8 +135,12 @@ class ModelRunner:
         # Decodes first: the attention backend runs them through its decode kernel in one launch.
         order = sorted(so.num_scheduled_tokens, key=lambda r: so.num_scheduled_tokens[r] > 1)
         input_ids, positions, metadata, starts = self._prepare_inputs(order, so.num_scheduled_tokens)
-        self.kv_cache.metadata = metadata
-        hidden = self.model(input_ids, positions, self.kv_cache)
+        graphs = self.cuda_graphs if self.cuda_graphs and self.cuda_graphs.can_replay(metadata, len(order)) else None
+        if graphs:  # every request decodes one token, so row i is request i's last token
+            all_logits = graphs.replay(input_ids, positions, metadata)
+        else:
+            self.kv_cache.metadata = metadata
+            hidden = self.model(input_ids, positions, self.kv_cache)
 
         done = []  # requests whose chunk reaches the end of their tokens get a next token
         for i, req_id in enumerate(order):
@@ -145,7 +151,7 @@ class ModelRunner:
         if not done:
             return {}
         rows = torch.tensor([starts[i + 1] - 1 for i, _ in done], device=self.device)
-        logits = self.model.compute_logits(hidden[rows])
+        logits = all_logits[rows] if graphs else self.model.compute_logits(hidden[rows])
         tokens = sample(logits, [s.sampling_params for _, s in done], [self.generators[s.req_id] for _, s in done])
         for (_, state), token in zip(done, tokens):
             state.token_ids.append(token)

@@ -18,13 +18,7 @@ def full_logits(model, ids):
 
 def hf_tiny(config: LlamaConfig):
     transformers = pytest.importorskip("transformers")
-    hf_config = transformers.LlamaConfig(
-        vocab_size=config.vocab_size, hidden_size=config.hidden_size,
-        intermediate_size=config.intermediate_size, num_hidden_layers=config.num_hidden_layers,
-        num_attention_heads=config.num_attention_heads, num_key_value_heads=config.num_key_value_heads,
-        head_dim=config.head_dim, rope_theta=config.rope_theta, rms_norm_eps=config.rms_norm_eps,
-        max_position_embeddings=config.max_position_embeddings, tie_word_embeddings=True,
-    )
+    hf_config = config.to_hf()
     torch.manual_seed(0)
     return transformers.LlamaForCausalLM(hf_config).eval()
 

@@ -109,3 +109,5 @@ def test_embedded_config_from_metadata(llm):
     assert (c.rope_theta, c.vocab_size, c.tie_word_embeddings) == (100000.0, 49152, True)
     assert c.rms_norm_eps == pytest.approx(1e-5)
     assert (c.bos_token_id, c.eos_token_id) == (1, 2)
+    smollm2 = LlamaConfig.smollm2_135m()  # the shape benchmarks and GPU tests use with random weights
+    assert smollm2 == dataclasses.replace(c, rms_norm_eps=smollm2.rms_norm_eps)

@@ -37,6 +37,8 @@ class TritonBackend:
     """
 
     name = "triton"
+    # Its launchers never wait on the device (no .item(), no host copies), so a step can be captured.
+    supports_cuda_graphs = True
 
     def __init__(self, decode_splits: int | None = None):
         self.decode_splits = decode_splits

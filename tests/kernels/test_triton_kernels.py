@@ -312,11 +312,12 @@ def test_backend_name():
 ENGINE_PROMPTS = ["The capital of Japan is", "def fibonacci(n):", "Once upon a time", "1, 2, 3, 5, 8,"]
 
 
-def greedy_token_ids(llm, prompts: list[str], max_tokens: int) -> list[list[int]]:
+def greedy_token_ids(llm, prompts: list[str] | list[list[int]], max_tokens: int) -> list[list[int]]:
     from nanoengine import SamplingParams
 
     params = SamplingParams(temperature=0, max_tokens=max_tokens)
-    return [list(out.token_ids) for out in llm.generate(prompts, params)]
+    key = "prompt_token_ids" if isinstance(prompts[0], list) else "prompts"
+    return [list(out.token_ids) for out in llm.generate(**{key: prompts}, sampling_params=params)]
 
 
 @pytest.mark.model
@@ -372,13 +373,41 @@ def test_gpu_prefill_large(heads):
 @gpu
 def test_gpu_engine_greedy_matches_torch_backend():
     """Greedy tokens are the same through both backends, in fp32 (in bf16 a rounding difference
-    between the kernels could flip a near-tie between the top two logits)."""
+    between the kernels could flip a near-tie between the top two logits). Random weights in
+    SmolLM2-135M's shapes: the GPU machine has no model package, and the kernels see the same shapes.
+    std=0.2 makes every token depend on the whole context, so a wrong K/V read changes the output."""
     from nanoengine import LLM
+    from nanoengine.model import LlamaForCausalLM
 
-    token_ids = {backend: greedy_token_ids(LLM(attention_backend=backend, dtype=torch.float32, progress=False),
-                                           ENGINE_PROMPTS, 32)
+    model = LlamaForCausalLM.random(LlamaConfig.smollm2_135m(), std=0.2, device="cuda", dtype=torch.float32)
+    gen = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(3, 49152, (n,), generator=gen).tolist() for n in (5, 17, 40, 300)]
+    token_ids = {backend: greedy_token_ids(LLM(model, attention_backend=backend, progress=False), prompts, 32)
                  for backend in ("torch", "triton")}
     assert token_ids["triton"] == token_ids["torch"]
+
+
+@gpu
+def test_gpu_cuda_graphs_match_eager():
+    """Decode steps replayed from CUDA graphs give the eager engine's greedy tokens, with the batch
+    padded up to a captured size (5 requests run in the graph of 8, then fewer as they finish)."""
+    from nanoengine import LLM, SamplingParams
+    from nanoengine.model import LlamaForCausalLM
+
+    model = LlamaForCausalLM.random(LlamaConfig.smollm2_135m(), std=0.2, device="cuda", dtype=torch.float32)
+    gen = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(3, 49152, (n,), generator=gen).tolist() for n in (3, 5, 17, 40, 300)]
+    params = [SamplingParams(temperature=0, max_tokens=m) for m in (40, 8, 16, 24, 32)]
+    outputs = {}
+    for eager in (False, True):
+        llm = LLM(model, enforce_eager=eager, progress=False)
+        outputs[eager] = [o.token_ids for o in llm.generate(prompt_token_ids=prompts, sampling_params=params)]
+        graphs = llm.engine.runner.cuda_graphs
+        assert (graphs is None) == eager
+    assert graphs is None and outputs[False] == outputs[True]
+    replayed = LLM(model, progress=False)
+    replayed.generate(prompt_token_ids=prompts, sampling_params=params)
+    assert replayed.engine.runner.cuda_graphs.num_replays == 39, "one prefill step, then 39 replayed decode steps"
 
 
 # --- the benchmark script ----------------------------------------------------------------------
