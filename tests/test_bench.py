@@ -25,16 +25,17 @@ def test_bench_smoke(tmp_path, capsys):
     assert machine["cpu"] and machine["cpu_count"] >= 1 and isinstance(machine["vector_extensions"], list)
 
 
-def test_readme_quotes_the_committed_engine_benchmark():
-    """The README's table must be re-copied whenever bench/results/engine_cpu.json is re-run."""
+@pytest.mark.parametrize("name", ["engine_cpu.json", "engine_cuda.json"])
+def test_readme_quotes_the_committed_engine_benchmark(name):
+    """The README's tables must be re-copied whenever bench/results/engine_<device>.json is re-run."""
     root = Path(__file__).resolve().parents[1]
-    results = json.loads((root / "bench" / "results" / "engine_cpu.json").read_text())["results"]
+    results = json.loads((root / "bench" / "results" / name).read_text())["results"]
     readme = (root / "README.md").read_text()
-    for name, r in results.items():
+    for run, r in results.items():
         quoted = [f"{r['ttft_p50_ms']:.0f} ms", f"{r['throughput_tok_s']:.1f}"]
-        if name != "hf_transformers":
+        if run != "hf_transformers":
             quoted += [f"({r['ttft_p50_speedup_vs_hf']:.1f}× lower)", f"({r['throughput_vs_hf']:.1f}×)"]
         missing = [q for q in quoted if q not in readme]
-        assert not missing, f"README lacks {missing} for {name}; copy them from bench/results/engine_cpu.json"
+        assert not missing, f"README lacks {missing} for {run}; copy them from bench/results/{name}"
     on = results["nanoengine_cache_on"]
     assert f"({100 * on['prefix_hit_rate']:.0f}% hit rate)" in readme
