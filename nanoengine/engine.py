@@ -14,7 +14,7 @@ from typing import Protocol
 from nanoengine.core import BlockTokensHasher, KVCacheManagerInterface, PrefixCacheStats, get_hash_fn_by_name, get_request_block_hasher
 from nanoengine.errors import EngineStalledError
 from nanoengine.model_runner import ModelRunner
-from nanoengine.outputs import CompletionOutput, RequestMetrics, RequestOutput
+from nanoengine.outputs import CompletionOutput, Logprob, PromptLogprobs, RequestMetrics, RequestOutput, SampleLogprobs
 from nanoengine.request import Request, RequestStatus
 from nanoengine.sampling_params import SamplingParams
 from nanoengine.scheduler import SchedulerInterface, SchedulerOutput
@@ -54,6 +54,9 @@ class _OutputState:
     finish_reason: str | None = None
     stop_reason: str | None = None
     stop_at: int | None = None  # where a stop string begins: the text ends there
+    logprobs: SampleLogprobs | None = None
+    cumulative_logprob: float | None = None
+    prompt_logprobs: PromptLogprobs | None = None
 
     @property
     def text(self) -> str:
@@ -99,7 +102,9 @@ class LLMEngine:
             arrival_time=time.perf_counter(),
         )
         detokenizer = IncrementalDetokenizer(self.tokenizer) if self.tokenizer else None
-        self.outputs[req_id] = _OutputState(request, prompt, detokenizer)
+        state = self.outputs[req_id] = _OutputState(request, prompt, detokenizer)
+        if params.logprobs is not None:
+            state.logprobs, state.cumulative_logprob = [], 0.0
         self.scheduler.add_request(request)
         return req_id
 
@@ -116,6 +121,7 @@ class LLMEngine:
         for observer in self.observers:
             observer.on_schedule(self.scheduler, so, running_before)
         sampled = self.runner.execute_model(so)
+        self._collect_logprobs(sampled)
         finished = self.scheduler.update_from_output(so, sampled)
         now = time.perf_counter()
         cache_stats = self._record(so)
@@ -136,6 +142,24 @@ class LLMEngine:
             "least one token per step (a prefix hit must leave the last token to compute), and a waiting request "
             "must be admitted once the pool is free."
         )
+
+    def _collect_logprobs(self, sampled: dict[str, int]) -> None:
+        """Keep the logprobs the runner computed this step for the requests that asked for them."""
+        for req_id, token in sampled.items():
+            state = self.outputs[req_id]
+            if state.logprobs is not None:
+                entry = self._decoded(self.runner.logprobs[req_id])
+                state.logprobs.append(entry)
+                state.cumulative_logprob += entry[token].logprob
+            if state.request.sampling_params.prompt_logprobs is not None and state.prompt_logprobs is None:
+                # The first sampled token completes the prompt; a recompute after preemption repeats it.
+                state.prompt_logprobs = [None, *map(self._decoded, self.runner.prompt_logprobs[req_id])]
+
+    def _decoded(self, entry: dict[int, Logprob]) -> dict[int, Logprob]:
+        if self.tokenizer is not None:
+            for token, logprob in entry.items():
+                logprob.decoded_token = self.tokenizer.decode([token], skip_special_tokens=False)
+        return entry
 
     def _detokenize(self, req_id: str, now: float) -> bool:
         """Update the text; True if a stop string just matched (the scheduler has not finished it)."""
@@ -160,12 +184,14 @@ class LLMEngine:
         state = self.outputs.pop(request.request_id)
         completion = CompletionOutput(
             index=0, text=state.text, token_ids=list(request.output_token_ids),
+            cumulative_logprob=state.cumulative_logprob, logprobs=state.logprobs,
             finish_reason=state.finish_reason or _FINISH_REASONS[request.status], stop_reason=state.stop_reason,
         )
         return RequestOutput(
             request_id=request.request_id, prompt=state.prompt, prompt_token_ids=request.prompt_token_ids,
             outputs=[completion], num_cached_tokens=max(request.num_cached_tokens, 0),
             metrics=RequestMetrics(request.arrival_time, state.first_token_time or now, now),
+            prompt_logprobs=state.prompt_logprobs,
         )
 
     def _record(self, so) -> PrefixCacheStats | None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 import torch
@@ -11,7 +11,9 @@ from nanoengine.attention.backend import AttentionMetadata
 from nanoengine.attention.paged import PagedKVCache
 from nanoengine.cuda_graphs import DecodeGraphs
 from nanoengine.model import LlamaForCausalLM
-from nanoengine.sampler import make_generator, sample
+from nanoengine.errors import InvalidRequestError
+from nanoengine.outputs import Logprob
+from nanoengine.sampler import compute_logprobs, make_generator, sample
 from nanoengine.sampling_params import SamplingParams
 from nanoengine.scheduler import SchedulerOutput
 
@@ -71,6 +73,9 @@ class CachedRequestState:
     token_ids: list[int]
     num_computed_tokens: int
     sampling_params: SamplingParams
+    num_prompt_tokens: int
+    # Prompt logprobs gathered chunk by chunk while the prompt is prefilled (when asked for).
+    prompt_logprobs: list[dict[int, Logprob]] = field(default_factory=list)
 
 
 class ModelRunner:
@@ -83,6 +88,10 @@ class ModelRunner:
         self.requests: dict[str, CachedRequestState] = {}
         # Kept across preemption so a seeded request draws the same numbers after recompute.
         self.generators: dict[str, torch.Generator | None] = {}
+        # This step's logprobs, read by the engine after execute_model (vLLM's ModelRunnerOutput
+        # carries them; here the returned dict stays {req_id: token}, the scheduler's seam).
+        self.logprobs: dict[str, dict[int, Logprob]] = {}
+        self.prompt_logprobs: dict[str, list[dict[int, Logprob]]] = {}
 
     def _update_states(self, so: SchedulerOutput) -> None:
         for req_id in so.finished_req_ids | so.preempted_req_ids:
@@ -92,7 +101,15 @@ class ModelRunner:
             self.generators.pop(req_id, None)
         for new in so.scheduled_new_reqs:
             params = new.request.sampling_params
-            self.requests[new.req_id] = CachedRequestState(new.req_id, list(new.token_ids), new.num_computed_tokens, params)
+            if params.prompt_logprobs is not None and new.num_computed_tokens:
+                raise InvalidRequestError(
+                    f"Request {new.req_id} asks for prompt logprobs but was admitted with {new.num_computed_tokens} "
+                    "cached tokens, whose logits are never computed. A KV cache manager must give no prefix hit "
+                    "to a request whose skip_reading_prefix_cache is True (see KVCacheManager.get_computed_blocks)."
+                )
+            self.requests[new.req_id] = CachedRequestState(
+                new.req_id, list(new.token_ids), new.num_computed_tokens, params, new.request.num_prompt_tokens
+            )
             self.block_table.add_row(new.req_id, new.block_ids)
             if new.req_id not in self.generators:
                 self.generators[new.req_id] = make_generator(params.seed)
@@ -130,6 +147,7 @@ class ModelRunner:
     def execute_model(self, so: SchedulerOutput) -> dict[str, int]:
         """Run one step; return the sampled token of every request whose prompt is now complete."""
         self._update_states(so)
+        self.logprobs, self.prompt_logprobs = {}, {}
         if not so.num_scheduled_tokens:
             return {}
         # Decodes first: the attention backend runs them through its decode kernel in one launch.
@@ -142,20 +160,49 @@ class ModelRunner:
             self.kv_cache.metadata = metadata
             hidden = self.model(input_ids, positions, self.kv_cache)
 
+        def row_logits(rows: list[int]) -> torch.Tensor:
+            index = torch.tensor(rows, device=self.device)
+            return all_logits[index] if graphs else self.model.compute_logits(hidden[index])
+
         done = []  # requests whose chunk reaches the end of their tokens get a next token
         for i, req_id in enumerate(order):
             state = self.requests[req_id]
             state.num_computed_tokens += so.num_scheduled_tokens[req_id]
             if state.num_computed_tokens == len(state.token_ids):
                 done.append((i, state))
+        self._gather_prompt_logprobs(order, so.num_scheduled_tokens, starts, row_logits)
         if not done:
             return {}
-        rows = torch.tensor([starts[i + 1] - 1 for i, _ in done], device=self.device)
-        logits = all_logits[rows] if graphs else self.model.compute_logits(hidden[rows])
+        logits = row_logits([starts[i + 1] - 1 for i, _ in done])
         tokens = sample(logits, [s.sampling_params for _, s in done], [self.generators[s.req_id] for _, s in done])
+        asked = [j for j, (_, s) in enumerate(done) if s.sampling_params.logprobs is not None]
+        if asked:
+            entries = compute_logprobs(logits[asked], [tokens[j] for j in asked],
+                                       [done[j][1].sampling_params.logprobs for j in asked])
+            self.logprobs = {done[j][1].req_id: entry for j, entry in zip(asked, entries)}
         for (_, state), token in zip(done, tokens):
             state.token_ids.append(token)
         return {state.req_id: token for (_, state), token in zip(done, tokens)}
+
+    def _gather_prompt_logprobs(self, order, num_scheduled, starts, row_logits) -> None:
+        """For requests that ask for them: the logprob of each prompt token this step's chunk predicts
+        (row p predicts token p + 1), published in self.prompt_logprobs once the prompt is complete."""
+        for i, req_id in enumerate(order):
+            state = self.requests[req_id]
+            if state.sampling_params.prompt_logprobs is None:
+                continue
+            # This step's chunk: execute_model has just advanced num_computed_tokens past it.
+            start = state.num_computed_tokens - num_scheduled[req_id]
+            last = min(state.num_computed_tokens, state.num_prompt_tokens - 1)
+            if start < last:
+                positions = range(start, last)
+                state.prompt_logprobs += compute_logprobs(
+                    row_logits([starts[i] + p - start for p in positions]),
+                    [state.token_ids[p + 1] for p in positions],
+                    [state.sampling_params.prompt_logprobs] * len(positions),
+                )
+            if start < state.num_prompt_tokens <= state.num_computed_tokens:
+                self.prompt_logprobs[req_id] = state.prompt_logprobs
 
 
 def _common_prefix(tables: list[list[int]]) -> int:

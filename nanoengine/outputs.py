@@ -12,19 +12,36 @@ from dataclasses import dataclass, field
 
 
 @dataclass(slots=True)
+class Logprob:
+    """One token's log-probability (vllm/logprobs.py): rank 1 is the most likely token of the
+    vocabulary; decoded_token is its text, None when the engine has no tokenizer."""
+
+    logprob: float
+    rank: int | None = None
+    decoded_token: str | None = None
+
+
+# Per generated token: the sampled token's Logprob, then the requested top tokens (vLLM's shapes).
+SampleLogprobs = list[dict[int, Logprob]]
+# Per prompt token: None for the first (nothing predicts it), then as above for the prompt's token.
+PromptLogprobs = list[dict[int, Logprob] | None]
+
+
+@dataclass(slots=True)
 class CompletionOutput:
     """One completion of a request, vLLM's field names.
 
     finish_reason: "stop" (EOS or a stop string) or "length" (max_tokens reached); None while running.
     stop_reason: the stop string that ended it, None for EOS or a length cap (as in vLLM).
-    cumulative_logprob and logprobs stay None: nanoengine does not compute them.
+    logprobs and cumulative_logprob (the sum of the sampled tokens' logprobs) are set when
+    SamplingParams.logprobs asks for them, None otherwise.
     """
 
     index: int
     text: str
     token_ids: list[int]
     cumulative_logprob: float | None = None
-    logprobs: list | None = None
+    logprobs: SampleLogprobs | None = None
     finish_reason: str | None = None
     stop_reason: int | str | None = None
 
@@ -46,7 +63,7 @@ class RequestOutput:
     """One finished request, vLLM's field names.
 
     num_cached_tokens: prompt tokens whose K/V came from the prefix cache instead of prefill.
-    prompt_logprobs stays None: nanoengine does not compute it.
+    prompt_logprobs: set when SamplingParams.prompt_logprobs asks for it, None otherwise.
     """
 
     request_id: str
@@ -56,7 +73,7 @@ class RequestOutput:
     num_cached_tokens: int
     metrics: RequestMetrics
     finished: bool = True
-    prompt_logprobs: list | None = field(default=None)
+    prompt_logprobs: PromptLogprobs | None = field(default=None)
 
     # ---- aliases for the single completion and the metrics (nanoengine's short forms) ----------
     @property

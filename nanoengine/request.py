@@ -77,6 +77,11 @@ class Request:
         return len(self._all_token_ids)
 
     @property
+    def skip_reading_prefix_cache(self) -> bool:
+        """Prompt logprobs need every prompt position's logits, which a prefix-cache hit would skip."""
+        return getattr(self.sampling_params, "prompt_logprobs", None) is not None
+
+    @property
     def num_prompt_tokens(self) -> int:
         return len(self.prompt_token_ids)
 

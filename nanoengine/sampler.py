@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from nanoengine.outputs import Logprob
 from nanoengine.sampling_params import SamplingParams
 
 
@@ -29,6 +30,24 @@ def _filtered_probs(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Ten
         # Drop a token once the mass before it already reaches top_p; the first token always stays.
         sorted_logits[(probs.cumsum(-1) - probs) >= top_p] = float("-inf")
     return torch.empty_like(logits).scatter_(0, order, sorted_logits).softmax(-1)
+
+
+def compute_logprobs(logits: torch.Tensor, token_ids: list[int], num_logprobs: list[int]) -> list[dict[int, Logprob]]:
+    """Per row of logits [R, V]: {token: Logprob} for the row's token first, then its num_logprobs most
+    likely tokens (-1: all). They are vLLM's default raw logprobs, the log-softmax of the logits before
+    temperature, top-k or top-p; a rank counts the tokens at least as likely (1 = the likeliest)."""
+    logprobs = logits.float().log_softmax(-1)
+    chosen = logprobs.gather(1, torch.tensor(token_ids, device=logits.device)[:, None])
+    ranks = (logprobs >= chosen).sum(-1).tolist()
+    k = max(logprobs.shape[1] if n == -1 else n for n in num_logprobs)
+    top_values, top_ids = (t.tolist() for t in logprobs.topk(k, dim=-1)) if k else ([[]] * len(token_ids),) * 2
+    out = []
+    for row, (token, n) in enumerate(zip(token_ids, num_logprobs)):
+        entry = {token: Logprob(chosen[row, 0].item(), ranks[row])}
+        for rank, (tid, value) in enumerate(zip(top_ids[row][: k if n == -1 else n], top_values[row]), 1):
+            entry.setdefault(tid, Logprob(value, rank))
+        out.append(entry)
+    return out
 
 
 def make_generator(seed: int | None) -> torch.Generator | None:

@@ -22,6 +22,12 @@ class SamplingParams:
     ignore_eos: keep going past the end-of-sequence token (for benchmarks).
     n: how many completions to sample from the prompt. They run as n requests that share the
     prompt's KV blocks through the prefix cache; with a seed, sample i uses seed + i (as vLLM does).
+    logprobs: per generated token, return the sampled token's logprob and those of the `logprobs`
+    most likely tokens (-1: the whole vocabulary); None returns none. As vLLM's default
+    ("raw_logprobs"), they come from the model's logits before temperature, top-k and top-p.
+    prompt_logprobs: the same for every prompt token after the first. It needs the logits of every
+    prompt position, which a prefix-cache hit skips, so such a request does not read the prefix
+    cache (vLLM's skip_reading_prefix_cache); its blocks are still cached for others.
     Invalid values raise InvalidRequestError at construction, before anything is queued.
     """
 
@@ -33,6 +39,8 @@ class SamplingParams:
     stop: list[str] = field(default_factory=list)
     ignore_eos: bool = False
     n: int = 1
+    logprobs: int | None = None
+    prompt_logprobs: int | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -50,6 +58,12 @@ class SamplingParams:
             raise InvalidRequestError(f"top_k must be -1 (disabled) or >= 1, got {self.top_k!r}.")
         if not isinstance(self.n, int) or self.n < 1:
             raise InvalidRequestError(f"n must be an integer >= 1 (completions per prompt), got {self.n!r}.")
+        for name in ("logprobs", "prompt_logprobs"):
+            k = getattr(self, name)
+            if k is not None and (not isinstance(k, int) or k < -1):
+                raise InvalidRequestError(
+                    f"{name} must be None, -1 (the whole vocabulary) or an integer >= 0, got {k!r}."
+                )
         if any(not isinstance(s, str) or not s for s in self.stop):
             raise InvalidRequestError(f"stop must be non-empty strings, got {self.stop!r}.")
 
