@@ -397,14 +397,19 @@ def test_gpu_cuda_graphs_match_eager():
     model = LlamaForCausalLM.random(LlamaConfig.smollm2_135m(), std=0.2, device="cuda", dtype=torch.float32)
     gen = torch.Generator().manual_seed(1)
     prompts = [torch.randint(3, 49152, (n,), generator=gen).tolist() for n in (3, 5, 17, 40, 300)]
-    params = [SamplingParams(temperature=0, max_tokens=m) for m in (40, 8, 16, 24, 32)]
+    params = [SamplingParams(temperature=0, max_tokens=m, logprobs=2) for m in (40, 8, 16, 24, 32)]
     outputs = {}
     for eager in (False, True):
         llm = LLM(model, enforce_eager=eager, progress=False)
-        outputs[eager] = [o.token_ids for o in llm.generate(prompt_token_ids=prompts, sampling_params=params)]
+        outputs[eager] = [o.outputs[0] for o in llm.generate(prompt_token_ids=prompts, sampling_params=params)]
         graphs = llm.engine.runner.cuda_graphs
         assert (graphs is None) == eager
-    assert graphs is None and outputs[False] == outputs[True]
+    assert graphs is None
+    for replayed, eager in zip(outputs[False], outputs[True]):
+        assert replayed.token_ids == eager.token_ids
+        for got, want in zip(replayed.logprobs, eager.logprobs):  # the logits the graphs computed
+            assert got.keys() == want.keys()
+            assert all(abs(got[t].logprob - want[t].logprob) < 1e-4 for t in got)
     replayed = LLM(model, progress=False)
     replayed.generate(prompt_token_ids=prompts, sampling_params=params)
     assert replayed.engine.runner.cuda_graphs.num_replays == 39, "one prefill step, then 39 replayed decode steps"
