@@ -23,6 +23,10 @@ class InvalidRequestError(NanoEngineError, ValueError):
     """A prompt or its sampling parameters cannot be served (empty, too long, out of range)."""
 
 
+class BackendUnavailableError(NanoEngineError, ImportError):
+    """The attention backend asked for needs a package this machine lacks (Triton has Linux wheels only)."""
+
+
 class KVCacheTooSmallError(NanoEngineError, MemoryError):
     """The KV memory budget cannot hold what was asked of it."""
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator, Sequence
 
 import torch
 
-from nanoengine.attention import AttentionBackend, get_backend
+from nanoengine.attention import AttentionBackend, get_backend, triton_available
 from nanoengine.attention.paged import PagedKVCache
 from nanoengine.core import BlockPool, BlockTokensHasher, FreeBlockQueue, KVCacheManager
 from nanoengine.cuda_graphs import DecodeGraphs
@@ -130,7 +130,7 @@ class LLM:
             self.device = resolve_device(device)
             self.dtype = dtype or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
             self.model = _shared_model(folder, self.config, self.device, self.dtype)
-        backend = attention_backend or ("triton" if self.device.type == "cuda" else "torch")
+        backend = attention_backend or ("triton" if self.device.type == "cuda" and triton_available() else "torch")
         self.backend = get_backend(backend) if isinstance(backend, str) else backend
         self.block_size = block_size
 

@@ -6,8 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from nanoengine.attention.backend import TorchBackend
-from nanoengine.course import kernel_lab as kl
+pytest.importorskip("triton", reason="Triton is not installed (it publishes wheels for Linux only)")
+
+from nanoengine.attention.backend import TorchBackend  # noqa: E402
+from nanoengine.course import kernel_lab as kl  # noqa: E402
 
 interpreter = pytest.mark.skipif(not kl.interpreter_active(), reason="the lab traces the Triton interpreter")
 

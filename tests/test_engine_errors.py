@@ -86,3 +86,16 @@ def test_kv_budget_below_one_block():
         LLM(progress=False, kv_cache_memory_bytes=1000)
     with pytest.raises(KVCacheTooSmallError, match=r"num_gpu_blocks_override >= 2"):
         LLM(progress=False, num_gpu_blocks_override=1)
+
+
+def test_the_triton_backend_where_triton_is_missing_is_a_clear_error(monkeypatch):
+    """As on macOS, where triton has no wheels: asking for the kernels says what to do instead."""
+    import sys
+
+    from nanoengine.attention import get_backend, triton_available
+    from nanoengine.errors import BackendUnavailableError
+
+    monkeypatch.setitem(sys.modules, "triton", None)
+    assert not triton_available()
+    with pytest.raises(BackendUnavailableError, match="attention_backend='torch'"):
+        get_backend("triton")

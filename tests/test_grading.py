@@ -9,6 +9,7 @@ import runpy
 
 import pytest
 
+from nanoengine.attention import triton_available
 from nanoengine.course.grading import GRADED, grade
 
 CHAPTERS = sorted({p.name.split("_")[1][2:] for p in GRADED.glob("test_ch*_*.py")})
@@ -43,7 +44,14 @@ def _bugs(module: str) -> list:
 
 
 def _chapter(card, chapter: str) -> list:
+    if chapter in card.skipped:  # chapter 03 where Triton is not installed: the scorecard says why
+        pytest.skip(f"chapter {chapter}'s graded suite was skipped: {card.skipped[chapter]}")
     return [r for r in card if r.task.split(".")[0] == chapter]
+
+
+def _importable(module: str) -> None:
+    if module == "ch03_triton" and not triton_available():
+        pytest.skip("chapter 03's exercises import triton, which is not installed (Linux-only wheels)")
 
 
 def test_scorecard_shows_each_task_and_why_it_failed(cards):
@@ -51,6 +59,7 @@ def test_scorecard_shows_each_task_and_why_it_failed(cards):
     text = repr(card)
     assert text.startswith(f"The course (exercises): 0/{len(card)} tasks pass")
     assert text.count("✗") == len(card) and "not implemented yet" in text
+    assert all(f"Chapter {ch}: skipped: " in text for ch in card.skipped)
     assert f"Chapter {CHAPTERS[0]}: 0/{len(_chapter(card, CHAPTERS[0]))} tasks pass" in text
 
 
@@ -79,6 +88,7 @@ def test_every_task_fails_on_the_stubs_with_not_implemented(cards, chapter):
 
 @pytest.mark.parametrize("module", MODULES)
 def test_every_task_rejects_two_seeded_bugs(cards, bug_results, module):
+    _importable(module)
     bugs = _bugs(module)
     caught = {r.variant for r in bug_results if not r.passed and "not implemented" not in r.message}
     missed = [f"{task} {mistake}" for k, (task, mistake, _, _) in enumerate(bugs)
@@ -100,6 +110,7 @@ def _methods(cls) -> dict:
 
 @pytest.mark.parametrize("module", MODULES)
 def test_stub_and_solution_signatures_match(module):
+    _importable(module)
     stub, solution = (importlib.import_module(f"{pkg}.{module}") for pkg in ("exercises", "solutions"))
     assert _public(stub).keys() == _public(solution).keys()
     for name, obj in _public(stub).items():

@@ -3,7 +3,7 @@
 import pytest
 
 from nanoengine import LLM, SamplingParams
-from nanoengine.attention import AttentionBackend
+from nanoengine.attention import AttentionBackend, triton_available
 from nanoengine.core import BlockPoolInterface, FreeBlockQueue, KVCacheManagerInterface
 from nanoengine.course import workloads as W
 from nanoengine.course.beyond import hit_rate
@@ -32,7 +32,10 @@ def test_untouched_stubs_leave_every_part_to_the_engine_and_it_serves(capsys):
     assert all(stubs_left(p.module) for p in PARTS), "every exercise file ships with stubs"
     llm = my_llm(kv_cache_memory_bytes=KV_BYTES)
     table = capsys.readouterr().out
-    assert table.startswith("Your engine: 0 of 7 parts are yours") and table.count("stubs left") == len(PARTS)
+    # Where Triton is missing (macOS), the kernel part says so instead of listing its stubs.
+    no_triton = table.count("Triton is not installed")
+    assert no_triton == (0 if triton_available() else 1)
+    assert table.startswith("Your engine: 0 of 7 parts are yours") and table.count("stubs left") == len(PARTS) - no_triton
     assert all(owner.startswith("nanoengine.") for _, _, owner in seam_owners(llm))
     out = llm.generate(prompt_token_ids=[[1, 2, 3, 4, 5]], sampling_params=SamplingParams(max_tokens=3))[0]
     assert len(out.token_ids) == 3
@@ -77,6 +80,7 @@ def test_mine_or_worked_falls_back_while_the_stub_raises():
     assert who == "the worked solution's" and module.__name__ == "solutions.ch04_hash_chains"
 
 
+@pytest.mark.skipif(not triton_available(), reason="Triton is not installed (it publishes wheels for Linux only)")
 def test_a_finished_kernel_part_sits_out_on_a_cpu_unless_forced():
     kernels = next(p for p in PARTS if p.argument == "attention_backend")
     assert not part_status(kernels, "solutions", use_kernels=False).used

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from nanoengine.course.quiz import QUIZ_DIR, Question, Quiz, chapter_quiz, load_questions
+from nanoengine.course.quiz import QUIZ_DIR, Question, Quiz, chapter_quiz, load_questions, shown_order
 
 Q = Question("2 + 2?", ("3", "4"), 1, ("3 is one short.", "4 it is."))
 NOTEBOOKS = sorted((Path(__file__).parents[1] / "notebooks").glob("0*.ipynb"))
@@ -52,3 +52,23 @@ def test_no_notebook_source_shows_a_quiz_answer(notebook):
 
 def test_every_quiz_file_belongs_to_a_chapter():
     assert sorted(p.stem for p in QUIZ_DIR.glob("*.json")) == CHAPTERS
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_chapter_asks_a_predict_question_right_before_the_cell_that_answers_it(notebook):
+    chapter = notebook.name[:2]
+    predict = load_questions(chapter, "predict")
+    assert predict, "one predict-then-run question per chapter"
+    code = [("".join(c["source"])) for c in json.loads(notebook.read_text())["cells"] if c["cell_type"] == "code"]
+    for i in range(len(predict)):
+        asked = [k for k, source in enumerate(code) if f'chapter_quiz("{chapter}", "predict", {i})' in source]
+        assert len(asked) == 1, f"predict question {i} is asked {len(asked)} times"
+        assert asked[0] + 1 < len(code) and "chapter_quiz" not in code[asked[0] + 1], "a code cell must follow"
+
+
+def test_where_the_answer_is_shown_gives_nothing_away():
+    """Guessing the same position every time must not pay: the data files list most answers second."""
+    positions = [shown_order(q).index(q.options[q.answer])
+                 for chapter in CHAPTERS for part in ("quiz", "predict") for q in load_questions(chapter, part)]
+    counts = [positions.count(k) for k in range(4)]
+    assert min(counts) > 0 and max(counts) <= 0.4 * len(positions), counts

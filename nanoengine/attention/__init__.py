@@ -10,9 +10,12 @@ Contexts: `ContiguousKVCache` (one request, one preallocated buffer: the cache b
 device) or "triton" (the kernels; on a CPU they run in Triton's interpreter).
 """
 
+import importlib.util
 from typing import Protocol
 
 import torch
+
+from nanoengine.errors import BackendUnavailableError
 
 
 class AttentionContext(Protocol):
@@ -25,14 +28,26 @@ from nanoengine.attention.contiguous import ContiguousKVCache  # noqa: E402
 BACKENDS = ("torch", "triton")
 
 
+def triton_available() -> bool:
+    """Triton publishes wheels for Linux only; on macOS and Windows the engine runs torch attention."""
+    return importlib.util.find_spec("triton") is not None
+
+
 def get_backend(name: str) -> AttentionBackend:
     if name == "torch":
         return TorchBackend()
     if name == "triton":
+        if not triton_available():
+            raise BackendUnavailableError(
+                "attention_backend='triton' needs the triton package, which publishes wheels for Linux only "
+                "(pip install triton==3.9.0 there). On this machine use attention_backend='torch', the default "
+                "without a GPU."
+            )
         from nanoengine.attention.triton_backend import TritonBackend
 
         return TritonBackend()
     raise ValueError(f"Unknown attention_backend {name!r}; choose one of {BACKENDS}.")
 
 
-__all__ = ["AttentionBackend", "AttentionContext", "AttentionMetadata", "ContiguousKVCache", "TorchBackend", "get_backend"]
+__all__ = ["AttentionBackend", "AttentionContext", "AttentionMetadata", "ContiguousKVCache", "TorchBackend", "get_backend",
+           "triton_available"]

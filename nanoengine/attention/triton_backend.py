@@ -16,7 +16,7 @@ import torch
 def _ensure_runnable() -> None:
     if torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1":
         return
-    if "triton" in sys.modules:
+    if sys.modules.get("triton") is not None:
         raise RuntimeError(
             "TritonBackend without CUDA needs the Triton interpreter, but triton was already imported "
             "without it: set TRITON_INTERPRET=1 before importing triton (or torch._inductor)."

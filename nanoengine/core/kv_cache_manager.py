@@ -140,7 +140,7 @@ class KVCacheManager:
         A request that skips reading the cache (it wants prompt logprobs) gets no hit and is not
         counted in the stats, as in vLLM; the blocks it computes are still cached for others.
         """
-        if not self.enable_caching or request.skip_reading_prefix_cache:
+        if not self.enable_caching or getattr(request, "skip_reading_prefix_cache", False):
             return [], 0
         max_num_blocks = (request.num_tokens - 1) // self.block_size
         blocks = self._find_longest_cache_hit(request, max_num_blocks)
@@ -153,7 +153,7 @@ class KVCacheManager:
         """Count one admission's lookup. A scheduler that may hold a request back after looking it up
         passes record_stats=False above and calls this once the request is admitted, so a request
         waiting at the gate is not counted again at every step."""
-        if self.prefix_cache_stats is not None and not request.skip_reading_prefix_cache:
+        if self.prefix_cache_stats is not None and not getattr(request, "skip_reading_prefix_cache", False):
             self.prefix_cache_stats.record(request.num_tokens, num_hit_tokens, request.num_preemptions > 0)
 
     def _find_longest_cache_hit(

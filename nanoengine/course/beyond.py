@@ -20,6 +20,7 @@ from typing import Any
 import ipywidgets as widgets
 
 from nanoengine.core import BlockPool, KVCacheManager, get_request_block_hasher
+from nanoengine.course.live import show_view
 from nanoengine.engine import LLMEngine
 from nanoengine.policies import (
     CacheAwareRouter,
@@ -404,9 +405,7 @@ class EvictionExplorer:
         return f"<table style='font:12px sans-serif'>{head}{rows}</table>"
 
     def _ipython_display_(self) -> None:
-        from IPython.display import display
-
-        display(self.widget)
+        show_view(self)
 
 
 class RouterView:
@@ -478,6 +477,4 @@ class RouterView:
                 f"{self.hit_rate:.1%} ({source})<br>last wave: {html.escape(sent) or '-'}</div>")
 
     def _ipython_display_(self) -> None:
-        from IPython.display import display
-
-        display(self.widget)
+        show_view(self)

@@ -19,6 +19,7 @@ from functools import partial
 import ipywidgets as widgets
 
 from nanoengine.core import BlockPool, FreeKVCacheBlockQueue, KVCacheBlock, KVCacheManager, get_request_block_hasher
+from nanoengine.course.live import show_view
 from nanoengine.request import Request
 
 # Every chat starts with these 8 tokens: two full 4-token blocks that later chats can hit.
@@ -243,10 +244,8 @@ class FreeQueueView:
     def text(self) -> str:
         return f"story step {self.num_steps}/{len(self.story)}\n{self.lab.text()}"
 
-    def _ipython_display_(self):
-        from IPython.display import display
-
-        display(self.widget)
+    def _ipython_display_(self) -> None:
+        show_view(self)
 
 
 def free_list(num_blocks: int, use_deque: bool = False) -> tuple[FreeKVCacheBlockQueue | deque[int], Sequence]:

@@ -48,18 +48,29 @@ def chapter_files(chapter: str) -> list[Path]:
 
 
 class Scorecard(list):
-    """The TaskResults of one grading run; shown as the ✓/✗ card in a notebook or a shell."""
+    """The TaskResults of one grading run; shown as the ✓/✗ card in a notebook or a shell.
 
-    def __init__(self, chapter: str, impl: str, results: list[TaskResult]):
+    skipped: the chapters whose graded suite could not run here, with the reason (chapter 03's needs
+    Triton, which publishes wheels for Linux only).
+    """
+
+    def __init__(self, chapter: str, impl: str, results: list[TaskResult], skipped: dict[str, str] | None = None):
         super().__init__(results)
-        self.chapter, self.impl = chapter, impl
+        self.chapter, self.impl, self.skipped = chapter, impl, skipped or {}
 
     def __repr__(self) -> str:
         if self.chapter != "all":
-            return "\n".join(self._lines(f"Chapter {int(self.chapter):02d} ({self.impl})", self))
+            heading = f"Chapter {int(self.chapter):02d} ({self.impl})"
+            if f"{int(self.chapter):02d}" in self.skipped:
+                return f"{heading}: skipped: {self.skipped[f'{int(self.chapter):02d}']}"
+            return "\n".join(self._lines(heading, self))
         lines = [f"The course ({self.impl}): {sum(r.passed for r in self)}/{len(self)} tasks pass"]
-        for chapter in sorted({r.task.split(".")[0] for r in self}):
-            lines += ["", *self._lines(f"Chapter {chapter}", [r for r in self if r.task.split(".")[0] == chapter])]
+        for chapter in sorted({r.task.split(".")[0] for r in self} | set(self.skipped)):
+            lines.append("")
+            if chapter in self.skipped:
+                lines.append(f"Chapter {chapter}: skipped: {self.skipped[chapter]}")
+            else:
+                lines += self._lines(f"Chapter {chapter}", [r for r in self if r.task.split(".")[0] == chapter])
         return "\n".join(lines)
 
     @staticmethod
@@ -85,7 +96,8 @@ def grade(chapter: str, impl: str = "exercises") -> Scorecard:
         proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
         if not report.exists():
             raise RuntimeError(f"the graded tests did not run:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-        return Scorecard(chapter, impl, [TaskResult(**r) for r in json.loads(report.read_text())])
+        data = json.loads(report.read_text())
+        return Scorecard(chapter, impl, [TaskResult(**r) for r in data["results"]], data["skipped"])
 
 
 # ---- the pytest plugin side -------------------------------------------------------------------
@@ -96,6 +108,14 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     config.addinivalue_line("markers", "task(id, title): a graded task with a stable id")
     config._graded = {}
+    config._skipped_chapters = {}
+
+
+def pytest_collectreport(report):
+    """A graded file skipped as a whole (pytest.importorskip at its top) skips its chapter."""
+    if report.skipped and _CONFIG is not None and (name := Path(report.nodeid).name).startswith("test_ch"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        _CONFIG._skipped_chapters[name[7:9]] = reason.removeprefix("Skipped: ")
 
 
 @pytest.hookimpl(trylast=True)  # after conftest deselections: record only what runs
@@ -130,7 +150,7 @@ def pytest_sessionfinish(session):
             {"task": r.task, "title": r.title, "passed": r.passed, "message": r.message, "variant": r.variant}
             for r in session.config._graded.values()
         ]
-        Path(path).write_text(json.dumps(results))
+        Path(path).write_text(json.dumps({"results": results, "skipped": session.config._skipped_chapters}))
 
 
 _CONFIG = None

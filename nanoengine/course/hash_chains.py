@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import ipywidgets as widgets
 
 from nanoengine.core import get_request_block_hasher
+from nanoengine.course.live import show_view
 from nanoengine.request import Request
 
 
@@ -65,8 +66,10 @@ class HashChainExplorer:
     def __init__(self, tokenizer, text_a: str, text_b: str, block_size: int = 16):
         self.tokenizer, self.block_size = tokenizer, block_size
         layout = {"width": "95%"}
-        self.text_a = widgets.Textarea(value=text_a, description="Prompt A", layout=layout)
-        self.text_b = widgets.Textarea(value=text_b, description="Prompt B", layout=layout)
+        # Tall enough to show each prompt whole (a Textarea shows two lines by default).
+        rows = max(4, *(t.count("\n") + 2 for t in (text_a, text_b)))
+        self.text_a = widgets.Textarea(value=text_a, description="Prompt A", rows=rows, layout=layout)
+        self.text_b = widgets.Textarea(value=text_b, description="Prompt B", rows=rows, layout=layout)
         self.salt_b = widgets.Text(value="", description="B's salt", placeholder="cache_salt for B (optional)")
         self.view = widgets.HTML()
         self.summary = widgets.HTML()
@@ -89,7 +92,5 @@ class HashChainExplorer:
             f"cache would spare B {self.cached_tokens} tokens of prefill."
         )
 
-    def _ipython_display_(self):
-        from IPython.display import display
-
-        display(self.widget)
+    def _ipython_display_(self) -> None:
+        show_view(self)

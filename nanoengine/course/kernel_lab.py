@@ -25,6 +25,7 @@ import torch
 from nanoengine.attention import triton_backend  # noqa: F401  (chooses the interpreter before triton loads)
 from nanoengine.attention import triton_kernels
 from nanoengine.attention.backend import TorchBackend, decode_step_bytes  # noqa: F401  (re-exported for the notebook)
+from nanoengine.course.live import show_view
 
 RESULTS_DIR = Path(__file__).resolve().parents[2] / "bench" / "results"
 MATCH_TOL = 1e-5
@@ -245,6 +246,9 @@ class KernelLab:
         controls = widgets.VBox([self.context, self.group, self.block_size, self.splits, self.reshuffle])
         self.widget = widgets.HBox([controls, widgets.VBox([self.summary, self.pool])])
         self.refresh()
+
+    def _ipython_display_(self) -> None:
+        show_view(self)
 
     def refresh(self, seed: int | None = None) -> None:
         self.seed = self.seed if seed is None else seed

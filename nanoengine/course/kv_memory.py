@@ -17,6 +17,7 @@ import torch
 from nanoengine.attention import AttentionContext, ContiguousKVCache
 from nanoengine.attention.paged import PagedKVCache
 from nanoengine.config import LlamaConfig
+from nanoengine.course.live import show_view
 from nanoengine.llm import DEFAULT_CPU_KV_BYTES
 
 
@@ -233,7 +234,5 @@ class KVMemoryCalculator:
         warn = "".join(f"<p style='color:#b50'>⚠ {w}</p>" for w in self.warnings())
         self.output.value = f"<table>{rows}</table><p>share of the budget this batch needs:</p>{bar}{warn}"
 
-    def _ipython_display_(self):
-        from IPython.display import display
-
-        display(self.widget)
+    def _ipython_display_(self) -> None:
+        show_view(self)

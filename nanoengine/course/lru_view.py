@@ -30,6 +30,7 @@ from nanoengine.core import (
     KVCacheManager,
     get_request_block_hasher,
 )
+from nanoengine.course.live import show_view
 from nanoengine.request import Request, RequestStatus
 from nanoengine.sampling_params import SamplingParams
 from nanoengine.scheduler import Scheduler, SchedulerConfig
@@ -381,7 +382,5 @@ class LRUView:
     def text(self) -> str:
         return timeline_text(self.timeline)
 
-    def _ipython_display_(self):
-        from IPython.display import display
-
-        display(self.widget)
+    def _ipython_display_(self) -> None:
+        show_view(self)

@@ -23,6 +23,7 @@ from types import ModuleType
 from typing import Any
 from collections.abc import Callable
 
+from nanoengine.attention import triton_available
 from nanoengine.course.grading import GRADED, ROOT, Scorecard, chapter_files, grade
 
 EXERCISES = ROOT / "exercises"
@@ -140,6 +141,9 @@ def part_status(part: Part, source: str = "exercises", use_kernels: bool = False
     """Finished when no stub is left in the chapter's file and every graded task of the chapter
     passes; a file with stubs left is not graded at all (the answer is already no), which keeps
     my_llm() instant on an untouched course. The worked solutions count as finished: CI grades them."""
+    if part.instantiate and not triton_available():
+        return PartStatus(part, False, False, "Triton is not installed (it publishes wheels for Linux only): "
+                                              "torch attention serves")
     if source == "solutions":
         finished, why = True, "the worked solution"
     elif left := stubs_left(part.module):

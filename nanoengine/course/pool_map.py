@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import ipywidgets as widgets
 
 from nanoengine.core import KVCacheManager
+from nanoengine.course.live import show_view
 
 # One color per request id (modulo); the four non-request states get colors no request uses.
 _REQUEST_COLORS = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1", "#9c755f", "#edc948", "#76b7b2")
@@ -212,7 +213,5 @@ class PoolMap:
         """The same picture in plain text: the summary, the grid and the block tables."""
         return "\n".join([self.summary(), grid_text(self.states, self.columns), *block_table_lines(self.engine)])
 
-    def _ipython_display_(self):
-        from IPython.display import display
-
-        display(self.widget)
+    def _ipython_display_(self) -> None:
+        show_view(self)

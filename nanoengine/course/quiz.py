@@ -9,11 +9,14 @@ does not show the answer. The file holds two lists of questions:
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import ipywidgets as widgets
+
+from nanoengine.course.live import show_widget
 
 QUIZ_DIR = Path(__file__).with_name("quizzes")
 
@@ -38,7 +41,7 @@ class QuizItem:
 
     def __init__(self, question: Question):
         self.question = question
-        self.choices = widgets.RadioButtons(options=list(question.options), value=None, layout={"width": "max-content"})
+        self.choices = widgets.RadioButtons(options=shown_order(question), value=None, layout={"width": "max-content"})
         self.button = widgets.Button(description="Check", button_style="primary")
         self.feedback = widgets.HTML()
         self.button.on_click(lambda _: self.check())
@@ -63,19 +66,20 @@ class QuizItem:
         return self.feedback.value
 
 
+def shown_order(question: Question) -> list[str]:
+    """The options in the order the widget shows them: a fixed shuffle per question, so that where the
+    data file happens to list the answer (often second) does not give it away."""
+    return sorted(question.options, key=lambda option: hashlib.sha256(f"{question.prompt}\n{option}".encode()).digest())
+
+
 class Quiz:
     def __init__(self, questions: list[Question]):
         self.items = [QuizItem(q) for q in questions]
         self.widget = widgets.VBox([item.widget for item in self.items])
 
     def _ipython_display_(self):
-        from IPython.display import display
-
-        # The text form is what a saved notebook shows before its cell runs again.
-        bundle = self.widget._repr_mimebundle_()
-        bundle["text/plain"] = (f"Quiz: {len(self.items)} question(s). Run this cell to answer them "
-                                "(a saved widget comes alive only when its cell runs).")
-        display(bundle, raw=True)
+        show_widget(self.widget, f"Quiz: {len(self.items)} question(s). Run this cell to answer them "
+                                 "(a saved widget comes alive only when its cell runs).")
 
 
 def load_questions(chapter: str, part: str = "quiz") -> list[Question]:

@@ -19,8 +19,12 @@ import ipywidgets as widgets
 import matplotlib.pyplot as plt
 from matplotlib.patches import Patch
 
+from nanoengine.course.live import show_view
 from nanoengine.course.pool_map import _id_order, request_color
 from nanoengine.outputs import RequestOutput
+
+TIMELINE_FIGSIZE = (6, 3.5)
+FIGURE_DPI = 80  # the static figures' resolution; the widget draws at twice it for sharp lines
 
 KIND_COLORS = {"prefill": "#4e79a7", "recompute": "#e15759", "decode": "#59a14f"}
 
@@ -233,7 +237,7 @@ def plot_timeline(records: list[StepRecord], color_by: str = "kind", highlight: 
                   title: str | None = None):
     """Stacked bars of tokens per step (by kind or by request) over KV blocks held; red marks
     preemptions. Returns the figure; the caller shows or closes it."""
-    fig, (ax, ax_kv) = plt.subplots(2, 1, figsize=(6, 3.5), dpi=80, sharex=True,
+    fig, (ax, ax_kv) = plt.subplots(2, 1, figsize=TIMELINE_FIGSIZE, dpi=FIGURE_DPI, sharex=True,
                                     gridspec_kw={"height_ratios": [3, 1.2]})
     steps = [r.step for r in records]
     if color_by == "kind":
@@ -276,9 +280,9 @@ def plot_timeline(records: list[StepRecord], color_by: str = "kind", highlight: 
     return fig
 
 
-def figure_png(fig) -> bytes:
+def figure_png(fig, scale: int = 2) -> bytes:
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=80)
+    fig.savefig(buf, format="png", dpi=FIGURE_DPI * scale)
     plt.close(fig)
     return buf.getvalue()
 
@@ -296,7 +300,8 @@ class StepTimeline:
         last = max(len(run.records) - 1, 0)
         self.slider = widgets.IntSlider(value=0, min=0, max=last, description="step", continuous_update=False)
         self.color_by = widgets.ToggleButtons(options=["kind", "request"], value="kind", description="color by")
-        self.image = widgets.Image(format="png")
+        # Drawn at 2x and shown at the static figure's size, so a high-density screen gets sharp lines.
+        self.image = widgets.Image(format="png", width=str(int(TIMELINE_FIGSIZE[0] * FIGURE_DPI)))
         self.details = widgets.HTML()
         self.slider.observe(lambda _: self.refresh(), names="value")
         self.color_by.observe(lambda _: self.refresh(), names="value")
@@ -318,7 +323,5 @@ class StepTimeline:
     def text(self) -> str:
         return "\n".join(step_detail(self.record))
 
-    def _ipython_display_(self):
-        from IPython.display import display
-
-        display(self.widget)
+    def _ipython_display_(self) -> None:
+        show_view(self)

@@ -24,6 +24,7 @@ import ipywidgets as widgets
 
 from nanoengine.bench import SYSTEM_PROMPT, USER_TURNS
 from nanoengine.core import KVCacheManager, get_request_block_hasher
+from nanoengine.course.live import show_view
 from nanoengine.request import Request
 from nanoengine.sampling_params import SamplingParams
 
@@ -518,7 +519,5 @@ class WorkloadExplorer:
                 for p in self.workload.prompts[: self.live_requests]]
         self.refresh({i: o.num_cached_tokens for i, o in enumerate(outs)}, [1000 * o.ttft for o in outs])
 
-    def _ipython_display_(self):
-        from IPython.display import display
-
-        display(self.widget)
+    def _ipython_display_(self) -> None:
+        show_view(self)

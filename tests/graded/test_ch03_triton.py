@@ -8,7 +8,8 @@ import math
 
 import pytest
 import torch
-import triton
+
+triton = pytest.importorskip("triton", reason="Triton is not installed (it publishes wheels for Linux only)")
 
 from nanoengine.attention import triton_kernels
 from nanoengine.attention.backend import TorchBackend
