@@ -42,7 +42,7 @@ test: setup
 # unimportable. Triton's own tests skip with their reason; chapter 03 shows its stored outputs; all else passes.
 test-no-triton: setup
 	PYTHONPATH=$(CURDIR)/tests/no_triton $(BIN)/python -m pytest tests notebooks/03_paged_attention_triton.ipynb \
-		notebooks/10_your_engine.ipynb -n 2 --dist loadfile --nbval-lax \
+		notebooks/10_your_engine.ipynb notebooks/11_on_a_gpu.ipynb -n 2 --dist loadfile --nbval-lax \
 		--nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider
 
 test-fast: setup

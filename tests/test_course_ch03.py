@@ -1,7 +1,5 @@
 """Chapter 03's kernel lab, driven from Python: what it shows is what the engine's kernels did."""
 
-import json
-
 import numpy as np
 import pytest
 import torch
@@ -92,52 +90,6 @@ def test_pool_html_marks_missed_and_stray_slots():
     run.reads[first] = np.append(run.reads[first][1:], 0)  # forget one real slot, claim the null block's slot 0
     cells = kl.pool_html(b, run)
     assert cells.count('data-state="missed"') == 1 and cells.count('data-state="stray"') == 1
-
-
-# ---- the GPU results reader (no GPU needed: a synthetic bench JSON) ---------------------------
-def _row(batch, context, gbps, **extra):
-    return {"heads": "llama3-8b", "batch": batch, "context": context, "triton_gbps": gbps,
-            "gather_sdpa_gbps": gbps / 3, "pct_of_copy": 100 * gbps / 3000, "x_vs_gather_sdpa": 3.0,
-            "x_vs_sdpa_contiguous": 1.1, **extra}
-
-
-def _result(device="NVIDIA H100 80GB HBM3", pct=75.0):
-    rows = [_row(b, c, 2000.0) for b in (1, 64) for c in (512, 2048)]
-    rows[3] = _row(64, 2048, 30 * pct, pct_of_copy=pct)
-    return {"device": device, "dtype": "bfloat16", "copy_gbps": 3000.0, "decode": rows, "prefill": []}
-
-
-def test_load_gpu_results_reads_bench_json_and_skips_the_interpreter_smoke(tmp_path):
-    assert kl.load_gpu_results(tmp_path) == []
-    (tmp_path / "attention_h100-80gb-hbm3.json").write_text(json.dumps(_result()))
-    (tmp_path / "attention_cpu-interpret.json").write_text(json.dumps(_result("cpu")))
-    (tmp_path / "engine_cpu.json").write_text("{}")
-    results = kl.load_gpu_results(tmp_path)
-    assert [r["device"] for r in results] == ["NVIDIA H100 80GB HBM3"]
-
-
-def test_check_bars_reads_the_b64_l2048_row():
-    passing = kl.check_bars(_result(pct=75.0))
-    assert [(label, ok) for label, _, _, ok in passing] == [(label, True) for label, _, _ in kl.BARS]
-    assert passing[0][1] == 75.0
-    failing = kl.check_bars(_result(pct=60.0))
-    assert failing[0][3] is False and failing[1][3] is True
-    with pytest.raises(ValueError):
-        kl.check_bars({"device": "x", "decode": []})
-
-
-def test_plot_decode_bandwidth_draws_one_line_per_batch_and_the_copy_line():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots()
-    kl.plot_decode_bandwidth(_result(), ax)
-    labels = [line.get_label() for line in ax.get_lines()]
-    assert labels == ["Triton, B=1", "Triton, B=64", "gather + SDPA, largest B", "device copy"]
-    assert ax.get_lines()[1].get_ydata()[-1] == pytest.approx(2250.0)
-    plt.close(fig)
 
 
 def test_decode_step_bytes_matches_the_bench_formula():

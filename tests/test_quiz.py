@@ -9,7 +9,8 @@ import pytest
 from nanoengine.course.quiz import QUIZ_DIR, Question, Quiz, chapter_quiz, load_questions, shown_order
 
 Q = Question("2 + 2?", ("3", "4"), 1, ("3 is one short.", "4 it is."))
-NOTEBOOKS = sorted((Path(__file__).parents[1] / "notebooks").glob("0*.ipynb"))
+# Every chapter but 10, the capstone, which assembles the learner's engine and asks nothing.
+NOTEBOOKS = [p for p in sorted((Path(__file__).parents[1] / "notebooks").glob("[0-9][0-9]_*.ipynb")) if p.name[:2] != "10"]
 CHAPTERS = [nb.name[:2] for nb in NOTEBOOKS]
 
 

@@ -1,8 +1,8 @@
 """Chapter 03's kernel lab: the engine's Triton paged-attention kernels on tiny shapes, watched.
 
 Runs store/decode/prefill from nanoengine.attention.triton_kernels next to TorchBackend (gather +
-SDPA) and records, through the Triton interpreter, which cache slots each program loaded. Also reads
-the GPU numbers that bench/attention.py writes to bench/results/.
+SDPA) and records, through the Triton interpreter, which cache slots each program loaded. (The GPU
+measurements of these kernels are chapter 11's, in gpu_results.py.)
 
 Invariants: kernels run on CPU tensors under the interpreter (TRITON_INTERPRET=1 before triton is
 imported; importing triton_backend sets it when there is no CUDA). Tracing needs the interpreter: a
@@ -12,11 +12,9 @@ compiled GPU kernel's loads cannot be observed from Python.
 from __future__ import annotations
 
 import html
-import json
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 
 import ipywidgets as widgets
 import numpy as np
@@ -27,7 +25,6 @@ from nanoengine.attention import triton_kernels
 from nanoengine.attention.backend import TorchBackend, decode_step_bytes  # noqa: F401  (re-exported for the notebook)
 from nanoengine.course.live import show_view
 
-RESULTS_DIR = Path(__file__).resolve().parents[2] / "bench" / "results"
 MATCH_TOL = 1e-5
 
 
@@ -319,45 +316,3 @@ def _slot_style(slot: int, owner: tuple[int, int] | None, program: tuple[int, in
         return "missed", MISSED, f"slot {slot}: request {seq} token {token}, never loaded"
     colour = PALETTE[seq % 2][program[2] % 3]
     return "read", colour, f"slot {slot}: request {seq} token {token}, loaded by program {program}"
-
-
-# ---- GPU results from bench/attention.py -------------------------------------------------------
-# The chapter's bars, for the Llama-3-8B heads (32/8, d128) at B=64, L=2048, bf16.
-BAR_ROW = {"heads": "llama3-8b", "batch": 64, "context": 2048}
-BARS = (("% of device-copy bandwidth", "pct_of_copy", 70.0),
-        ("× faster than gather + SDPA", "x_vs_gather_sdpa", 2.5),
-        ("× SDPA on contiguous KV", "x_vs_sdpa_contiguous", 0.9))
-
-
-def load_gpu_results(results_dir: Path = RESULTS_DIR) -> list[dict]:
-    """Every attention_<device>.json bench/attention.py wrote on a GPU, sorted by file name.
-
-    The interpreter smoke's attention_cpu-interpret.json is a check of the script, not a GPU
-    result, and is left out.
-    """
-    paths = sorted(p for p in Path(results_dir).glob("attention_*.json") if p.stem != "attention_cpu-interpret")
-    return [json.loads(p.read_text()) for p in paths]
-
-
-def check_bars(result: dict) -> list[tuple[str, float, float, bool]]:
-    """(bar, measured, threshold, passed) for the BAR_ROW decode configuration of one result."""
-    row = next((r for r in result["decode"] if all(r[k] == v for k, v in BAR_ROW.items())), None)
-    if row is None:
-        raise ValueError(f"no decode row for {BAR_ROW} in the results of {result.get('device')}")
-    return [(label, row[key], bar, row[key] >= bar) for label, key, bar in BARS]
-
-
-def plot_decode_bandwidth(result: dict, ax, heads: str = "llama3-8b") -> None:
-    """Decode GB/s against context, one line per batch size; the device copy as a dashed line."""
-    rows = [r for r in result["decode"] if r["heads"] == heads]
-    for batch in sorted({r["batch"] for r in rows}):
-        line = sorted((r["context"], r["triton_gbps"]) for r in rows if r["batch"] == batch)
-        ax.plot(*zip(*line), marker="o", label=f"Triton, B={batch}")
-    gather = sorted((r["context"], r["gather_sdpa_gbps"]) for r in rows if r["batch"] == max(r["batch"] for r in rows))
-    ax.plot(*zip(*gather), linestyle=":", color="grey", label="gather + SDPA, largest B")
-    ax.axhline(result["copy_gbps"], color="k", linestyle="--", label="device copy")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("context length (tokens)")
-    ax.set_ylabel("GB/s")
-    ax.set_title(f"decode, {heads}, {result['device']}, {result['dtype']}", fontsize=9)
-    ax.legend(fontsize=7)
