@@ -10,7 +10,7 @@ PORT ?= 8888
 TORCH_INDEX ?= $(if $(filter Darwin,$(shell uname -s)),,$(if $(shell command -v nvidia-smi 2>/dev/null),,https://download.pytorch.org/whl/cpu))
 PIP := $(BIN)/python -m pip --disable-pip-version-check
 
-.PHONY: setup lab test test-no-triton test-fast grade bench clean
+.PHONY: setup lab test test-no-triton test-browser test-fast grade bench clean
 
 setup: $(STAMP)
 
@@ -35,18 +35,25 @@ lab: setup
 
 # Two workers, one per core; a notebook's cells stay together and in order (--dist loadfile).
 test: setup
-	$(BIN)/python -m pytest tests notebooks -n 2 --dist loadfile --nbval-lax \
+	$(BIN)/python -m pytest tests notebooks --ignore=tests/browser -n 2 --dist loadfile --nbval-lax \
 		--nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider
 
 # The suite again as on macOS or Windows, where triton has no wheels: tests/no_triton/sitecustomize.py makes it
 # unimportable. Triton's own tests skip with their reason; chapter 03 shows its stored outputs; all else passes.
 test-no-triton: setup
-	PYTHONPATH=$(CURDIR)/tests/no_triton $(BIN)/python -m pytest tests notebooks/03_paged_attention_triton.ipynb \
+	PYTHONPATH=$(CURDIR)/tests/no_triton $(BIN)/python -m pytest tests --ignore=tests/browser \
+		notebooks/03_paged_attention_triton.ipynb \
 		notebooks/10_your_engine.ipynb notebooks/11_on_a_gpu.ipynb -n 2 --dist loadfile --nbval-lax \
 		--nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider
 
+# The course as a learner sees it: JupyterLab in headless Chromium runs every notebook from the Run menu and
+# clicks every widget (tests/browser). It needs the system's Chromium (Debian: apt-get install -y chromium;
+# or CHROMIUM=/path/to/chrome). Widget screenshots are written to build/browser/.
+test-browser: setup
+	$(BIN)/python -m pytest tests/browser -n 2 -p no:cacheprovider
+
 test-fast: setup
-	$(BIN)/python -m pytest tests -m "not model and not reference" -q
+	$(BIN)/python -m pytest tests --ignore=tests/browser -m "not model and not reference" -q
 
 grade: setup
 	@test -n "$(CH)" || (echo "usage: make grade CH=04 (one chapter) or CH=all (the whole course)" && exit 2)

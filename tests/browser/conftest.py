@@ -1,0 +1,54 @@
+"""The browser pass (`make test-browser`): one JupyterLab server and one headless Chromium per worker.
+
+Skipped, with the reason, where Playwright or a system Chromium is missing: a learner's `make test`
+needs no browser.
+"""
+
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+from driver import LabServer, copy_checkout, find_chromium  # noqa: E402
+
+SHOTS = os.environ.get("NANOENGINE_SHOTS", os.path.join("build", "browser"))
+
+
+@pytest.fixture(scope="session")
+def lab(tmp_path_factory):
+    server = LabServer(copy_checkout(tmp_path_factory.mktemp("checkout")), tmp_path_factory.mktemp("jupyter"))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def browser():
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is in the test extra: make setup")
+    chromium = find_chromium()
+    if chromium is None:
+        pytest.skip("no system Chromium: apt-get install -y chromium (or set CHROMIUM to its path)")
+    with sync_api.sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=chromium)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    yield context.new_page()
+    context.close()
+
+
+@pytest.fixture(scope="session")
+def shots():
+    os.makedirs(SHOTS, exist_ok=True)
+    return SHOTS
+
+
+def pytest_terminal_summary(terminalreporter):
+    if os.path.isdir(SHOTS) and os.listdir(SHOTS):
+        terminalreporter.write_line(f"widget screenshots: {os.path.abspath(SHOTS)}")
