@@ -156,7 +156,12 @@ class NotebookPage:
         self.page.locator(".lm-Menu-itemLabel", has_text=item).filter(has_text=re.compile(f"^{re.escape(item)}$")).click()
 
     def run_all(self, timeout_s: float = 300.0) -> None:
+        """Run > Run All Cells, then wait until the kernel has been busy and the queue is drained (the
+        kernel is idle for a moment before the queue's first cell starts)."""
+        self.page.evaluate(f"""() => {{ window.nbtestBusy = false;
+            {_KERNEL}.statusChanged.connect((_, status) => {{ if (status === 'busy') window.nbtestBusy = true; }}); }}""")
         self.menu("Run", "Run All Cells")
+        self.page.wait_for_function("() => window.nbtestBusy", timeout=timeout_s * 1000, polling=100)
         self.wait_until_idle(timeout_s)
 
     def wait_until_idle(self, timeout_s: float) -> None:
