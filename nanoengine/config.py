@@ -6,6 +6,9 @@ import dataclasses
 from dataclasses import dataclass
 
 
+LAYER_TYPES = ("full_attention", "sliding_attention")
+
+
 @dataclass(slots=True, frozen=True)
 class LlamaConfig:
     """The shape of a Llama-architecture model.
@@ -13,6 +16,10 @@ class LlamaConfig:
     Field names follow Hugging Face's LlamaConfig so a learner can compare the two side by side.
     Invariants: num_attention_heads is a multiple of num_key_value_heads (GQA groups are whole),
     and hidden_size == num_attention_heads * head_dim.
+
+    Sliding windows follow Hugging Face's Mistral-family names: `layer_types[i]` is "full_attention"
+    or "sliding_attention", and a sliding layer's query at position p sees keys p - sliding_window + 1
+    .. p. A sliding_window with no layer_types makes every layer sliding, as in Mistral.
     """
 
     vocab_size: int
@@ -28,6 +35,8 @@ class LlamaConfig:
     tie_word_embeddings: bool = True
     bos_token_id: int = 1
     eos_token_id: int = 2
+    layer_types: tuple[str, ...] | None = None
+    sliding_window: int | None = None
 
     def __post_init__(self) -> None:
         if self.num_attention_heads % self.num_key_value_heads:
@@ -40,6 +49,23 @@ class LlamaConfig:
                 f"hidden_size={self.hidden_size} != num_attention_heads*head_dim="
                 f"{self.num_attention_heads * self.head_dim}"
             )
+        if self.layer_types is not None:
+            object.__setattr__(self, "layer_types", tuple(self.layer_types))
+            if len(self.layer_types) != self.num_hidden_layers or not set(self.layer_types) <= set(LAYER_TYPES):
+                raise ValueError(f"layer_types must name {self.num_hidden_layers} layers, each one of {LAYER_TYPES}; "
+                                 f"got {self.layer_types}")
+            if "sliding_attention" in self.layer_types and self.sliding_window is None:
+                raise ValueError("layer_types has sliding_attention layers but sliding_window is not set")
+        if self.sliding_window is not None and self.sliding_window < 1:
+            raise ValueError(f"sliding_window={self.sliding_window} must be at least 1 token")
+
+    def window(self, layer_idx: int) -> int | None:
+        """The layer's sliding window in tokens, or None for full attention."""
+        if self.sliding_window is None:
+            return None
+        if self.layer_types is None or self.layer_types[layer_idx] == "sliding_attention":
+            return self.sliding_window
+        return None
 
     @property
     def num_queries_per_kv(self) -> int:
@@ -53,10 +79,16 @@ class LlamaConfig:
         return dataclasses.asdict(self)
 
     def to_hf(self):
-        """The same shape as a Hugging Face transformers.LlamaConfig (transformers is a test extra)."""
+        """The same shape as a Hugging Face config (transformers is a test extra): LlamaConfig, or, with
+        sliding windows, MinistralConfig, a Llama with per-layer windows."""
         import transformers
 
-        return transformers.LlamaConfig(**{k: v for k, v in self.to_dict().items()})
+        d = self.to_dict()
+        layer_types, window = d.pop("layer_types"), d.pop("sliding_window")
+        if window is None:
+            return transformers.LlamaConfig(**d)
+        types = list(layer_types) if layer_types else ["sliding_attention"] * self.num_hidden_layers
+        return transformers.MinistralConfig(**d, layer_types=types, sliding_window=window)
 
     @classmethod
     def from_dict(cls, d: dict) -> "LlamaConfig":
@@ -107,3 +139,9 @@ class LlamaConfig:
         )
         base.update(overrides)
         return cls(**base)
+
+    @classmethod
+    def tiny_hybrid(cls, sliding_window: int = 24, **overrides) -> "LlamaConfig":
+        """tiny() with four layers, three sliding to one full, the ratio of Gemma-3-like hybrids."""
+        layers = ("sliding_attention",) * 3 + ("full_attention",)
+        return cls.tiny(num_hidden_layers=4, layer_types=layers, sliding_window=sliding_window, **overrides)

@@ -8,6 +8,10 @@ never read for a real token.
 A step's new tokens are flat ([T, ...]) and grouped by request: request i owns rows
 query_start_loc[i] : query_start_loc[i+1], and after this step its context holds seq_lens[i] tokens,
 the last (query_start_loc[i+1] - query_start_loc[i]) of which are the new ones.
+
+A sliding-window layer passes `sliding_window=W` to decode and prefill: the token at position p then
+sees keys p - W + 1 .. p only. Full-attention layers pass nothing, so a backend that only serves
+full attention (chapter 03's) needs no such argument.
 """
 
 from __future__ import annotations
@@ -50,13 +54,16 @@ class AttentionBackend(Protocol):
     def decode(
         self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
         block_tables: torch.Tensor, seq_lens: torch.Tensor, scale: float, num_common_prefix_blocks: int = 0,
+        **sliding_window: int,
     ) -> torch.Tensor:
-        """One query per request: q [B, Hq, D] attends to all seq_lens[b] cached tokens -> [B, Hq, D].
-        num_common_prefix_blocks is a hint: that many leading blocks are the same for every request."""
+        """One query per request: q [B, Hq, D] attends to all seq_lens[b] cached tokens -> [B, Hq, D]
+        (the last W of them under sliding_window=W). num_common_prefix_blocks is a hint: that many
+        leading blocks are the same for every request."""
 
     def prefill(
         self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
         query_start_loc: torch.Tensor, seq_lens: torch.Tensor, max_query_len: int, scale: float,
+        **sliding_window: int,
     ) -> torch.Tensor:
         """Chunks of new tokens (already stored) attend causally to their cached prefix and to
         themselves: q [T, Hq, D] -> [T, Hq, D]. query_start_loc and seq_lens are relative to this call."""
@@ -75,11 +82,19 @@ class KernelBackend:
     def store_kvcache(self, k, v, k_cache, v_cache, slot_mapping):
         self._store(k, v, k_cache, v_cache, slot_mapping)
 
-    def decode(self, q, k_cache, v_cache, block_tables, seq_lens, scale, num_common_prefix_blocks=0):
+    def decode(self, q, k_cache, v_cache, block_tables, seq_lens, scale, num_common_prefix_blocks=0, **window):
+        _full_attention_only(self.name, window)
         return self._decode(q, k_cache, v_cache, block_tables, seq_lens, scale)  # reads a shared prefix in place
 
-    def prefill(self, q, k_cache, v_cache, block_tables, query_start_loc, seq_lens, max_query_len, scale):
+    def prefill(self, q, k_cache, v_cache, block_tables, query_start_loc, seq_lens, max_query_len, scale, **window):
+        _full_attention_only(self.name, window)
         return self._prefill(q, k_cache, v_cache, block_tables, query_start_loc, seq_lens, max_query_len, scale)
+
+
+def _full_attention_only(name: str, window: dict) -> None:
+    if window:
+        raise ValueError(f"The {name} kernels serve full attention only, and this model has sliding-window layers: "
+                         "serve it with attention_backend='torch' or 'triton'.")
 
 
 def decode_step_bytes(seq_lens: list[int], num_heads: int, num_kv_heads: int, head_dim: int, elt: int,
@@ -113,10 +128,14 @@ class TorchBackend:
         k_cache.view(-1, *k_cache.shape[2:])[slots] = k[valid].to(k_cache.dtype)
         v_cache.view(-1, *v_cache.shape[2:])[slots] = v[valid].to(v_cache.dtype)
 
-    def decode(self, q, k_cache, v_cache, block_tables, seq_lens, scale, num_common_prefix_blocks=0):
-        if num_common_prefix_blocks and q.shape[0] > 1:
+    def decode(self, q, k_cache, v_cache, block_tables, seq_lens, scale, num_common_prefix_blocks=0,
+               sliding_window=None):
+        if sliding_window is None and num_common_prefix_blocks and q.shape[0] > 1:
             return self._cascade_decode(q, k_cache, v_cache, block_tables, seq_lens, scale, num_common_prefix_blocks)
         keys, values, mask = gather_padded(k_cache, v_cache, block_tables, seq_lens)
+        if sliding_window is not None:
+            positions = torch.arange(mask.shape[1], device=mask.device)
+            mask &= positions[None, :] >= (seq_lens[:, None] - sliding_window)
         out = _sdpa(q.unsqueeze(2), keys.transpose(1, 2), values.transpose(1, 2), mask[:, None, None, :], scale)
         return out.squeeze(2)
 
@@ -141,7 +160,8 @@ class TorchBackend:
         out = o1 * (lse1 - lse).exp()[..., None] + o2 * (lse2 - lse).exp()[..., None]
         return out.reshape(b, hq, d).to(q.dtype)
 
-    def prefill(self, q, k_cache, v_cache, block_tables, query_start_loc, seq_lens, max_query_len, scale):
+    def prefill(self, q, k_cache, v_cache, block_tables, query_start_loc, seq_lens, max_query_len, scale,
+                sliding_window=None):
         out = torch.empty_like(q)
         starts = query_start_loc.tolist()
         for i, seq_len in enumerate(seq_lens.tolist()):
@@ -151,11 +171,23 @@ class TorchBackend:
             values = gather_kv(v_cache, block_tables[i], seq_len).transpose(0, 1)
             # New token j sits at position seq_len - n + j and sees keys 0 .. seq_len - n + j. With no
             # cached prefix that is the plain causal mask, which SDPA runs on its fused path.
-            mask = None if n == seq_len else torch.ones(n, seq_len, dtype=torch.bool, device=q.device).tril(seq_len - n)
+            mask = causal_mask(n, seq_len, sliding_window, q.device)
             # A leading batch dim of 1: CPU SDPA takes its fused kernel only for 4-D inputs.
             o = _sdpa(q[lo:hi].transpose(0, 1)[None], keys[None], values[None], mask, scale)
             out[lo:hi] = o[0].transpose(0, 1)
         return out
+
+
+def causal_mask(n: int, seq_len: int, sliding_window: int | None, device) -> torch.Tensor | None:
+    """[n, seq_len] mask of the keys each of the last n tokens sees: token j at position
+    p = seq_len - n + j sees p - W + 1 .. p (0 .. p without a window). None for the plain causal mask,
+    which SDPA runs on its fused path."""
+    if sliding_window is None and n == seq_len:
+        return None
+    mask = torch.ones(n, seq_len, dtype=torch.bool, device=device).tril(seq_len - n)
+    if sliding_window is not None:
+        mask &= ~torch.ones_like(mask).tril(seq_len - n - sliding_window)
+    return mask
 
 
 def gather_padded(k_cache, v_cache, block_tables, seq_lens):

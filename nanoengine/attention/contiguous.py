@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from nanoengine.attention.backend import causal_mask
 from nanoengine.config import LlamaConfig
 
 
@@ -26,6 +27,7 @@ class ContiguousKVCache:
         self.v = torch.zeros(shape, device=device, dtype=dtype)
         self.max_len = max_len
         self.num_tokens = 0
+        self.windows = [config.window(i) for i in range(config.num_hidden_layers)]
 
     def __call__(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         start, t = self.num_tokens, q.shape[0]
@@ -35,11 +37,13 @@ class ContiguousKVCache:
         self.v[layer_idx, start : start + t] = v
         keys = self.k[layer_idx, : start + t].transpose(0, 1)  # [Hkv, S, D]
         values = self.v[layer_idx, : start + t].transpose(0, 1)
-        # Query i sits at position start+i and may see keys 0..start+i (a bottom-right causal mask).
-        mask = None
-        if t > 1:
-            mask = torch.ones(t, start + t, dtype=torch.bool, device=q.device).tril(diagonal=start)
-        out = F.scaled_dot_product_attention(q.transpose(0, 1), keys, values, attn_mask=mask, enable_gqa=True)
+        # Query i sits at position start+i and may see keys 0..start+i (a bottom-right causal mask), or
+        # the last W of them in a sliding layer; one query with no window sees everything (no mask).
+        window = self.windows[layer_idx]
+        mask = None if t == 1 and window is None else causal_mask(t, start + t, window, q.device)
+        causal = mask is None and t > 1  # no cached prefix: the top-left causal mask is the same one
+        out = F.scaled_dot_product_attention(q.transpose(0, 1), keys, values, attn_mask=mask, is_causal=causal,
+                                             enable_gqa=True)
         return out.transpose(0, 1)
 
     def advance(self, num_new_tokens: int) -> None:

@@ -24,6 +24,9 @@ class PagedKVCache:
         self.num_blocks, self.block_size = num_blocks, block_size
         self.backend = backend
         self.scale = config.head_dim ** -0.5
+        # Only sliding layers pass a window, so a full-attention backend needs no such argument.
+        self.windows = [{} if config.window(i) is None else {"sliding_window": config.window(i)}
+                        for i in range(config.num_hidden_layers)]
         self.metadata: AttentionMetadata | None = None
 
     def __call__(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -32,13 +35,15 @@ class PagedKVCache:
         be.store_kvcache(k, v, kc, vc, md.slot_mapping)
         nd = md.num_decodes
         shared = md.num_common_prefix_blocks
+        window = self.windows[layer_idx]
         if nd == md.seq_lens.shape[0]:
-            return be.decode(q, kc, vc, md.block_tables, md.seq_lens, self.scale, shared)
+            return be.decode(q, kc, vc, md.block_tables, md.seq_lens, self.scale, shared, **window)
         out = torch.empty_like(q)
         if nd:
-            out[:nd] = be.decode(q[:nd], kc, vc, md.block_tables[:nd], md.seq_lens[:nd], self.scale, shared)
+            out[:nd] = be.decode(q[:nd], kc, vc, md.block_tables[:nd], md.seq_lens[:nd], self.scale, shared, **window)
         qsl = md.query_start_loc[nd:] - nd
-        out[nd:] = be.prefill(q[nd:], kc, vc, md.block_tables[nd:], qsl, md.seq_lens[nd:], md.max_query_len, self.scale)
+        out[nd:] = be.prefill(q[nd:], kc, vc, md.block_tables[nd:], qsl, md.seq_lens[nd:], md.max_query_len,
+                              self.scale, **window)
         return out
 
     @staticmethod

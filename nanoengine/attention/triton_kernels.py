@@ -110,11 +110,11 @@ def _online_softmax_step(q, k, v, mask, m_i, l_i, acc, qk_scale, DOT_PRECISION: 
 @triton.jit
 def _decode_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, table_ptr, seq_lens_ptr, out_ptr, part_m_ptr, part_l_ptr,
-    qk_scale, tokens_per_split,
+    qk_scale, tokens_per_split, window,
     s_qb, s_qh, s_ob, s_oh, s_ps, s_bt,
     s_kb, s_kt, s_kh, s_vb, s_vt, s_vh,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
-    BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, SLIDING: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     """Program (seq, kv_head, split): all GROUP query heads of one KV head over one range of tokens.
 
@@ -122,6 +122,9 @@ def _decode_kernel(
     once per group. Without SPLIT the program covers the whole context and writes the output; with
     SPLIT it writes the unnormalised partial (max, sum, acc) rows at index `split`, laid out
     [B, Hq, num_splits(, D)] with stride s_ps between splits, for _reduce_splits_kernel.
+    With SLIDING the query sees the last `window` tokens only; tiles wholly before them are skipped,
+    so a split that lies before the window reads nothing and weighs 0 in the reduce. (A constexpr, so
+    full attention compiles to the kernel it was: the window's bounds cost registers and occupancy.)
     """
     seq = tl.program_id(0).to(tl.int64)
     kv_head = tl.program_id(1)
@@ -129,6 +132,11 @@ def _decode_kernel(
     seq_len = tl.load(seq_lens_ptr + seq)
     start = split * tokens_per_split
     end = tl.minimum(seq_len, start + tokens_per_split)
+    lo = 0
+    if SLIDING:
+        lo = tl.maximum(seq_len - window, 0)
+        # Split ranges start on whole tiles, so starting at lo's tile keeps every tile aligned.
+        start = tl.maximum(start, lo // BLOCK_N * BLOCK_N)
 
     g = tl.arange(0, GROUP_PAD)
     d = tl.arange(0, HEAD_DIM)
@@ -143,6 +151,8 @@ def _decode_kernel(
     for tile in range(start, end, BLOCK_N):
         n = tile + tl.arange(0, BLOCK_N)
         n_mask = n < end
+        if SLIDING:
+            n_mask = n_mask & (n >= lo)
         k = _load_kv_tile(k_cache_ptr, table, n, n_mask, kv_head, s_kb, s_kt, s_kh, HEAD_DIM, BLOCK_SIZE)
         v = _load_kv_tile(v_cache_ptr, table, n, n_mask, kv_head, s_vb, s_vt, s_vh, HEAD_DIM, BLOCK_SIZE)
         m_i, l_i, acc = _online_softmax_step(q, k, v, n_mask[None, :], m_i, l_i, acc, qk_scale, DOT_PRECISION)
@@ -187,17 +197,18 @@ def _reduce_splits_kernel(
 
 @triton.jit
 def _prefill_kernel(
-    q_ptr, k_cache_ptr, v_cache_ptr, table_ptr, query_start_loc_ptr, seq_lens_ptr, out_ptr, qk_scale,
+    q_ptr, k_cache_ptr, v_cache_ptr, table_ptr, query_start_loc_ptr, seq_lens_ptr, out_ptr, qk_scale, window,
     s_qt, s_qh, s_ot, s_oh, s_bt,
     s_kb, s_kt, s_kh, s_vb, s_vt, s_vh,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SLIDING: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     """Program (request, query tile, q_head): BLOCK_M new tokens attend causally over the cache.
 
     The request's q_len new tokens are the last ones of its seq_len-token context (already stored),
     so new token i sits at position seq_len - q_len + i and sees keys 0 ..= that position: the
-    cached prefix and the chunk itself, all read through the block table.
+    cached prefix and the chunk itself, all read through the block table. With SLIDING it sees only
+    keys past position - window.
     """
     req = tl.program_id(0)
     tile = tl.program_id(1)
@@ -220,14 +231,20 @@ def _prefill_kernel(
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
     kv_head = head // GROUP
     table = table_ptr + req.to(tl.int64) * s_bt
-    # Keys past this tile's last position are masked for every row: stop before them.
+    # Keys past this tile's last position are masked for every row: stop before them. With a window,
+    # keys before its first row's window are masked for every row too: start after them.
     end = tl.minimum(seq_len, prefix_len + (tile + 1) * BLOCK_M)
-    for start in range(0, end, BLOCK_N):
+    lo = 0
+    if SLIDING:
+        lo = tl.maximum(prefix_len + tile * BLOCK_M - window + 1, 0)
+    for start in range(lo // BLOCK_N * BLOCK_N, end, BLOCK_N):
         n = start + tl.arange(0, BLOCK_N)
         n_mask = n < end
         k = _load_kv_tile(k_cache_ptr, table, n, n_mask, kv_head, s_kb, s_kt, s_kh, HEAD_DIM, BLOCK_SIZE)
         v = _load_kv_tile(v_cache_ptr, table, n, n_mask, kv_head, s_vb, s_vt, s_vh, HEAD_DIM, BLOCK_SIZE)
         causal = (n[None, :] <= pos[:, None]) & n_mask[None, :]
+        if SLIDING:
+            causal = causal & (n[None, :] > pos[:, None] - window)
         m_i, l_i, acc = _online_softmax_step(q, k, v, causal, m_i, l_i, acc, qk_scale, DOT_PRECISION)
 
     out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
@@ -245,6 +262,11 @@ def prefill_num_warps(head_dim: int) -> int:
 def _dot_precision(dtype: torch.dtype) -> str:
     # fp32 tests compare at 1e-4; tf32 (the GPU default for fp32 dots) keeps only 10 mantissa bits.
     return "ieee" if dtype == torch.float32 else "tf32"
+
+
+def _window(sliding_window: int | None) -> int:
+    """The kernels' window argument, which only SLIDING kernels read."""
+    return 0 if sliding_window is None else sliding_window
 
 
 def _is_pow2(x: int, at_least: int) -> bool:
@@ -312,8 +334,9 @@ def default_num_splits(q: torch.Tensor, k_cache: torch.Tensor, block_tables: tor
 
 def paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
                  seq_lens: torch.Tensor, scale: float, *, num_splits: int | None = None,
-                 block_n: int = DECODE_BLOCK_N) -> torch.Tensor:
-    """One query token per request: q [B, Hq, D] over its seq_lens[b] cached tokens -> [B, Hq, D].
+                 block_n: int = DECODE_BLOCK_N, sliding_window: int | None = None) -> torch.Tensor:
+    """One query token per request: q [B, Hq, D] over its seq_lens[b] cached tokens -> [B, Hq, D]
+    (over the last sliding_window of them, when given).
 
     num_splits=None picks the split-K factor with default_num_splits; num_splits=1 is the plain
     kernel; > 1 forces split-K (flash-decoding) with a reduce kernel.
@@ -343,11 +366,12 @@ def paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, 
         s_b, s_h, s_s = out.stride(0), out.stride(1), 0
     _decode_kernel[(num_seqs, num_kv_heads, num_splits)](
         q, k_cache, v_cache, block_tables, seq_lens, dst, part_m, part_l,
-        scale * math.log2(math.e), tokens_per_split,
+        scale * math.log2(math.e), tokens_per_split, _window(sliding_window),
         q.stride(0), q.stride(1), s_b, s_h, s_s, block_tables.stride(0),
         *k_cache.stride()[:3], *v_cache.stride()[:3],
         GROUP=group, GROUP_PAD=max(DOT_MIN, triton.next_power_of_2(group)), HEAD_DIM=head_dim,
-        BLOCK_SIZE=block_size, BLOCK_N=block_n, SPLIT=split, DOT_PRECISION=_dot_precision(q.dtype),
+        BLOCK_SIZE=block_size, BLOCK_N=block_n, SPLIT=split, SLIDING=sliding_window is not None,
+        DOT_PRECISION=_dot_precision(q.dtype),
         num_warps=NUM_WARPS, num_stages=NUM_STAGES,
     )
     if split:
@@ -360,7 +384,8 @@ def paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, 
 
 def paged_prefill(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
                   query_start_loc: torch.Tensor, seq_lens: torch.Tensor, max_query_len: int, scale: float, *,
-                  block_m: int = PREFILL_BLOCK_M, block_n: int = PREFILL_BLOCK_N) -> torch.Tensor:
+                  block_m: int = PREFILL_BLOCK_M, block_n: int = PREFILL_BLOCK_N,
+                  sliding_window: int | None = None) -> torch.Tensor:
     """Chunks of new tokens (already stored) attend causally to their cached prefix and themselves.
 
     q [T, Hq, D] -> [T, Hq, D]; request i owns rows query_start_loc[i]:query_start_loc[i+1] and has
@@ -378,9 +403,9 @@ def paged_prefill(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     group = num_heads // k_cache.shape[2]
     _prefill_kernel[(num_reqs, triton.cdiv(max_query_len, block_m), num_heads)](
         q, k_cache, v_cache, block_tables, query_start_loc, seq_lens, out, scale * math.log2(math.e),
-        q.stride(0), q.stride(1), out.stride(0), out.stride(1), block_tables.stride(0),
+        _window(sliding_window), q.stride(0), q.stride(1), out.stride(0), out.stride(1), block_tables.stride(0),
         *k_cache.stride()[:3], *v_cache.stride()[:3],
         GROUP=group, HEAD_DIM=head_dim, BLOCK_SIZE=k_cache.shape[1], BLOCK_M=block_m, BLOCK_N=block_n,
-        DOT_PRECISION=_dot_precision(q.dtype), num_warps=prefill_num_warps(head_dim), num_stages=NUM_STAGES,
+        SLIDING=sliding_window is not None, DOT_PRECISION=_dot_precision(q.dtype), num_warps=prefill_num_warps(head_dim), num_stages=NUM_STAGES,
     )
     return out
