@@ -6,7 +6,7 @@ import pytest
 
 from nanoengine.course import stored_outputs
 
-NOTEBOOKS = ["03_paged_attention_triton.ipynb", "10_your_engine.ipynb"]
+NOTEBOOKS = ["03_paged_attention_triton.ipynb", "10_your_engine.ipynb", "11_on_a_gpu.ipynb"]
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)

@@ -1,4 +1,4 @@
-"""Chapter 03 where Triton cannot be installed (macOS, Windows): cells that need it show their stored outputs.
+"""Chapters where Triton cannot be installed (macOS, Windows): cells that need it show their stored outputs.
 
 `enable("03_paged_attention_triton.ipynb")` in a notebook's first cell registers the cell magic
 `%%needs_triton`. With Triton installed, a cell that starts with it runs as usual. Without Triton,
