@@ -39,7 +39,8 @@ test: setup
 		--nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider
 
 # The suite again as on macOS or Windows, where triton has no wheels: tests/no_triton/sitecustomize.py makes it
-# unimportable. Triton's own tests skip with their reason; chapter 03 shows its stored outputs; all else passes.
+# unimportable. Triton's own tests skip with their reason; chapters 03, 10 and 11 show their stored outputs where
+# a cell needs Triton; all else passes.
 test-no-triton: setup
 	PYTHONPATH=$(CURDIR)/tests/no_triton $(BIN)/python -m pytest tests --ignore=tests/browser \
 		notebooks/03_paged_attention_triton.ipynb \
