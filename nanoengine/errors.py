@@ -16,7 +16,9 @@ class ModelNotFoundError(NanoEngineError, FileNotFoundError):
 
 
 class UnsupportedModelError(NanoEngineError, ValueError):
-    """The file exists but is not a model nanoengine can run (not a GGUF, or not llama)."""
+    """The file exists but is not a model nanoengine can run (not a GGUF, or not llama), or its layers
+    need a KV cache layout the settings cannot serve (a sliding window below one block or beyond
+    max_model_len, or a hybrid model given parts that know one KV cache group only)."""
 
 
 class InvalidRequestError(NanoEngineError, ValueError):

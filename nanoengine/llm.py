@@ -11,11 +11,11 @@ from collections.abc import Iterator, Sequence
 import torch
 
 from nanoengine.attention import AttentionBackend, get_backend, triton_available
-from nanoengine.attention.paged import PagedKVCache
-from nanoengine.core import BlockPool, BlockTokensHasher, FreeBlockQueue, KVCacheManager
+from nanoengine.attention.paged import PagedKVCache, kv_cache_groups
+from nanoengine.core import BlockPool, BlockTokensHasher, FreeBlockQueue, HybridKVCacheManager, KVCacheManager
 from nanoengine.cuda_graphs import DecodeGraphs
 from nanoengine.engine import EngineStats, LLMEngine
-from nanoengine.errors import InvalidRequestError, KVCacheTooSmallError
+from nanoengine.errors import InvalidRequestError, KVCacheTooSmallError, UnsupportedModelError
 from nanoengine.model import LlamaForCausalLM
 from nanoengine.model_loader import read_config, read_weights, unpacked_folder
 from nanoengine.model_runner import BlockTable, BlockTableInterface, ModelRunner
@@ -73,6 +73,9 @@ class LLM:
     `gpu_memory_utilization` of the memory left after loading the weights. `num_gpu_blocks_override`
     (vLLM's name) gives the pool's block count instead, null block included, whatever the dtype.
     Engines of the same checkpoint, device and dtype share one read-only model; each has its own KV pool.
+    A model with sliding-window layers (`config.layer_types`) runs on `core.HybridKVCacheManager`: its layers
+    form KV cache groups, each with its own block table, and a sliding group frees the blocks that leave its
+    window while the request runs.
 
     Every mechanism the course builds enters through its own seam, a Protocol beside the engine's
     implementation; leave an argument out and the engine's own part serves:
@@ -134,20 +137,27 @@ class LLM:
         self.backend = get_backend(backend) if isinstance(backend, str) else backend
         self.block_size = block_size
 
-        num_blocks = self._num_kv_blocks(kv_cache_memory_bytes, gpu_memory_utilization, num_gpu_blocks_override)
-        self.kv_cache = PagedKVCache(self.config, num_blocks, block_size, self.backend, self.device, self.dtype)
         self.max_model_len = min(max_model_len or self.config.max_position_embeddings, self.config.max_position_embeddings)
+        groups = kv_cache_groups(self.config)
+        hybrid = any(g.sliding_window for g in groups)
+        if hybrid:
+            self._check_windows(groups, block_size, block_pool, kv_cache_manager_cls, scheduler_cls, block_table_cls)
+        num_blocks = self._num_kv_blocks(kv_cache_memory_bytes, gpu_memory_utilization, num_gpu_blocks_override)
+        self.kv_cache = PagedKVCache(self.config, num_blocks, block_size, self.backend, self.device, self.dtype, groups)
         # A factory of two arguments (chapter 09's policies) still works when no queue is given.
         queue = {} if free_queue_cls is None else {"free_queue_cls": free_queue_cls}
         pool = (block_pool or BlockPool)(num_blocks, enable_prefix_caching, **queue)
-        kv_manager = kv_cache_manager_cls(block_size, pool)
+        if hybrid:
+            kv_manager = HybridKVCacheManager(block_size, pool, groups)
+        else:
+            kv_manager = kv_cache_manager_cls(block_size, pool)
         scheduler = scheduler_cls(
             SchedulerConfig(max_num_batched_tokens, max_num_seqs, long_prefill_token_threshold,
                             scheduling_policy, self.max_model_len),
             kv_manager,
         )
-        graphs = None
-        if not enforce_eager and self.device.type == "cuda" and getattr(self.backend, "supports_cuda_graphs", False):
+        graphs = None  # captured for one KV cache group; a hybrid model runs its steps eagerly
+        if not (enforce_eager or hybrid) and self.device.type == "cuda" and getattr(self.backend, "supports_cuda_graphs", False):
             graphs = DecodeGraphs(self.model, self.kv_cache, max_num_seqs, self.max_model_len)
         runner = ModelRunner(self.model, self.kv_cache, self.device, block_table_cls, graphs)
         self.engine = LLMEngine(runner, scheduler, self.tokenizer, hash_algo, hash_block_tokens)
@@ -156,6 +166,28 @@ class LLM:
             num_blocks - 1, block_size, (num_blocks - 1) * block_size,
             num_blocks * self._bytes_per_block / 2**20, self.backend.name, self.device,
         )
+
+    def _check_windows(self, groups, block_size, *seams) -> None:
+        """A hybrid model's windows must suit the block size and the context, and it runs on the engine's
+        own pool, manager, scheduler and block table, which know KV cache groups."""
+        window = next(g.sliding_window for g in groups if g.sliding_window)
+        if window < block_size:
+            raise UnsupportedModelError(
+                f"sliding_window={window} is below one block of {block_size} tokens: a block would leave the window "
+                f"while still being filled. Use block_size <= {window}."
+            )
+        if window > self.max_model_len:
+            raise UnsupportedModelError(
+                f"sliding_window={window} exceeds max_model_len={self.max_model_len}: no token could ever leave the "
+                "window, so its layers are full attention. Give a smaller window, or full_attention layer types."
+            )
+        defaults = (None, KVCacheManager, Scheduler, BlockTable)
+        if len(groups) > 1 and any(seam is not default for seam, default in zip(seams, defaults)):
+            raise UnsupportedModelError(
+                f"This model has {len(groups)} KV cache groups (sliding and full attention layers), which only the "
+                "engine's own block pool, KV cache manager, scheduler and block table serve: leave block_pool, "
+                "kv_cache_manager_cls, scheduler_cls and block_table_cls out for it."
+            )
 
     @property
     def _bytes_per_block(self) -> int:
@@ -180,8 +212,9 @@ class LLM:
 
     @property
     def num_kv_tokens(self) -> int:
-        """Tokens the KV pool can hold (the null block excluded)."""
-        return (self.kv_cache.num_blocks - 1) * self.block_size
+        """Tokens of one prompt the KV pool can hold (the null block excluded). A hybrid model's token
+        takes a block slot in every KV cache group while its prompt is prefilled."""
+        return (self.kv_cache.num_blocks - 1) // len(self.kv_cache.groups) * self.block_size
 
     # ---- requests -----------------------------------------------------------------------------
     def generate(

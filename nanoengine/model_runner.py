@@ -84,7 +84,9 @@ class ModelRunner:
         self.model, self.kv_cache, self.device = model, kv_cache, device
         self.cuda_graphs = cuda_graphs  # None: every step runs eagerly
         self.block_size = kv_cache.block_size
-        self.block_table = block_table_cls(self.block_size)
+        # One table per KV cache group; a hybrid model's block ids come as one list per group.
+        self.block_tables = [block_table_cls(self.block_size) for _ in kv_cache.groups]
+        self.block_table = self.block_tables[0]
         self.requests: dict[str, CachedRequestState] = {}
         # Kept across preemption so a seeded request draws the same numbers after recompute.
         self.generators: dict[str, torch.Generator | None] = {}
@@ -96,7 +98,8 @@ class ModelRunner:
     def _update_states(self, so: SchedulerOutput) -> None:
         for req_id in so.finished_req_ids | so.preempted_req_ids:
             self.requests.pop(req_id, None)
-            self.block_table.remove_row(req_id)
+            for table in self.block_tables:
+                table.remove_row(req_id)
         for req_id in so.finished_req_ids:
             self.generators.pop(req_id, None)
         for new in so.scheduled_new_reqs:
@@ -110,36 +113,50 @@ class ModelRunner:
             self.requests[new.req_id] = CachedRequestState(
                 new.req_id, list(new.token_ids), new.num_computed_tokens, params, new.request.num_prompt_tokens
             )
-            self.block_table.add_row(new.req_id, new.block_ids)
+            for table, block_ids in zip(self.block_tables, self._per_group(new.block_ids)):
+                table.add_row(new.req_id, block_ids)
             if new.req_id not in self.generators:
                 self.generators[new.req_id] = make_generator(params.seed)
         cached = so.scheduled_cached_reqs
         for req_id, block_ids, num_computed in zip(cached.req_ids, cached.new_block_ids, cached.num_computed_tokens):
             self.requests[req_id].num_computed_tokens = num_computed
-            self.block_table.append_row(req_id, block_ids)
+            for table, group_block_ids in zip(self.block_tables, self._per_group(block_ids)):
+                table.append_row(req_id, group_block_ids)
+
+    def _per_group(self, block_ids: list[int] | tuple[list[int], ...]) -> tuple[list[int], ...]:
+        return block_ids if len(self.block_tables) > 1 else (block_ids,)
 
     def _prepare_inputs(self, order: list[str], num_scheduled: dict[str, int]):
-        input_ids, positions, slots, seq_lens, starts = [], [], [], [], [0]
+        input_ids, positions, seq_lens, starts = [], [], [], [0]
         for req_id in order:
             state, n = self.requests[req_id], num_scheduled[req_id]
             c = state.num_computed_tokens
             input_ids += state.token_ids[c : c + n]
             positions += range(c, c + n)
-            slots += self.block_table.compute_slot_mapping(req_id, c, n)
             seq_lens.append(c + n)
             starts.append(starts[-1] + n)
-        tables = self.block_table.get_block_tables(order)
         dev = self.device
-        metadata = AttentionMetadata(
-            slot_mapping=torch.tensor(slots, dtype=torch.int64, device=dev),
-            query_start_loc=torch.tensor(starts, dtype=torch.int32, device=dev),
-            seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=dev),
-            block_tables=torch.tensor(tables, dtype=torch.int32, device=dev),
-            max_query_len=max(num_scheduled[r] for r in order),
-            max_seq_len=max(seq_lens),
-            num_decodes=(num_decodes := sum(num_scheduled[r] == 1 for r in order)),
-            num_common_prefix_blocks=_common_prefix(tables[:num_decodes]),
-        )
+        query_start_loc = torch.tensor(starts, dtype=torch.int32, device=dev)
+        seq_lens_t = torch.tensor(seq_lens, dtype=torch.int32, device=dev)
+        num_decodes = sum(num_scheduled[r] == 1 for r in order)
+        metadata = []
+        for table, group in zip(self.block_tables, self.kv_cache.groups):
+            slots = []
+            for req_id in order:
+                c = self.requests[req_id].num_computed_tokens
+                slots += table.compute_slot_mapping(req_id, c, num_scheduled[req_id])
+            tables = table.get_block_tables(order)
+            metadata.append(AttentionMetadata(
+                slot_mapping=torch.tensor(slots, dtype=torch.int64, device=dev),
+                query_start_loc=query_start_loc,
+                seq_lens=seq_lens_t,
+                block_tables=torch.tensor(tables, dtype=torch.int32, device=dev),
+                max_query_len=max(num_scheduled[r] for r in order),
+                max_seq_len=max(seq_lens),
+                num_decodes=num_decodes,
+                # A sliding group's leading entries are null blocks, shared by no one (vLLM gives 0 too).
+                num_common_prefix_blocks=0 if group.sliding_window else _common_prefix(tables[:num_decodes]),
+            ))
         ids = torch.tensor(input_ids, dtype=torch.int64, device=dev)
         return ids, torch.tensor(positions, dtype=torch.int64, device=dev), metadata, starts
 
@@ -153,11 +170,11 @@ class ModelRunner:
         # Decodes first: the attention backend runs them through its decode kernel in one launch.
         order = sorted(so.num_scheduled_tokens, key=lambda r: so.num_scheduled_tokens[r] > 1)
         input_ids, positions, metadata, starts = self._prepare_inputs(order, so.num_scheduled_tokens)
-        graphs = self.cuda_graphs if self.cuda_graphs and self.cuda_graphs.can_replay(metadata, len(order)) else None
+        graphs = self.cuda_graphs if self.cuda_graphs and self.cuda_graphs.can_replay(metadata[0], len(order)) else None
         if graphs:  # every request decodes one token, so row i is request i's last token
-            all_logits = graphs.replay(input_ids, positions, metadata)
+            all_logits = graphs.replay(input_ids, positions, metadata[0])
         else:
-            self.kv_cache.metadata = metadata
+            self.kv_cache.group_metadata = metadata
             hidden = self.model(input_ids, positions, self.kv_cache)
 
         def row_logits(rows: list[int]) -> torch.Tensor:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from nanoengine.core import KVCacheManagerInterface
+from nanoengine.core import KVCacheManagerInterface, get_block_ids
 from nanoengine.request import Request, RequestStatus
 from nanoengine.request_queue import RequestQueue, SchedulingPolicy, create_request_queue
 
@@ -43,7 +43,7 @@ class NewRequestData:
 
     req_id: str
     token_ids: list[int]
-    block_ids: list[int]
+    block_ids: list[int] | tuple[list[int], ...]  # one list per KV cache group when there are several
     num_computed_tokens: int
     request: Request
 
@@ -53,7 +53,7 @@ class CachedRequestData:
     """Requests the runner already holds: only what changed (parallel lists)."""
 
     req_ids: list[str] = field(default_factory=list)
-    new_block_ids: list[list[int]] = field(default_factory=list)
+    new_block_ids: list[list[int] | tuple[list[int], ...]] = field(default_factory=list)
     num_computed_tokens: list[int] = field(default_factory=list)
 
 
@@ -151,7 +151,7 @@ class Scheduler:
             if blocks is None:
                 break
             num_scheduled[request.request_id] = n
-            new_blocks[request.request_id] = [b.block_id for b in blocks]
+            new_blocks[request.request_id] = get_block_ids(blocks)
             budget -= n
             i += 1
 
@@ -162,9 +162,8 @@ class Scheduler:
             computed_blocks, num_computed = kv.get_computed_blocks(request, record_stats=False)
             # Admit only what can hold its whole prompt; a prompt that fits just its first chunk would
             # be preempted mid-prefill and readmitted over and over (the thrashing vLLM users reported).
-            num_prompt_blocks = -(-request.num_tokens // self.block_size) - len(computed_blocks)
-            evictable_hits = sum(b.ref_cnt == 0 for b in computed_blocks)
-            if num_prompt_blocks + evictable_hits > kv.block_pool.get_num_free_blocks():
+            if kv.get_num_blocks_to_allocate(request, request.num_tokens, computed_blocks) > \
+                    kv.block_pool.get_num_free_blocks():
                 break
             n = self._chunk(request.num_tokens - num_computed, budget)
             if kv.allocate_slots(request, n, num_computed, computed_blocks) is None:

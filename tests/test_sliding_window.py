@@ -137,7 +137,7 @@ def test_hybrid_logits_match_ministral_prefill_and_decode(hybrid):
 
 
 @pytest.mark.reference
-@pytest.mark.parametrize("engine", [dict(), dict(enable_prefix_caching=False), dict(num_gpu_blocks_override=24)],
+@pytest.mark.parametrize("engine", [dict(), dict(enable_prefix_caching=False), dict(num_gpu_blocks_override=70)],
                          ids=["prefix-caching", "no-caching", "preempting"])
 def test_hybrid_engine_greedy_matches_ministral(hybrid, engine):
     ours, hf = hybrid

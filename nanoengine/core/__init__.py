@@ -5,7 +5,10 @@ pulls in.
 """
 
 from .block_pool import BlockHashToBlockMap, BlockPool, BlockPoolInterface
+from .kv_cache_coordinator import HybridKVCacheCoordinator, HybridKVCacheManager, KVCacheBlocks, get_block_ids
+from .kv_cache_interface import KVCacheGroupSpec, get_kv_cache_groups, num_layer_slots
 from .kv_cache_manager import KVCacheManager, KVCacheManagerInterface, PrefixCacheStats
+from .single_type_kv_cache_manager import FullAttentionManager, SingleTypeKVCacheManager, SlidingWindowManager
 from .kv_cache_utils import (
     DEFAULT_HASH_SEED,
     NONE_HASH,
@@ -20,6 +23,7 @@ from .kv_cache_utils import (
     get_hash_fn_by_name,
     get_request_block_hasher,
     hash_block_tokens,
+    make_block_hash_with_group_id,
     make_none_hash,
     sha256,
     xxhash_128,
@@ -32,25 +36,36 @@ __all__ = [
     "BlockHashToBlockMap",
     "BlockPool",
     "BlockPoolInterface",
-    "BlockTokensHasher",
     "BlockRemoved",
     "BlockStored",
+    "BlockTokensHasher",
     "DEFAULT_HASH_SEED",
     "FreeBlockQueue",
     "FreeKVCacheBlockQueue",
+    "FullAttentionManager",
     "HashFn",
+    "HybridKVCacheCoordinator",
+    "HybridKVCacheManager",
     "KVCacheBlock",
+    "KVCacheBlocks",
     "KVCacheEvent",
+    "KVCacheGroupSpec",
     "KVCacheManager",
     "KVCacheManagerInterface",
     "NONE_HASH",
     "PrefixCacheStats",
+    "SingleTypeKVCacheManager",
+    "SlidingWindowManager",
     "encode_extra_keys",
     "generate_block_hash_extra_keys",
+    "get_block_ids",
     "get_hash_fn_by_name",
+    "get_kv_cache_groups",
     "get_request_block_hasher",
     "hash_block_tokens",
+    "make_block_hash_with_group_id",
     "make_none_hash",
+    "num_layer_slots",
     "sha256",
     "xxhash_128",
 ]

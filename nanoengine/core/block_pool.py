@@ -5,7 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from .kv_cache_utils import BlockHash, FreeBlockQueue, FreeKVCacheBlockQueue, KVCacheBlock
+from .kv_cache_utils import (
+    BlockHash,
+    FreeBlockQueue,
+    FreeKVCacheBlockQueue,
+    KVCacheBlock,
+    make_block_hash_with_group_id,
+)
 from .kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KVCacheEvent
 
 
@@ -145,13 +151,19 @@ class BlockPool:
         self.num_collisions = 0
 
     def get_cached_block(
-        self, block_hash: BlockHash, token_ids: Sequence[int] | None = None
+        self,
+        block_hash: BlockHash,
+        token_ids: Sequence[int] | None = None,
+        kv_cache_group_id: int | None = None,
     ) -> KVCacheBlock | None:
         """A block cached under block_hash, or None. Does not touch it.
 
         token_ids are required when collisions are checked: a block counts
-        only if it was cached with exactly these tokens.
+        only if it was cached with exactly these tokens. A hybrid model's
+        managers pass their kv_cache_group_id (see make_block_hash_with_group_id).
         """
+        if kv_cache_group_id is not None:
+            block_hash = make_block_hash_with_group_id(block_hash, kv_cache_group_id)
         if self.cached_token_ids is None:
             return self.cached_block_hash_to_block.get_one_block(block_hash)
         if token_ids is None:
@@ -175,11 +187,14 @@ class BlockPool:
         num_cached_blocks: int,
         num_full_blocks: int,
         block_size: int,
+        kv_cache_group_id: int | None = None,
     ) -> None:
         """Name blocks[num_cached_blocks:num_full_blocks] by the request's hashes.
 
         The blocks must be full and unhashed, and request.block_hashes must
         cover them (the request's block hasher runs as tokens are appended).
+        With a kv_cache_group_id the blocks are named by hash and group id,
+        and so are their events.
         """
         if num_cached_blocks >= num_full_blocks:
             return
@@ -188,6 +203,10 @@ class BlockPool:
         self._check_cacheable(
             request, new_blocks, new_hashes, num_cached_blocks, num_full_blocks, block_size
         )
+        parent = request.block_hashes[num_cached_blocks - 1] if num_cached_blocks else None
+        if kv_cache_group_id is not None:
+            new_hashes = [make_block_hash_with_group_id(h, kv_cache_group_id) for h in new_hashes]
+            parent = parent and make_block_hash_with_group_id(parent, kv_cache_group_id)
         insert = self.cached_block_hash_to_block.insert
         for block, block_hash in zip(new_blocks, new_hashes):
             block._block_hash = block_hash
@@ -203,7 +222,6 @@ class BlockPool:
                     token_ids[i * block_size : (i + 1) * block_size]
                 )
         if self.enable_kv_cache_events:
-            parent = request.block_hashes[num_cached_blocks - 1] if num_cached_blocks else None
             self.kv_event_queue.append(
                 BlockStored(
                     block_hashes=list(new_hashes),

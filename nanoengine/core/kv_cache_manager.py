@@ -1,7 +1,8 @@
 """The scheduler's view of the KV cache (vllm/v1/core/kv_cache_manager.py).
 
 One cache group with full attention, so vLLM's coordinator and
-single-type manager fold into this class.
+single-type manager fold into this class. A hybrid model, with several
+groups, runs on HybridKVCacheManager (kv_cache_coordinator.py).
 """
 
 from __future__ import annotations
@@ -71,6 +72,9 @@ class KVCacheManagerInterface(Protocol):
         self, request: Request, record_stats: bool = True
     ) -> tuple[list[KVCacheBlock], int]: ...
     def record_prefix_cache_stats(self, request: Request, num_hit_tokens: int) -> None: ...
+    def get_num_blocks_to_allocate(
+        self, request: Request, num_tokens: int, new_computed_blocks: list[KVCacheBlock]
+    ) -> int: ...
     def make_prefix_cache_stats(self) -> PrefixCacheStats | None: ...
     def allocate_slots(
         self, request: Request, num_new_tokens: int, num_new_computed_tokens: int = 0,
@@ -189,36 +193,14 @@ class KVCacheManager:
         new tokens are cached. Returns the newly allocated blocks, or None if
         the pool cannot provide them, in which case nothing has changed.
         """
-        if min(num_new_tokens, num_new_computed_tokens, num_lookahead_tokens) < 0:
-            raise ValueError(
-                f"Token counts must be non-negative, got num_new_tokens={num_new_tokens}, "
-                f"num_new_computed_tokens={num_new_computed_tokens}, "
-                f"num_lookahead_tokens={num_lookahead_tokens}."
-            )
+        self._check_allocation(request, num_new_tokens, num_new_computed_tokens, new_computed_blocks,
+                               num_lookahead_tokens)
         request_id = request.request_id
         new_computed_blocks = new_computed_blocks or []
-        if new_computed_blocks and request_id in self.num_cached_block:
-            raise ValueError(
-                f"Request {request_id!r} already holds blocks; cache hits can only "
-                "be added when it is admitted (free it first if it was preempted)."
-            )
         num_computed_tokens = request.num_computed_tokens + num_new_computed_tokens
-        num_tokens_to_cache = min(num_computed_tokens + num_new_tokens, request.num_tokens)
-        if self.enable_caching and len(request.block_hashes) < num_tokens_to_cache // self.block_size:
-            raise ValueError(
-                f"Request {request_id!r} lacks block hashes for its full blocks; "
-                "create it with block_hasher=get_request_block_hasher(block_size)."
-            )
-
-        num_required_blocks = -(
-            -(num_computed_tokens + num_new_tokens + num_lookahead_tokens) // self.block_size
-        )
-        num_held_blocks = len(self.req_to_blocks.get(request_id, ()))
-        num_new_blocks = max(num_required_blocks - num_held_blocks - len(new_computed_blocks), 0)
-        # A hit on a free cached block takes it out of the free queue, so it
-        # costs a free block just like a new one.
-        num_evictable_computed = sum(block.ref_cnt == 0 for block in new_computed_blocks)
-        if num_new_blocks + num_evictable_computed > self.block_pool.get_num_free_blocks():
+        num_tokens_need_slot = num_computed_tokens + num_new_tokens + num_lookahead_tokens
+        num_needed = self.get_num_blocks_to_allocate(request, num_tokens_need_slot, new_computed_blocks)
+        if num_needed > self.block_pool.get_num_free_blocks():
             return None
 
         req_blocks = self.req_to_blocks.setdefault(request_id, [])
@@ -226,11 +208,47 @@ class KVCacheManager:
             self.block_pool.touch(new_computed_blocks)
             req_blocks.extend(new_computed_blocks)
             self.num_cached_block[request_id] = len(new_computed_blocks)
+        num_new_blocks = max(-(-num_tokens_need_slot // self.block_size) - len(req_blocks), 0)
         new_blocks = self.block_pool.get_new_blocks(num_new_blocks)
         req_blocks.extend(new_blocks)
         if self.enable_caching:
-            self.cache_blocks(request, num_tokens_to_cache)
+            self.cache_blocks(request, min(num_computed_tokens + num_new_tokens, request.num_tokens))
         return new_blocks
+
+    def get_num_blocks_to_allocate(self, request: Request, num_tokens: int,
+                                   new_computed_blocks: list[KVCacheBlock]) -> int:
+        """Free blocks the request needs to have slots for num_tokens tokens, taking new_computed_blocks.
+
+        A hit on a free cached block takes it out of the free queue, so it costs a free block just
+        like a new one. The scheduler asks this before admitting a request with its whole prompt.
+        """
+        num_required = -(-num_tokens // self.block_size)
+        num_held = len(self.req_to_blocks.get(request.request_id, ()))
+        num_new = max(num_required - num_held - len(new_computed_blocks), 0)
+        return num_new + sum(block.ref_cnt == 0 for block in new_computed_blocks)
+
+    def _check_allocation(self, request: Request, num_new_tokens: int, num_new_computed_tokens: int,
+                          new_computed_blocks, num_lookahead_tokens: int) -> None:
+        """Raise, before anything changes, on an allocate_slots call that cannot be right."""
+        if min(num_new_tokens, num_new_computed_tokens, num_lookahead_tokens) < 0:
+            raise ValueError(
+                f"Token counts must be non-negative, got num_new_tokens={num_new_tokens}, "
+                f"num_new_computed_tokens={num_new_computed_tokens}, "
+                f"num_lookahead_tokens={num_lookahead_tokens}."
+            )
+        request_id = request.request_id
+        if new_computed_blocks and request_id in self.num_cached_block:
+            raise ValueError(
+                f"Request {request_id!r} already holds blocks; cache hits can only "
+                "be added when it is admitted (free it first if it was preempted)."
+            )
+        num_tokens_to_cache = min(request.num_computed_tokens + num_new_computed_tokens + num_new_tokens,
+                                  request.num_tokens)
+        if self.enable_caching and len(request.block_hashes) < num_tokens_to_cache // self.block_size:
+            raise ValueError(
+                f"Request {request_id!r} lacks block hashes for its full blocks; "
+                "create it with block_hasher=get_request_block_hasher(block_size)."
+            )
 
     def cache_blocks(self, request: Request, num_computed_tokens: int) -> None:
         """Cache the request's blocks that the first num_computed_tokens fill."""

@@ -70,6 +70,15 @@ def make_none_hash(
 
 NONE_HASH = make_none_hash()
 
+
+def make_block_hash_with_group_id(block_hash: BlockHash, kv_cache_group_id: int) -> BlockHash:
+    """The key of a hybrid model's block: its hash and its KV cache group, as vLLM keys them.
+
+    The same tokens have one hash in every group, but each group's block holds other layers'
+    KV, so a full-attention layer must never be served a sliding layer's block.
+    """
+    return BlockHash(block_hash + kv_cache_group_id.to_bytes(4, "big"))
+
 _U32 = struct.Struct("<I")
 _token_structs: dict[int, struct.Struct] = {}
 

@@ -1,0 +1,57 @@
+"""Which layers share a block table: KV cache groups (vllm/v1/kv_cache_interface.py, kv_cache_utils.py).
+
+A full-attention layer needs every token's KV; a sliding layer with window W needs only the last W.
+Layers of one attention type can share block tables, layers of two types cannot, so a hybrid model's
+layers are split into groups, each with its own block table per request. All groups draw blocks from
+one pool, so a block must cost the same memory in every group: each group holds the same number of
+layers, and a block id addresses one page in each of that many layer slots. Layer slot i of every group
+is one tensor; a block id belongs to one group at a time, so the groups never write the same page.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class KVCacheGroupSpec:
+    """The layers (model layer indices, in slot order) that share one block table, and their window.
+
+    sliding_window is None for full attention. Groups of one model all have the same block size.
+    """
+
+    layer_ids: tuple[int, ...]
+    sliding_window: int | None = None
+
+
+def get_kv_cache_groups(windows: Sequence[int | None]) -> list[KVCacheGroupSpec]:
+    """Group layers by their window (None: full attention), full attention first.
+
+    One attention type: one group of every layer, so a block holds the KV of all layers, as before
+    hybrid models existed. Several: vLLM's layout for models whose layers have the same page size
+    (_get_kv_cache_groups_uniform_page_size). The group size is the smallest type's layer count, or
+    the largest when that is under 1.5 times the smallest; each type's layers are dealt round-robin
+    (layers[i::num_groups]) into groups of at most that size. For 3 sliding and 1 full layer that is
+    four groups of one layer: a block holds one layer's KV, and a sliding group gives its blocks back
+    as the window moves on.
+    """
+    by_window: dict[int | None, list[int]] = {}
+    for layer, window in enumerate(windows):
+        by_window.setdefault(window, []).append(layer)
+    if len(by_window) == 1:
+        ((window, layers),) = by_window.items()
+        return [KVCacheGroupSpec(tuple(layers), window)]
+    counts = [len(layers) for layers in by_window.values()]
+    group_size = max(counts) if max(counts) < 1.5 * min(counts) else min(counts)
+    groups = []
+    for window in sorted(by_window, key=lambda w: (w is not None, w or 0)):
+        layers = by_window[window]
+        num_groups = -(-len(layers) // group_size)
+        groups += [KVCacheGroupSpec(tuple(layers[i::num_groups]), window) for i in range(num_groups)]
+    return groups
+
+
+def num_layer_slots(groups: Sequence[KVCacheGroupSpec]) -> int:
+    """Layer slots per block: the largest group's layer count (a smaller group leaves slots unused)."""
+    return max(len(group.layer_ids) for group in groups)

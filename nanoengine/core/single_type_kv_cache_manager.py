@@ -1,0 +1,178 @@
+"""The blocks of one KV cache group, by attention type (vllm/v1/core/single_type_kv_cache_manager.py).
+
+A hybrid model's coordinator holds one of these per group: FullAttentionManager for full-attention
+layers, SlidingWindowManager for sliding ones. Both draw from the one BlockPool every group shares,
+and name their blocks by hash and group id.
+"""
+
+from __future__ import annotations
+
+from itertools import islice
+from typing import TYPE_CHECKING
+
+from .block_pool import BlockPool
+from .kv_cache_interface import KVCacheGroupSpec
+from .kv_cache_utils import BlockHash, KVCacheBlock
+
+if TYPE_CHECKING:
+    from nanoengine.request import Request
+
+
+class SingleTypeKVCacheManager:
+    """Each request's blocks in one group.
+
+    Invariants: req_to_blocks[r][i] holds tokens i * block_size .. (i + 1) * block_size - 1 of request
+    r, or is the null block once no future query can see those tokens; every group of a request holds
+    the same number of entries; the first num_cached_block[r] entries are cached or null.
+    """
+
+    def __init__(self, spec: KVCacheGroupSpec, block_pool: BlockPool, block_size: int,
+                 kv_cache_group_id: int, use_eagle: bool = False) -> None:
+        self.spec = spec
+        self.block_pool = block_pool
+        self.block_size = block_size
+        self.kv_cache_group_id = kv_cache_group_id
+        self.use_eagle = use_eagle
+        self.null_block = block_pool.null_block
+        self.req_to_blocks: dict[str, list[KVCacheBlock]] = {}
+        self.num_cached_block: dict[str, int] = {}
+
+    def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
+        """Leading tokens that no query from num_computed_tokens on can see (none, for full attention)."""
+        return 0
+
+    def get_num_blocks_to_allocate(self, request_id: str, num_tokens: int,
+                                   new_computed_blocks: list[KVCacheBlock], num_computed_tokens: int) -> int:
+        """Free blocks this group needs so that the request has slots for num_tokens tokens.
+
+        A hit on a free cached block leaves the free queue when taken, so it counts like a new
+        block; hits already outside the window are not taken at all.
+        """
+        num_required = -(-num_tokens // self.block_size)
+        num_held = len(self.req_to_blocks.get(request_id, ()))
+        if request_id in self.num_cached_block:  # running: no new hits
+            return max(num_required - num_held, 0)
+        num_skipped = self.get_num_skipped_tokens(num_computed_tokens) // self.block_size
+        kept_hits = new_computed_blocks[num_skipped:]
+        num_new = max(num_required - max(num_skipped, len(new_computed_blocks)), 0)
+        return num_new + sum(b.ref_cnt == 0 and not b.is_null for b in kept_hits)
+
+    def allocate_new_computed_blocks(self, request_id: str, new_computed_blocks: list[KVCacheBlock],
+                                     num_computed_tokens: int) -> None:
+        """Take an admitted request's hits: null blocks where the window has already moved on."""
+        if request_id in self.num_cached_block:
+            return
+        num_skipped = self.get_num_skipped_tokens(num_computed_tokens) // self.block_size
+        kept = new_computed_blocks[num_skipped:]
+        self.block_pool.touch(kept)
+        self.req_to_blocks[request_id] = [self.null_block] * num_skipped + list(kept)
+        self.num_cached_block[request_id] = num_skipped + len(kept)
+
+    def allocate_new_blocks(self, request_id: str, num_tokens: int) -> list[KVCacheBlock]:
+        req_blocks = self.req_to_blocks.setdefault(request_id, [])
+        new_blocks = self.block_pool.get_new_blocks(max(-(-num_tokens // self.block_size) - len(req_blocks), 0))
+        req_blocks.extend(new_blocks)
+        return new_blocks
+
+    def cache_blocks(self, request: Request, num_tokens: int) -> None:
+        """Cache the request's blocks that the first num_tokens fill."""
+        request_id = request.request_id
+        num_cached, num_full = self.num_cached_block[request_id], num_tokens // self.block_size
+        if num_cached < num_full:
+            self.block_pool.cache_full_blocks(request, self.req_to_blocks[request_id], num_cached, num_full,
+                                              self.block_size, kv_cache_group_id=self.kv_cache_group_id)
+            self.num_cached_block[request_id] = num_full
+
+    def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
+        """Free the blocks no query from num_computed_tokens on can see, and put the null block in
+        their table slots. Nothing to do for full attention."""
+
+    def free(self, request_id: str) -> None:
+        """Release the request's blocks, last first, so a chain's root is evicted last."""
+        self.num_cached_block.pop(request_id, None)
+        self.block_pool.free_blocks(reversed(self.req_to_blocks.pop(request_id, [])))
+
+    def get_cached_blocks(self, block_hash: BlockHash, group_ids: list[int]) -> list[KVCacheBlock] | None:
+        """The block cached under block_hash in each of group_ids, or None unless every group has one."""
+        blocks = []
+        for group_id in group_ids:
+            block = self.block_pool.get_cached_block(block_hash, kv_cache_group_id=group_id)
+            if block is None:
+                return None
+            blocks.append(block)
+        return blocks
+
+    def find_longest_cache_hit(self, block_hashes: list[BlockHash], max_length: int,
+                               group_ids: list[int]) -> tuple[list[KVCacheBlock], ...]:
+        """The longest hit of at most max_length tokens that every group in group_ids (all of this
+        manager's attention type) can serve: one list of blocks per group, all the same length."""
+        raise NotImplementedError
+
+
+class FullAttentionManager(SingleTypeKVCacheManager):
+    def find_longest_cache_hit(self, block_hashes, max_length, group_ids):
+        """Walk from the left: a miss ends the hit, since every later hash chains through it. With
+        use_eagle the last hit block is dropped, so its tokens are recomputed for EAGLE's draft head."""
+        hits: tuple[list[KVCacheBlock], ...] = tuple([] for _ in group_ids)
+        for block_hash in islice(block_hashes, max_length // self.block_size):
+            blocks = self.get_cached_blocks(block_hash, group_ids)
+            if blocks is None:
+                break
+            for hit, block in zip(hits, blocks):
+                hit.append(block)
+        if self.use_eagle and hits[0]:
+            for hit in hits:
+                hit.pop()
+        return hits
+
+
+class SlidingWindowManager(SingleTypeKVCacheManager):
+    """A query at position p sees keys p - W + 1 .. p, so a request needs at most
+    ceil((W - 1) / block_size) + 1 blocks per group at once, however long it grows."""
+
+    def __init__(self, spec: KVCacheGroupSpec, *args, **kwargs) -> None:
+        super().__init__(spec, *args, **kwargs)
+        self.sliding_window = spec.sliding_window
+
+    def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
+        # The next query is at position num_computed_tokens; it sees from num_computed_tokens - W + 1.
+        return max(0, num_computed_tokens - self.sliding_window + 1)
+
+    def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
+        blocks = self.req_to_blocks.get(request_id, [])
+        num_skipped = min(self.get_num_skipped_tokens(num_computed_tokens) // self.block_size, len(blocks))
+        removed = []
+        for i in range(num_skipped - 1, -1, -1):
+            if blocks[i] is self.null_block:  # an earlier call nulled this one and all before it
+                break
+            removed.append(blocks[i])
+            blocks[i] = self.null_block
+        self.block_pool.free_blocks(removed)
+
+    def find_longest_cache_hit(self, block_hashes, max_length, group_ids):
+        """Walk from the right: a hit ending at block i needs only the blocks covering its last W - 1
+        tokens, ceil((W - 1) / block_size) in a row (one more with EAGLE, which then drops the last).
+        A run that reaches block 0 is a hit even if shorter. Blocks before the run are null."""
+        num_needed = -(-(self.sliding_window - 1) // self.block_size) + self.use_eagle
+        num_blocks = max_length // self.block_size
+        hits = tuple([self.null_block] * num_blocks for _ in group_ids)
+        run = 0
+        for i in range(num_blocks - 1, -1, -1):
+            blocks = self.get_cached_blocks(block_hashes[i], group_ids)
+            if blocks is None:
+                run = 0
+                continue
+            for hit, block in zip(hits, blocks):
+                hit[i] = block
+            run += 1
+            if run >= num_needed:
+                end = i + run
+                break
+        else:
+            end = run  # only a run starting at block 0 (or none) is left
+        for hit in hits:
+            del hit[end:]
+        if self.use_eagle and hits[0]:
+            for hit in hits:
+                hit.pop()
+        return hits
