@@ -200,3 +200,52 @@ def test_hybrid_engine_on_the_triton_kernels_matches_torch_attention():
         llm = LLM(model, block_size=8, kv_cache_memory_bytes=2**20, attention_backend=backend, progress=False)
         runs[backend] = [o.token_ids for o in llm.generate(prompt_token_ids=prompts(3), sampling_params=params)]
     assert runs["triton"] == runs["torch"]
+
+
+def test_sliding_blocks_stay_within_the_window_for_2000_tokens():
+    """vLLM's bound, measured from the pool: while a request generates 2,000 tokens, each sliding group
+    holds at most ceil(W / block_size) + 1 blocks, the full group one block per 8 tokens, and the pool's
+    blocks in use are exactly those."""
+    model = LlamaForCausalLM.random(LlamaConfig.tiny_hybrid(WINDOW, max_position_embeddings=2100), seed=4, std=0.2)
+    llm = LLM(model, block_size=8, kv_cache_memory_bytes=2**20, progress=False)
+    kv = llm.engine.kv_cache_manager
+    pool = kv.block_pool
+    llm.engine.add_request(list(range(3, 23)), SamplingParams(temperature=0, max_tokens=2000, ignore_eos=True))
+    peak_sliding, peak_full = 0, 0
+    while llm.engine.has_unfinished_requests():
+        llm.engine.step()
+        if not kv.req_to_blocks:
+            break
+        ((full,),) = [m.req_to_blocks.values() for m in kv.managers[:1]]
+        sliding = [sum(not b.is_null for b in blocks) for m in kv.managers[1:] for blocks in m.req_to_blocks.values()]
+        assert pool.num_gpu_blocks - 1 - pool.get_num_free_blocks() == len(full) + sum(sliding)
+        peak_sliding, peak_full = max(peak_sliding, *sliding), max(peak_full, len(full))
+    assert peak_sliding == -(-WINDOW // 8) + 1 and peak_full == -(-2020 // 8)
+    assert pool.get_num_free_blocks() == pool.num_gpu_blocks - 1
+
+
+@pytest.mark.parametrize("config, fits", [(LlamaConfig.tiny(num_hidden_layers=4), 4), (LlamaConfig.tiny_hybrid(WINDOW), 11)],
+                         ids=["full", "hybrid"])
+def test_a_hybrid_pool_fits_nearly_three_times_the_requests(config, fits):
+    """The same 495,616 bytes of KV, 240-token requests sharing no prefix: 121 four-layer blocks hold 4 of them at once
+    (30 blocks each); the hybrid's 484 one-layer blocks hold 11 (30 full-attention blocks and at most
+    4 per sliding group each). One request more and the engine must preempt."""
+    model = LlamaForCausalLM.random(config, seed=1)
+    params = SamplingParams(temperature=0, max_tokens=200, ignore_eos=True)
+    for k, preempts in ((fits, False), (fits + 1, True)):
+        llm = LLM(model, block_size=8, kv_cache_memory_bytes=121 * 8 * 512, max_num_seqs=k, progress=False)
+        llm.generate(prompt_token_ids=[p[-40:] for p in prompts(k)], sampling_params=params)
+        assert (llm.get_stats().num_preemptions > 0) is preempts, k
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(block_size=32), "below one block of 32 tokens"),
+    (dict(max_model_len=16, block_size=8), "exceeds max_model_len=16"),
+    (dict(scheduler_cls=type("Mine", (__import__("nanoengine").scheduler.Scheduler,), {})), "leave block_pool"),
+])
+def test_windows_the_engine_cannot_serve_are_refused_clearly(kwargs, message):
+    from nanoengine.errors import UnsupportedModelError
+
+    model = LlamaForCausalLM.random(LlamaConfig.tiny_hybrid(WINDOW), seed=0)
+    with pytest.raises(UnsupportedModelError, match=message):
+        LLM(model, kv_cache_memory_bytes=2**20, progress=False, **kwargs)
