@@ -12,7 +12,14 @@ import torch
 
 from nanoengine.attention import AttentionBackend, get_backend, triton_available
 from nanoengine.attention.paged import PagedKVCache, kv_cache_groups
-from nanoengine.core import BlockPool, BlockTokensHasher, FreeBlockQueue, HybridKVCacheManager, KVCacheManager
+from nanoengine.core import (
+    BlockPool,
+    BlockTokensHasher,
+    FreeBlockQueue,
+    HybridKVCacheManager,
+    KVCacheManager,
+    SlidingWindowManager,
+)
 from nanoengine.cuda_graphs import DecodeGraphs
 from nanoengine.engine import EngineStats, LLMEngine
 from nanoengine.errors import InvalidRequestError, KVCacheTooSmallError, UnsupportedModelError
@@ -89,6 +96,7 @@ class LLM:
     | `block_pool` | `core.BlockPoolInterface`, built as `factory(num_blocks, enable_caching)`, plus `free_queue_cls=` when one is given | 06, 09 |
     | `kv_cache_manager_cls` | `core.KVCacheManagerInterface`, built as `cls(block_size, pool)` | 06 |
     | `scheduler_cls` | `scheduler.SchedulerInterface`, built as `cls(SchedulerConfig, kv_cache_manager)` | 07 |
+    | `sliding_window_manager_cls` | `core.SlidingWindowManager` (a subclass): a sliding group's blocks, for models with windows | 12 |
 
     `nanoengine.course.my_llm()` fills them from the parts a learner has finished.
     """
@@ -117,6 +125,7 @@ class LLM:
         kv_cache_manager_cls: type[KVCacheManager] = KVCacheManager,
         scheduler_cls: type[SchedulerInterface] = Scheduler,
         block_table_cls: type[BlockTableInterface] = BlockTable,
+        sliding_window_manager_cls: type[SlidingWindowManager] = SlidingWindowManager,
         enforce_eager: bool = False,
         progress: bool = True,
     ):
@@ -148,7 +157,8 @@ class LLM:
         queue = {} if free_queue_cls is None else {"free_queue_cls": free_queue_cls}
         pool = (block_pool or BlockPool)(num_blocks, enable_prefix_caching, **queue)
         if hybrid:
-            kv_manager = HybridKVCacheManager(block_size, pool, groups)
+            kv_manager = HybridKVCacheManager(block_size, pool, groups,
+                                              sliding_window_manager_cls=sliding_window_manager_cls)
         else:
             kv_manager = kv_cache_manager_cls(block_size, pool)
         scheduler = scheduler_cls(

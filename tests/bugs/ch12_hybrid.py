@@ -1,0 +1,27 @@
+"""Seeded bugs for chapter 12: the worked solution with one mistake a learner could make."""
+
+BUGS = [
+    # (task id that must fail, the mistake, text found exactly once in solutions/ch12_hybrid.py, its replacement)
+    ("12.1", "the window off by one: the query's own token not counted",
+     "return max(num_computed_tokens - self.sliding_window + 1, 0)", "return max(num_computed_tokens - self.sliding_window, 0)"),
+    ("12.1", "a negative count early in the request",
+     "return max(num_computed_tokens - self.sliding_window + 1, 0)", "return num_computed_tokens - self.sliding_window + 1"),
+    ("12.2", "frees a block still inside the window (rounds the skipped blocks up)",
+     "last = min(self.get_num_skipped_tokens(num_computed_tokens) // self.block_size, len(blocks)) - 1",
+     "last = min(-(-self.get_num_skipped_tokens(num_computed_tokens) // self.block_size), len(blocks)) - 1"),
+    ("12.2", "the skipped count not capped at the blocks the request holds",
+     "last = min(self.get_num_skipped_tokens(num_computed_tokens) // self.block_size, len(blocks)) - 1",
+     "last = self.get_num_skipped_tokens(num_computed_tokens) // self.block_size - 1"),
+    ("12.2", "frees the blocks but leaves them in the table",
+     "            blocks[last] = self.null_block\n", ""),
+    ("12.3", "the hit searched from the left, as for full attention",
+     "for i in reversed(range(num_blocks)):", "for i in range(num_blocks):"),
+    ("12.3", "a whole window of cached blocks asked for, not W - 1 tokens",
+     "needed = (self.sliding_window - 1 + self.block_size - 1) // self.block_size",
+     "needed = (self.sliding_window + self.block_size - 1) // self.block_size"),
+    ("12.3", "a short run from block 0 not taken", "if run == needed or (i == 0 and run):", "if run == needed:"),
+    ("12.4", "frees a block a query still sees (the window off by one the other way)",
+     "return max(num_computed_tokens - self.sliding_window + 1, 0)", "return max(num_computed_tokens - self.sliding_window + 2, 0)"),
+    ("12.4", "never frees anything: the table grows with the request",
+     "        blocks = self.req_to_blocks.get(request_id, [])\n", "        blocks = []\n"),
+]
