@@ -26,7 +26,9 @@ from nanoengine.core import (
     BlockPool,
     BlockRemoved,
     FreeKVCacheBlockQueue,
+    HybridKVCacheManager,
     KVCacheBlock,
+    KVCacheGroupSpec,
     KVCacheManager,
     get_request_block_hasher,
 )
@@ -90,8 +92,10 @@ def chatbot_prompts(num_requests: int, num_systems: int = 8, system_tokens: int 
 
 
 def replay_hit_rate(prompts: Sequence[Sequence[int]], pool: BlockPool, block_size: int = 16,
-                    max_tokens: int = 4, max_num_seqs: int = 4) -> float:
-    """Serve prompts through the engine's Scheduler and KVCacheManager with the model left out.
+                    max_tokens: int = 4, max_num_seqs: int = 4,
+                    groups: Sequence[KVCacheGroupSpec] | None = None) -> float:
+    """Serve prompts through the engine's Scheduler and KVCacheManager with the model left out
+    (a HybridKVCacheManager when groups, a hybrid model's KV cache groups, are given).
 
     Every prompt is queued at once, at most max_num_seqs run together (LLM.generate does the same),
     and each decodes exactly max_tokens tokens. The sampled ids are a fixed stand-in: lookups only
@@ -100,7 +104,7 @@ def replay_hit_rate(prompts: Sequence[Sequence[int]], pool: BlockPool, block_siz
     Returns the prefix-cache hit rate in tokens, as EngineStats counts it; raises ValueError when
     a prompt cannot fit in the pool at all.
     """
-    manager = KVCacheManager(block_size, pool)
+    manager = HybridKVCacheManager(block_size, pool, groups) if groups else KVCacheManager(block_size, pool)
     scheduler = Scheduler(SchedulerConfig(max_num_seqs=max_num_seqs), manager)
     hasher = get_request_block_hasher(block_size)
     params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)

@@ -17,26 +17,15 @@ from nanoengine.core import (
     get_request_block_hasher,
     make_block_hash_with_group_id,
 )
+from nanoengine.course.hybrid import cache_blocks_at, traced_hit
 from nanoengine.request import Request
 
 BS = 4
 HASHES = [bytes([i]) * 16 for i in range(40)]
 
 
-class Hashes:
-    """What cache_full_blocks reads from a request: its id and block hashes."""
-
-    request_id = "cached"
-    lora_name = None
-    block_hashes = HASHES
-
-
 def cache(pool: BlockPool, group_id: int, indices) -> None:
-    """Put a free cached block under HASHES[i] in group_id for each index i, as a finished request leaves it."""
-    for i in indices:
-        (block,) = pool.get_new_blocks(1)
-        pool.cache_full_blocks(Hashes, [None] * i + [block], i, i + 1, BS, kv_cache_group_id=group_id)
-        pool.free_blocks([block])
+    cache_blocks_at(pool, group_id, indices, HASHES, BS)
 
 
 def make_request(request_id, tokens):
@@ -132,15 +121,11 @@ def test_fixed_point_when_the_groups_disagree():
     cache(pool, 0, range(10))
     cache(pool, 1, [i for i in range(10) if i != 6])
     cache(pool, 2, [i for i in range(10) if i != 8])
-    coord = coordinator([None, 9, 13], pool)
-    calls = []
-    for manager in coord.managers:
-        search = manager.find_longest_cache_hit
-        manager.find_longest_cache_hit = lambda h, n, ids, search=search: calls.append((ids[0], n)) or search(h, n, ids)
-    hits, length = coord.find_longest_cache_hit(HASHES[:11], 10 * BS)
+    hits, length, calls = traced_hit(coordinator([None, 9, 13], pool), HASHES[:11], 10 * BS)
     assert length == 6 * BS and [len(h) for h in hits.blocks] == [6, 6, 6]
     # Full attention is searched once; the sliding types until the length stops shrinking.
-    assert calls == [(0, 40), (1, 40), (2, 40), (1, 32), (2, 24), (1, 24), (2, 24)]
+    assert calls == [((0,), 40, 40), ((1,), 40, 40), ((2,), 40, 32), ((1,), 32, 24), ((2,), 24, 24),
+                     ((1,), 24, 24), ((2,), 24, 24)]
     assert [b.is_null for b in hits.blocks[2]] == [True] * 3 + [False] * 3
 
 

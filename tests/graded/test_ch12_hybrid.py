@@ -8,6 +8,7 @@ from nanoengine import LLM, SamplingParams
 from nanoengine.config import LlamaConfig
 from nanoengine.core import BlockPool, KVCacheGroupSpec
 from nanoengine.core import SlidingWindowManager as EngineSlidingWindowManager
+from nanoengine.course.hybrid import cache_blocks_at
 from nanoengine.model import LlamaForCausalLM
 
 CHAPTER = "ch12_hybrid"
@@ -67,14 +68,7 @@ def check_removal(impl, window):
 
 def cache(pool, group_id, indices):
     """A free cached block under HASHES[i] in group_id, for each i: what a finished request leaves."""
-
-    class Hashes:
-        request_id, lora_name, block_hashes = "old", None, HASHES
-
-    for i in indices:
-        (block,) = pool.get_new_blocks(1)
-        pool.cache_full_blocks(Hashes, [None] * i + [block], i, i + 1, BS, kv_cache_group_id=group_id)
-        pool.free_blocks([block])
+    cache_blocks_at(pool, group_id, indices, HASHES, BS)
 
 
 def expected_hit(patterns, window, num_blocks, eagle):
