@@ -121,10 +121,14 @@ class WindowTableView:
         c, w = self.computed(), self.window
         if self.done:
             return f"step {self.num_steps}: finished after {c} tokens; every block is back in the pool"
+        if not self.num_steps:
+            return "step 0: the request waits; the first Step runs its whole prompt (the prefill)"
         gone = max(0, c - w + 1) // self.block_size
-        return (f"step {self.num_steps}: {c} tokens computed; the next query, at position {c}, sees "
-                f"{max(0, c - w + 1)}..{c}, so the first {gone} block{'s' * (gone != 1)} of each sliding group can go "
-                "(the next step's allocate_slots frees them)")
+        freed = self.rows()[-1].count(0)
+        when = "already freed" if freed == gone else "the next step's allocate_slots frees them"
+        behind = (f"the first {gone} block{'s' * (gone != 1)} of each sliding group lie{'s' * (gone == 1)} wholly "
+                  f"behind it ({when})" if gone else "no block lies wholly behind it")
+        return f"step {self.num_steps}: {c} tokens computed; the next query, at position {c}, sees {max(0, c - w + 1)}..{c}; {behind}"
 
     def text(self) -> str:
         lines = [self.status()]
