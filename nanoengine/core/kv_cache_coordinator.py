@@ -65,9 +65,9 @@ class HybridKVCacheCoordinator:
         for group_id, g in enumerate(groups):
             by_window.setdefault(g.sliding_window, []).append(group_id)
         self.attention_groups = sorted(by_window.items(), key=lambda item: item[0] is not None)
-        # EAGLE drops the last block of every search; with one type besides full attention a second
-        # pass would drop it again, so that layout stops after one pass, as vLLM's does.
-        self.one_pass = use_eagle and sum(w is not None for w, _ in self.attention_groups) == 1
+        # With at most one type besides full attention, one round already agrees (the last type searched
+        # within everyone else's hit), and a second would make EAGLE drop a block again: vLLM stops there.
+        self.one_pass = sum(w is not None for w, _ in self.attention_groups) <= 1
 
     def find_longest_cache_hit(self, block_hashes: list[BlockHash],
                                max_length: int) -> tuple[KVCacheBlocks, int]:
