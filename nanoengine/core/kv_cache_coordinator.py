@@ -143,10 +143,11 @@ class HybridKVCacheManager(KVCacheManager):
         num_tokens_need_slot = num_computed + num_new_tokens + num_lookahead_tokens
         if self.get_num_blocks_to_allocate(request, num_tokens_need_slot, hits) > self.block_pool.get_num_free_blocks():
             return None
-        new_blocks = []
+        # Every group takes its hits before any group takes a new block: a hit that sits free in the
+        # queue would otherwise be evicted by another group's new blocks and then written twice.
         for manager, group_hits in zip(self.managers, hits):
             manager.allocate_new_computed_blocks(request_id, group_hits, num_computed)
-            new_blocks.append(manager.allocate_new_blocks(request_id, num_tokens_need_slot))
+        new_blocks = [manager.allocate_new_blocks(request_id, num_tokens_need_slot) for manager in self.managers]
         if self.enable_caching:
             self.cache_blocks(request, min(num_computed + num_new_tokens, request.num_tokens))
         return KVCacheBlocks(tuple(new_blocks))
