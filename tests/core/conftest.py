@@ -7,11 +7,16 @@ any pytest import mode next to the top-level tests/conftest.py.
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from nanoengine.core import BlockPool, KVCacheManager, get_request_block_hasher
 from nanoengine.request import Request
 
 BLOCK_SIZE = 4
+
+# The stateful machines' shared settings; each sets its own example and step counts on top. No deadline: a
+# step's time varies with the pool's size. No database: no .hypothesis/ directory in the work tree.
+settings.register_profile("stateful", deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def make_request(request_id: str, tokens, block_size: int = BLOCK_SIZE, **kwargs) -> Request:

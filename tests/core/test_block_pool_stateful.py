@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
@@ -208,11 +208,5 @@ class BlockPoolMachine(RuleBasedStateMachine):
         assert all(b.ref_cnt == 0 for b in self.pool.blocks)
 
 
-BlockPoolMachine.TestCase.settings = settings(
-    max_examples=300,
-    stateful_step_count=40,
-    deadline=None,
-    database=None,  # no .hypothesis/ directory in the work tree
-    suppress_health_check=[HealthCheck.too_slow],
-)
+BlockPoolMachine.TestCase.settings = settings(settings.get_profile("stateful"), max_examples=300, stateful_step_count=40)
 TestBlockPoolStateful = BlockPoolMachine.TestCase

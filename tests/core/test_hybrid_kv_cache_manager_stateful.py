@@ -41,7 +41,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from hypothesis import HealthCheck, settings
+from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
@@ -439,13 +439,7 @@ class HybridKVCacheMachine(RuleBasedStateMachine):
         assert self.kv.reset_prefix_cache()
 
 
-HybridKVCacheMachine.TestCase.settings = settings(
-    max_examples=2000,
-    stateful_step_count=25,
-    deadline=None,
-    database=None,  # no .hypothesis/ directory in the work tree
-    suppress_health_check=[HealthCheck.too_slow],
-)
+HybridKVCacheMachine.TestCase.settings = settings(settings.get_profile("stateful"), max_examples=2000, stateful_step_count=25)
 TestHybridKVCacheManagerStateful = HybridKVCacheMachine.TestCase
 
 
