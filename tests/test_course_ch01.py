@@ -49,7 +49,7 @@ def calculator(config=None):
     return KVMemoryCalculator(presets)
 
 
-def test_llama_70b_block_is_seed_000s_5_24_mb():
+def test_llama_70b_block_is_the_blog_posts_5_24_mb():
     calc = calculator()
     calc.model.value, calc.dtype.value = "Llama-3.1-70B", "fp16"
     assert calc.result.bytes_per_token == 327_680

@@ -40,7 +40,7 @@ def test_workloads_are_deterministic_and_have_their_structure(llm):
     tok = llm.tokenizer
     first, again = W.make_workloads(tok), W.make_workloads(tok)
     assert first == again
-    assert [w.name for w in first] == list(W.SEED_000)
+    assert [w.name for w in first] == list(W.BLOG_POST_TABLE)
     by_name = {w.name: w for w in first}
     turns = by_name["multi_turn"].prompts
     assert all(later[: len(earlier)] == earlier for earlier, later in zip(turns, turns[1:]))

@@ -50,6 +50,10 @@ class HybridKVCacheCoordinator:
     window of cached blocks), so after a type shortens the length every type checks again, until no
     type shortens it: a fixed point. All groups share one block size here, so a hit in whole blocks
     suits every group (vLLM aligns hits to the lcm of the groups' block sizes).
+
+    With use_eagle each type's manager drops its own last hit block, so full attention plus a window
+    loses two blocks, as vLLM's coordinator once did; current vLLM lets an EAGLE type search one block
+    past the candidate length and drops at most once per length (vLLM issue #32802), losing one.
     """
 
     def __init__(self, groups: Sequence[KVCacheGroupSpec], block_pool: BlockPool, block_size: int,

@@ -32,7 +32,7 @@ STORED_RUN = Path(__file__).resolve().parents[2] / "bench" / "results" / "worklo
 
 # The table in the blog post "vLLM v1 Prefix Caching: Hash Chains, LRU Eviction, and Hit Rate
 # Optimization" (Llama 70B, TP=4, H100): hit-rate range and TTFT-reduction range per workload.
-SEED_000 = {
+BLOG_POST_TABLE = {
     "chatbot": ((0.92, 0.97), (0.78, 0.78)),
     "multi_turn": ((0.80, 0.95), (0.65, 0.85)),
     "rag": ((0.25, 0.40), (0.10, 0.18)),
@@ -42,7 +42,7 @@ SEED_000 = {
 }
 
 # Sizes per workload at each scale: "notebook" keeps the chapter under a minute on 2 CPU cores; "bench" is
-# closer to the seed's prompt lengths and runs in bench/workloads.py.
+# closer to the blog post's prompt lengths and runs in bench/workloads.py.
 SCALES = ("notebook", "bench")
 SIZES = {
     "chatbot": ({"n": 5, "system_tokens": 128}, {"n": 8, "system_tokens": 600}),
@@ -217,7 +217,7 @@ GENERATORS = {"chatbot": chatbot, "multi_turn": multi_turn, "rag": rag, "code": 
 
 
 def make_workloads(tok, scale: str = "notebook", seed: int = 0) -> list[Workload]:
-    """The six workloads at one of the SCALES, in the seed's table order."""
+    """The six workloads at one of the SCALES, in the blog post's table order."""
     return [GENERATORS[name](tok, seed=seed, **kwargs) for name, kwargs in sizes(scale).items()]
 
 
@@ -229,7 +229,7 @@ HIT, RECOMPUTED, NEW, PARTIAL = "hit", "recomputed", "new", "partial"
 class RequestBlocks:
     """What a sequential run does with each block of one prompt: HIT (K/V reused), RECOMPUTED (cached,
     but the last-token rule makes the engine compute it again), NEW (computed, then cached) or PARTIAL
-    (the unfilled last block: computed, never cached)."""
+    (the unfilled last block: computed, not cached while it is partial)."""
 
     num_tokens: int
     blocks: tuple[str, ...]
@@ -404,11 +404,11 @@ def results_markdown(results: Sequence[WorkloadResult], model: tuple[float, floa
     head += " blog post: hit rate | reduction |"
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in results:
-        seed_hit, seed_red = SEED_000[r.name]
+        post_hit, post_red = BLOG_POST_TABLE[r.name]
         row = f"| {r.name} | {100 * r.hit_rate:.0f}% | {r.p50_off_ms:.0f} ms | {r.p50_on_ms:.0f} ms | {100 * r.reduction:.0f}% |"
         if model:
             row += f" {100 * predicted_reduction(r, *model):.0f}% |"
-        lines.append(row + f" {_pct_range(*seed_hit)} | {_pct_range(*seed_red)} |")
+        lines.append(row + f" {_pct_range(*post_hit)} | {_pct_range(*post_red)} |")
     return "\n".join(lines)
 
 
@@ -441,7 +441,7 @@ def plot_workloads(results: Sequence[WorkloadResult]):
     ax.bar([x - 0.2 for x in xs], [100 * r.hit_rate for r in results], 0.4, color="#58a", label="hit rate (ours)")
     ax.bar([x + 0.2 for x in xs], [100 * r.reduction for r in results], 0.4, color="#4a4", label="TTFT p50 cut (ours)")
     for x, r in zip(xs, results):
-        (hlo, hhi), (rlo, rhi) = SEED_000[r.name]
+        (hlo, hhi), (rlo, rhi) = BLOG_POST_TABLE[r.name]
         ax.plot([x - 0.2] * 2, [100 * hlo, 100 * hhi + 0.8], color="k", lw=3)
         ax.plot([x + 0.2] * 2, [100 * rlo, 100 * rhi + 0.8], color="k", lw=3)
     ax.plot([], [], color="k", lw=3, label="the blog post's range")

@@ -26,7 +26,7 @@ def assert_map_consistent(manager):
         assert block.block_hash == block_hash
 
 
-def test_seed_000_eviction_timeline(manager, make_request, run_step, free_ids):
+def test_blog_post_eviction_timeline(manager, make_request, run_step, free_ids):
     """The prefix-caching blog post's t=0..t=6, on the real pool (its blocks 0-7 are our 1-10)."""
     pool = manager.block_pool
     # t=0: A's system prompt fills 4 blocks, cached as they fill.
