@@ -166,7 +166,7 @@ class LLM:
                             scheduling_policy, self.max_model_len),
             kv_manager,
         )
-        graphs = None  # captured for one KV cache group; a hybrid model runs its steps eagerly
+        graphs = None  # captured for full attention only; a model with windows runs its steps eagerly
         if not (enforce_eager or hybrid) and self.device.type == "cuda" and getattr(self.backend, "supports_cuda_graphs", False):
             graphs = DecodeGraphs(self.model, self.kv_cache, max_num_seqs, self.max_model_len)
         runner = ModelRunner(self.model, self.kv_cache, self.device, block_table_cls, graphs)
@@ -178,13 +178,15 @@ class LLM:
         )
 
     def _check_windows(self, groups, block_size, *seams) -> None:
-        """A hybrid model's windows must suit the block size and the context, and it runs on the engine's
-        own pool, manager, scheduler and block table, which know KV cache groups."""
+        """A model with windows must suit the block size and the context, and it runs on the engine's own
+        pool, manager, scheduler and block table, which know KV cache groups (one group too, when every
+        layer slides)."""
         window = next(g.sliding_window for g in groups if g.sliding_window)
         if window < block_size:
             raise UnsupportedModelError(
-                f"sliding_window={window} is below one block of {block_size} tokens: a block would leave the window "
-                f"while still being filled. Use block_size <= {window}."
+                f"sliding_window={window} is below one block of {block_size} tokens. Blocks leave a window whole, so "
+                "such a window would hold as many blocks as a window of one block; nanoengine serves windows of at "
+                f"least one block. Use block_size <= {window}."
             )
         if window > self.max_model_len:
             raise UnsupportedModelError(
@@ -192,10 +194,10 @@ class LLM:
                 "window, so its layers are full attention. Give a smaller window, or full_attention layer types."
             )
         defaults = (None, KVCacheManager, Scheduler, BlockTable)
-        if len(groups) > 1 and any(seam is not default for seam, default in zip(seams, defaults)):
+        if any(seam is not default for seam, default in zip(seams, defaults)):
             raise UnsupportedModelError(
-                f"This model has {len(groups)} KV cache groups (sliding and full attention layers), which only the "
-                "engine's own block pool, KV cache manager, scheduler and block table serve: leave block_pool, "
+                f"This model has sliding-window layers ({len(groups)} KV cache group(s)), which only the engine's own "
+                "block pool, KV cache manager, scheduler and block table serve: leave block_pool, "
                 "kv_cache_manager_cls, scheduler_cls and block_table_cls out for it."
             )
 

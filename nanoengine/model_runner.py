@@ -123,8 +123,10 @@ class ModelRunner:
             for table, group_block_ids in zip(self.block_tables, self._per_group(block_ids)):
                 table.append_row(req_id, group_block_ids)
 
-    def _per_group(self, block_ids: list[int] | tuple[list[int], ...]) -> tuple[list[int], ...]:
-        return block_ids if len(self.block_tables) > 1 else (block_ids,)
+    @staticmethod
+    def _per_group(block_ids: list[int] | tuple[list[int], ...]) -> tuple[list[int], ...]:
+        """The hybrid manager gives one list per group (a one-group sliding model too); KVCacheManager one list."""
+        return block_ids if isinstance(block_ids, tuple) else (block_ids,)
 
     def _prepare_inputs(self, order: list[str], num_scheduled: dict[str, int]):
         input_ids, positions, seq_lens, starts = [], [], [], [0]
@@ -138,12 +140,13 @@ class ModelRunner:
         dev = self.device
         query_start_loc = torch.tensor(starts, dtype=torch.int32, device=dev)
         seq_lens_t = torch.tensor(seq_lens, dtype=torch.int32, device=dev)
+        max_query_len, max_seq_len = max(num_scheduled[r] for r in order), max(seq_lens)
         num_decodes = sum(num_scheduled[r] == 1 for r in order)
+        computed = [(req_id, seq_len - num_scheduled[req_id]) for req_id, seq_len in zip(order, seq_lens)]
         metadata = []
         for table, group in zip(self.block_tables, self.kv_cache.groups):
             slots = []
-            for req_id in order:
-                c = self.requests[req_id].num_computed_tokens
+            for req_id, c in computed:
                 slots += table.compute_slot_mapping(req_id, c, num_scheduled[req_id])
             tables = table.get_block_tables(order)
             metadata.append(AttentionMetadata(
@@ -151,10 +154,11 @@ class ModelRunner:
                 query_start_loc=query_start_loc,
                 seq_lens=seq_lens_t,
                 block_tables=torch.tensor(tables, dtype=torch.int32, device=dev),
-                max_query_len=max(num_scheduled[r] for r in order),
-                max_seq_len=max(seq_lens),
+                max_query_len=max_query_len,
+                max_seq_len=max_seq_len,
                 num_decodes=num_decodes,
-                # A sliding group's leading entries are null blocks, shared by no one (vLLM gives 0 too).
+                # Cascade attention serves full attention only: under a window the shared prefix is partly
+                # out of sight (vLLM's SlidingWindowManager reports no common prefix blocks either).
                 num_common_prefix_blocks=0 if group.sliding_window else _common_prefix(tables[:num_decodes]),
             ))
         ids = torch.tensor(input_ids, dtype=torch.int64, device=dev)

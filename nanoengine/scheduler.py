@@ -125,7 +125,7 @@ class Scheduler:
     def schedule(self) -> SchedulerOutput:
         budget = self.config.max_num_batched_tokens
         num_scheduled: dict[str, int] = {}
-        new_blocks: dict[str, list[int]] = {}
+        new_blocks: dict[str, list[int] | tuple[list[int], ...]] = {}
         preempted: list[Request] = []
         kv = self.kv_cache_manager
 
@@ -227,7 +227,7 @@ class Scheduler:
         self._finish(request, RequestStatus.FINISHED_LENGTH_CAPPED)
         self._capped.append(request)
 
-    def make_output(self, num_scheduled: dict[str, int], new_blocks: dict[str, list[int]],
+    def make_output(self, num_scheduled: dict[str, int], new_blocks: dict[str, list[int] | tuple[list[int], ...]],
                     new_reqs: list[NewRequestData], preempted: list[Request]) -> SchedulerOutput:
         """Package the step for the model runner and advance each scheduled request's
         num_computed_tokens, so the next schedule() sees these tokens as computed.

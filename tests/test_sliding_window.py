@@ -152,6 +152,25 @@ def test_hybrid_engine_greedy_matches_ministral(hybrid, engine):
         assert sum(o.num_cached_tokens for o in outs) > 0
 
 
+@pytest.mark.reference
+def test_a_model_whose_every_layer_slides_matches_ministral():
+    """Mistral-7B-v0.1's layout: no layer_types, so every layer slides and the model has one KV cache group,
+    still served by the hybrid manager (KVCacheManager would never free a block behind the window)."""
+    transformers = pytest.importorskip("transformers")
+    ours = LlamaForCausalLM.random(LlamaConfig.tiny(sliding_window=WINDOW), seed=6, std=0.2)
+    hf = transformers.MinistralForCausalLM(ours.config.to_hf()).eval()
+    hf.load_state_dict(hf_state_dict(ours))
+    params = SamplingParams(temperature=0, max_tokens=10, ignore_eos=True)
+    expected = [hf_greedy(hf, p, 10) for p in prompts(3)]
+    for engine in (dict(), dict(enable_prefix_caching=False)):
+        llm = LLM(ours, block_size=8, kv_cache_memory_bytes=2**20, progress=False, **engine)
+        assert len(llm.kv_cache.groups) == 1
+        outs = llm.generate(prompt_token_ids=prompts(3), sampling_params=params)
+        assert [o.token_ids for o in outs] == expected, engine
+        pool = llm.engine.kv_cache_manager.block_pool
+        assert pool.get_num_free_blocks() == pool.num_gpu_blocks - 1
+
+
 @pytest.mark.parametrize("window", [1, 13, 16, 40, None])
 @pytest.mark.parametrize("splits", [1, 3])
 def test_triton_kernels_take_the_window(window, splits):
@@ -243,9 +262,11 @@ def test_a_hybrid_pool_fits_nearly_three_times_the_requests(config, fits):
     (dict(max_model_len=16, block_size=8), "exceeds max_model_len=16"),
     (dict(scheduler_cls=type("Mine", (__import__("nanoengine").scheduler.Scheduler,), {})), "leave block_pool"),
 ])
-def test_windows_the_engine_cannot_serve_are_refused_clearly(kwargs, message):
+@pytest.mark.parametrize("config", [LlamaConfig.tiny_hybrid(WINDOW), LlamaConfig.tiny(sliding_window=WINDOW)],
+                         ids=["hybrid", "all-sliding"])
+def test_windows_the_engine_cannot_serve_are_refused_clearly(kwargs, message, config):
     from nanoengine.errors import UnsupportedModelError
 
-    model = LlamaForCausalLM.random(LlamaConfig.tiny_hybrid(WINDOW), seed=0)
+    model = LlamaForCausalLM.random(config, seed=0)
     with pytest.raises(UnsupportedModelError, match=message):
         LLM(model, kv_cache_memory_bytes=2**20, progress=False, **kwargs)

@@ -100,7 +100,7 @@ class BlockPoolInterface(Protocol):
 
 
 class BlockPool:
-    """All KV blocks of one cache group, their free queue and the prefix cache.
+    """All KV blocks, their free queue and the prefix cache; a hybrid model's KV cache groups share them.
 
     Invariants (the stateful test checks each):
     - Block 0 is the null block: never in the free queue, ref_cnt untracked.

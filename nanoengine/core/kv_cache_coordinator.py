@@ -51,15 +51,18 @@ class HybridKVCacheCoordinator:
     type shortens it: a fixed point. All groups share one block size here, so a hit in whole blocks
     suits every group (vLLM aligns hits to the lcm of the groups' block sizes).
 
-    With use_eagle each type's manager drops its own last hit block, so full attention plus a window
-    loses two blocks, as vLLM's coordinator once did; current vLLM lets an EAGLE type search one block
-    past the candidate length and drops at most once per length (vLLM issue #32802), losing one.
+    With use_eagle each type searches one block past the candidate length and its manager drops the
+    last hit block, as in current vLLM: a type never returns more than the candidate, so the fixed
+    point cannot spiral down a block per round (vLLM issue #32802), and full attention plus a window
+    loses one block, not two. vLLM skips the drop for a type already checked at the current length; here
+    every round searches the same way, which differs only for two or more sliding types.
     """
 
     def __init__(self, groups: Sequence[KVCacheGroupSpec], block_pool: BlockPool, block_size: int,
                  use_eagle: bool = False,
                  sliding_window_manager_cls: type[SlidingWindowManager] = SlidingWindowManager) -> None:
         self.block_size = block_size
+        self.use_eagle = use_eagle
         self.managers: list[SingleTypeKVCacheManager] = [
             (FullAttentionManager if g.sliding_window is None else sliding_window_manager_cls)(
                 g, block_pool, block_size, group_id, use_eagle)
@@ -70,7 +73,7 @@ class HybridKVCacheCoordinator:
             by_window.setdefault(g.sliding_window, []).append(group_id)
         self.attention_groups = sorted(by_window.items(), key=lambda item: item[0] is not None)
         # With at most one type besides full attention, one round already agrees (the last type searched
-        # within everyone else's hit), and a second would make EAGLE drop a block again: vLLM stops there.
+        # within everyone else's hit): vLLM stops there too.
         self.one_pass = sum(w is not None for w, _ in self.attention_groups) <= 1
 
     def find_longest_cache_hit(self, block_hashes: list[BlockHash],
@@ -83,7 +86,9 @@ class HybridKVCacheCoordinator:
             for window, group_ids in self.attention_groups:
                 if window is None and searched_full:
                     continue  # any prefix of a full-attention hit is a hit: its first search serves
-                found = self.managers[group_ids[0]].find_longest_cache_hit(block_hashes, length, group_ids)
+                # EAGLE's managers drop the last hit block: one block more to search keeps the candidate reachable.
+                limit = min(length + self.block_size, max_length) if self.use_eagle else length
+                found = self.managers[group_ids[0]].find_longest_cache_hit(block_hashes, limit, group_ids)
                 searched_full |= window is None
                 length = len(found[0]) * self.block_size
                 for group_id, blocks in zip(group_ids, found):
@@ -97,12 +102,14 @@ class HybridKVCacheCoordinator:
 
 
 class HybridKVCacheManager(KVCacheManager):
-    """KVCacheManager for a model with several KV cache groups: every call goes to each group.
+    """KVCacheManager for a model with sliding-window layers: every call goes to each KV cache group.
 
     Hits, new blocks and block ids come as one list per group (KVCacheBlocks, tuples of id lists).
     req_to_blocks and num_cached_block are group 0's (full attention when the model has it), so a
     view written for one group shows the full-attention layers. The pool must be nanoengine's
-    BlockPool, which names a block by hash and group id.
+    BlockPool, which names a block by hash and group id. A sliding group's list keeps its length but
+    not its entries: those behind the window become the null block (the runner's append-only table
+    keeps the old ids, which no kernel reads again).
     """
 
     def __init__(self, block_size: int, block_pool: BlockPool, groups: Sequence[KVCacheGroupSpec],

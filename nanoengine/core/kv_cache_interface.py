@@ -3,8 +3,8 @@
 A full-attention layer needs every token's KV; a sliding layer with window W needs only the last W.
 Layers of one attention type can share block tables, layers of two types cannot, so a hybrid model's
 layers are split into groups, each with its own block table per request. All groups draw blocks from
-one pool, so a block must cost the same memory in every group: each group holds the same number of
-layers, and a block id addresses one page in each of that many layer slots. Layer slot i of every group
+one pool, so a block must cost the same memory in every group: each group has the same number of layer
+slots (a group short of layers leaves a slot unused), and a block id addresses one page in each slot. Layer slot i of every group
 is one tensor; a block id belongs to one group at a time, so the groups never write the same page.
 """
 

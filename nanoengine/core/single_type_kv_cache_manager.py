@@ -54,7 +54,7 @@ class SingleTypeKVCacheManager:
             return max(num_required - num_held, 0)
         num_skipped = self.get_num_skipped_tokens(num_computed_tokens) // self.block_size
         kept_hits = new_computed_blocks[num_skipped:]
-        num_new = max(num_required - max(num_skipped, len(new_computed_blocks)), 0)
+        num_new = max(num_required - len(new_computed_blocks), 0)  # the hits' slots, nulls included
         return num_new + sum(b.ref_cnt == 0 and not b.is_null for b in kept_hits)
 
     def allocate_new_computed_blocks(self, request_id: str, new_computed_blocks: list[KVCacheBlock],
@@ -127,8 +127,9 @@ class FullAttentionManager(SingleTypeKVCacheManager):
 
 
 class SlidingWindowManager(SingleTypeKVCacheManager):
-    """A query at position p sees keys p - W + 1 .. p, so a request needs at most
-    ceil((W - 1) / block_size) + 1 blocks per group at once, however long it grows."""
+    """A query at position p sees keys p - W + 1 .. p, so while it decodes a token a step a request
+    holds at most ceil((W - 1) / block_size) + 1 blocks per group, however long it grows (a prefill
+    chunk holds its own blocks too, until the next step frees those behind the window)."""
 
     def __init__(self, spec: KVCacheGroupSpec, *args, **kwargs) -> None:
         super().__init__(spec, *args, **kwargs)

@@ -145,16 +145,36 @@ def test_fixed_point_is_the_longest_hit_every_group_serves(data, n, w1, w2):
     assert length == BS * max(b for b in range(n + 1) if served(b))
 
 
-def test_eagle_drops_the_last_block_in_each_attention_type():
+def test_eagle_costs_one_block_whatever_the_attention_types():
     """With EAGLE the draft head needs the last hit block's hidden states, so that block is recomputed:
-    full attention drops its last hit; a sliding window asks one block more, then drops it. vLLM's
-    coordinator applies the drops in turn, so with both types the hit ends two blocks short."""
+    full attention drops its last hit; a sliding window asks one block more, then drops it. Each type
+    searches one block past the candidate length (as vLLM does since its issue #32802), so a hybrid loses
+    one block, not one per type, and with two windows the fixed point does not spiral down to 0."""
     pool = BlockPool(60, enable_caching=True)
-    cache(pool, 0, range(8))
-    cache(pool, 1, range(8))
-    for windows, eagle, expected in (([None, 9], False, 8), ([None], True, 7), ([9], True, 7), ([None, 9], True, 6)):
+    for group_id in range(3):
+        cache(pool, group_id, range(8))
+    for windows, eagle, expected in (([None, 9], False, 8), ([None], True, 7), ([9], True, 7), ([None, 9], True, 7),
+                                     ([None, 9, 13], True, 7), ([9, 13], True, 7)):
         _, length = coordinator(windows, pool, use_eagle=eagle).find_longest_cache_hit(HASHES[:9], 8 * BS)
         assert length == expected * BS, (windows, eagle)
+
+
+def test_eagle_hit_is_one_every_type_serves_one_block_further():
+    """Full attention caches blocks 0-7, window 9 all but block 4, window 13 all but block 6. A window
+    needs ceil((W - 1) / 4) cached blocks before a hit's end, one more with EAGLE, which it then drops."""
+    pool = BlockPool(60, enable_caching=True)
+    cache(pool, 0, range(8))
+    cache(pool, 1, [i for i in range(8) if i != 4])
+    cache(pool, 2, [i for i in range(8) if i != 6])
+    # Full attention and window 9: full attention's 8 blocks drop to 7; window 9 searches up to block 8,
+    # finds the run 5-7 ending at 8 and drops one: 7, one block short of the hit without EAGLE.
+    lengths = [coordinator([None, 9], pool, use_eagle=eagle).find_longest_cache_hit(HASHES[:9], 8 * BS)[1] // BS
+               for eagle in (False, True)]
+    assert lengths == [8, 7]
+    # With window 13 too: it needs 4 blocks in a row below block 8 and finds 2-5 (block 6 is missing), so 5;
+    # window 9, searching up to block 6, finds 1-3 (block 4 is missing), so 3, which both windows then serve.
+    _, length = coordinator([None, 9, 13], pool, use_eagle=True).find_longest_cache_hit(HASHES[:9], 8 * BS)
+    assert length == 3 * BS
 
 
 def test_a_repeated_prompt_hits_in_every_group_with_nulls_before_the_window():
