@@ -9,6 +9,7 @@ import torch
 
 from nanoengine.attention.backend import AttentionMetadata
 from nanoengine.attention.paged import PagedKVCache
+from nanoengine.core import BlockIds
 from nanoengine.cuda_graphs import DecodeGraphs
 from nanoengine.model import LlamaForCausalLM
 from nanoengine.errors import InvalidRequestError
@@ -124,15 +125,16 @@ class ModelRunner:
                 table.append_row(req_id, group_block_ids)
 
     @staticmethod
-    def _per_group(block_ids: list[int] | tuple[list[int], ...]) -> tuple[list[int], ...]:
+    def _per_group(block_ids: BlockIds) -> tuple[list[int], ...]:
         """The hybrid manager gives one list per group (a one-group sliding model too); KVCacheManager one list."""
         return block_ids if isinstance(block_ids, tuple) else (block_ids,)
 
     def _prepare_inputs(self, order: list[str], num_scheduled: dict[str, int]):
-        input_ids, positions, seq_lens, starts = [], [], [], [0]
+        input_ids, positions, computed, seq_lens, starts = [], [], [], [], [0]
         for req_id in order:
             state, n = self.requests[req_id], num_scheduled[req_id]
             c = state.num_computed_tokens
+            computed.append(c)
             input_ids += state.token_ids[c : c + n]
             positions += range(c, c + n)
             seq_lens.append(c + n)
@@ -142,11 +144,10 @@ class ModelRunner:
         seq_lens_t = torch.tensor(seq_lens, dtype=torch.int32, device=dev)
         max_query_len, max_seq_len = max(num_scheduled[r] for r in order), max(seq_lens)
         num_decodes = sum(num_scheduled[r] == 1 for r in order)
-        computed = [(req_id, seq_len - num_scheduled[req_id]) for req_id, seq_len in zip(order, seq_lens)]
         metadata = []
         for table, group in zip(self.block_tables, self.kv_cache.groups):
             slots = []
-            for req_id, c in computed:
+            for req_id, c in zip(order, computed):
                 slots += table.compute_slot_mapping(req_id, c, num_scheduled[req_id])
             tables = table.get_block_tables(order)
             metadata.append(AttentionMetadata(

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from nanoengine.core import KVCacheManagerInterface, get_block_ids
+from nanoengine.core import BlockIds, KVCacheManagerInterface, get_block_ids
 from nanoengine.request import Request, RequestStatus
 from nanoengine.request_queue import RequestQueue, SchedulingPolicy, create_request_queue
 
@@ -43,7 +43,7 @@ class NewRequestData:
 
     req_id: str
     token_ids: list[int]
-    block_ids: list[int] | tuple[list[int], ...]  # one list per KV cache group when there are several
+    block_ids: BlockIds
     num_computed_tokens: int
     request: Request
 
@@ -53,7 +53,7 @@ class CachedRequestData:
     """Requests the runner already holds: only what changed (parallel lists)."""
 
     req_ids: list[str] = field(default_factory=list)
-    new_block_ids: list[list[int] | tuple[list[int], ...]] = field(default_factory=list)
+    new_block_ids: list[BlockIds] = field(default_factory=list)
     num_computed_tokens: list[int] = field(default_factory=list)
 
 
@@ -125,7 +125,7 @@ class Scheduler:
     def schedule(self) -> SchedulerOutput:
         budget = self.config.max_num_batched_tokens
         num_scheduled: dict[str, int] = {}
-        new_blocks: dict[str, list[int] | tuple[list[int], ...]] = {}
+        new_blocks: dict[str, BlockIds] = {}
         preempted: list[Request] = []
         kv = self.kv_cache_manager
 
@@ -227,7 +227,7 @@ class Scheduler:
         self._finish(request, RequestStatus.FINISHED_LENGTH_CAPPED)
         self._capped.append(request)
 
-    def make_output(self, num_scheduled: dict[str, int], new_blocks: dict[str, list[int] | tuple[list[int], ...]],
+    def make_output(self, num_scheduled: dict[str, int], new_blocks: dict[str, BlockIds],
                     new_reqs: list[NewRequestData], preempted: list[Request]) -> SchedulerOutput:
         """Package the step for the model runner and advance each scheduled request's
         num_computed_tokens, so the next schedule() sees these tokens as computed.

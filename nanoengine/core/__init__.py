@@ -5,7 +5,13 @@ pulls in.
 """
 
 from .block_pool import BlockHashToBlockMap, BlockPool, BlockPoolInterface
-from .kv_cache_coordinator import HybridKVCacheCoordinator, HybridKVCacheManager, KVCacheBlocks, get_block_ids
+from .kv_cache_coordinator import (
+    BlockIds,
+    HybridKVCacheCoordinator,
+    HybridKVCacheManager,
+    KVCacheBlocks,
+    get_block_ids,
+)
 from .kv_cache_interface import KVCacheGroupSpec, get_kv_cache_groups, num_layer_slots
 from .kv_cache_manager import KVCacheManager, KVCacheManagerInterface, PrefixCacheStats
 from .single_type_kv_cache_manager import FullAttentionManager, SingleTypeKVCacheManager, SlidingWindowManager
@@ -33,6 +39,7 @@ from .kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KVCacheEvent
 __all__ = [
     "AllBlocksCleared",
     "BlockHash",
+    "BlockIds",
     "BlockHashToBlockMap",
     "BlockPool",
     "BlockPoolInterface",

@@ -34,7 +34,11 @@ class KVCacheBlocks:
         return tuple([block.block_id for block in group] for group in self.blocks)
 
 
-def get_block_ids(blocks: Sequence[KVCacheBlock] | KVCacheBlocks) -> list[int] | tuple[list[int], ...]:
+# A request's block ids as the scheduler sends them: one list, or one list per KV cache group (hybrid models).
+BlockIds = list[int] | tuple[list[int], ...]
+
+
+def get_block_ids(blocks: Sequence[KVCacheBlock] | KVCacheBlocks) -> BlockIds:
     """Block ids as the model runner takes them: a list for one group, one list per group for several."""
     if isinstance(blocks, KVCacheBlocks):
         return blocks.get_block_ids()

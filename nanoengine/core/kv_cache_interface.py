@@ -4,8 +4,9 @@ A full-attention layer needs every token's KV; a sliding layer with window W nee
 Layers of one attention type can share block tables, layers of two types cannot, so a hybrid model's
 layers are split into groups, each with its own block table per request. All groups draw blocks from
 one pool, so a block must cost the same memory in every group: each group has the same number of layer
-slots (a group short of layers leaves a slot unused), and a block id addresses one page in each slot. Layer slot i of every group
-is one tensor; a block id belongs to one group at a time, so the groups never write the same page.
+slots (a group short of layers leaves a slot unused), and a block id addresses one page in each slot.
+Layer slot i of every group is one tensor; a block id belongs to one group at a time, so the groups
+never write the same page.
 """
 
 from __future__ import annotations
