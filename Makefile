@@ -51,7 +51,7 @@ test-no-triton: setup
 # clicks every widget (tests/browser). It needs the system's Chromium (Debian: apt-get install -y chromium;
 # or CHROMIUM=/path/to/chrome). Widget screenshots are written to build/browser/.
 test-browser: setup
-	$(BIN)/python -m pytest tests/browser -n 2 -p no:cacheprovider
+	$(BIN)/python -m pytest tests/browser -n 2 -p no:cacheprovider --durations=5
 
 test-fast: setup
 	$(BIN)/python -m pytest tests --ignore=tests/browser -m "not model and not reference" -q

@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from driver import LabServer, copy_checkout, find_chromium  # noqa: E402
+from driver import LabServer, copy_checkout, find_chromium, open_lab  # noqa: E402
 
 SHOTS = os.environ.get("NANOENGINE_SHOTS", os.path.join("build", "browser"))
 
@@ -36,10 +36,13 @@ def browser():
         launched.close()
 
 
-@pytest.fixture
-def page(browser):
+@pytest.fixture(scope="session")
+def page(browser, lab):
+    """One JupyterLab tab per worker, kept across tests as a learner keeps theirs open from chapter to
+    chapter: loading JupyterLab's front end takes 7-30 s on a busy 2-core machine, opening a notebook in
+    it a few seconds. Each test opens its notebook in it and closes it again."""
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    yield context.new_page()
+    yield open_lab(context.new_page(), lab)
     context.close()
 
 

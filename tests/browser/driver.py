@@ -78,6 +78,10 @@ class LabServer:
             (settings / name).write_text(json.dumps(value))
         env = dict(os.environ, PYTHONPATH=str(self.root), JUPYTER_CONFIG_DIR=str(self.scratch / "config"),
                    JUPYTER_RUNTIME_DIR=str(self.scratch / "runtime"))
+        if os.environ.get("PYTEST_XDIST_WORKER"):
+            # Each worker's kernel gets one torch thread, as tests/conftest.py gives each worker: two kernels
+            # of two threads on two cores wait on each other (the pass took 15% longer).
+            env["OMP_NUM_THREADS"] = "1"
         cmd = [sys.executable, "-m", "jupyterlab", f"--notebook-dir={self.root / 'notebooks'}", "--no-browser",
                "--ip=127.0.0.1", f"--port={self.port}", f"--IdentityProvider.token={self.token}",
                f"--LabApp.user_settings_dir={settings}", "--LabApp.expose_app_in_browser=True"]
@@ -104,8 +108,8 @@ class LabServer:
             except subprocess.TimeoutExpired:
                 self.process.kill()
 
-    def url(self, notebook: str) -> str:
-        return f"http://127.0.0.1:{self.port}/lab/tree/{notebook}?token={self.token}"
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/lab?token={self.token}"
 
     def api(self, method: str, path: str):
         request = urllib.request.Request(f"http://127.0.0.1:{self.port}/api/{path}", method=method,
@@ -133,20 +137,49 @@ class Widget:
     label: str
 
 
+def open_lab(page, lab: LabServer, timeout_ms: int = 90_000):
+    """Load JupyterLab's front end in `page` and wait until it has restored its layout."""
+    page.goto(lab.url())
+    page.wait_for_function("() => window.jupyterapp", timeout=timeout_ms)
+    page.evaluate("() => window.jupyterapp.restored")
+    return page
+
+
 class NotebookPage:
-    """One notebook open in JupyterLab, in one browser page."""
+    """One notebook open in a tab of JupyterLab, in a page where JupyterLab is loaded (`open_lab`).
+
+    Used as a context manager: the tab is open, with its own kernel, inside the `with` block, and
+    closed, its kernel shut down and any dialog dismissed after it, so the page is ready for the next
+    notebook even when a check failed. The console errors are those logged while the tab was open.
+    """
 
     def __init__(self, page, lab: LabServer, notebook: str):
         self.page, self.lab, self.notebook = page, lab, notebook
         self.console_errors: list[str] = []
-        page.on("console", lambda m: self.console_errors.append(m.text) if m.type == "error" else None)
-        page.on("pageerror", lambda e: self.console_errors.append(f"uncaught: {e}"))
+        self._listeners = {
+            "console": lambda m: self.console_errors.append(m.text) if m.type == "error" else None,
+            "pageerror": lambda e: self.console_errors.append(f"uncaught: {e}"),
+        }
+        for event, listener in self._listeners.items():
+            page.on(event, listener)
+
+    def __enter__(self) -> NotebookPage:
+        try:
+            return self.open()
+        except BaseException:
+            self.close()
+            raise
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def open(self, timeout_ms: int = 90_000) -> NotebookPage:
-        self.page.goto(self.lab.url(self.notebook))
+        """The command a double click in the file browser runs: the notebook in a new tab, with a kernel."""
+        self.page.evaluate("(path) => { window.jupyterapp.commands.execute('docmanager:open', {path}); }",
+                           self.notebook)
         self.page.wait_for_function(
-            f"() => window.jupyterapp && {_MODEL}?.context?.path?.endsWith({json.dumps(self.notebook)})"
-            f" && {_KERNEL}?.status === 'idle'", timeout=timeout_ms)
+            f"() => {_MODEL}?.context?.path === {json.dumps(self.notebook)} && {_KERNEL}?.status === 'idle'",
+            timeout=timeout_ms)
         self.kernel_id = self.page.evaluate(f"() => {_KERNEL}.id")
         return self
 
@@ -223,8 +256,19 @@ class NotebookPage:
             }});
             return found; }}""")
 
-    def close_kernel(self) -> None:
-        self.lab.api("DELETE", f"kernels/{self.kernel_id}")
+    def close(self) -> None:
+        """Close the tab without a save prompt (a Run All leaves it unsaved), then shut its kernel down."""
+        if self.page.locator(".jp-Dialog").count():
+            self.page.keyboard.press("Escape")
+        self.page.evaluate(f"""(path) => {{
+            const panel = {_MODEL};
+            if (panel?.context?.path !== path) return;
+            panel.context.model.dirty = false;
+            panel.dispose(); }}""", self.notebook)
+        for event, listener in self._listeners.items():
+            self.page.remove_listener(event, listener)
+        if hasattr(self, "kernel_id"):
+            self.lab.api("DELETE", f"kernels/{self.kernel_id}")
 
 
 def live_view_problem(page, widget: Widget, timeout_s: float = 15.0) -> str | None:

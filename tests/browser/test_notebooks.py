@@ -17,8 +17,7 @@ NOTEBOOKS = sorted(p.name for p in (REPO / "notebooks").glob("[0-9][0-9]_*.ipynb
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS)
 def test_notebook_runs_live_in_jupyterlab(notebook, lab, page, shots):
-    nb = NotebookPage(page, lab, notebook).open()
-    try:
+    with NotebookPage(page, lab, notebook) as nb:
         nb.run_all()
         assert nb.errors() == []
         cells = nb.cells()
@@ -41,8 +40,6 @@ def test_notebook_runs_live_in_jupyterlab(notebook, lab, page, shots):
         assert problems == []
         assert nb.console_errors == [], "browser console errors"
         print("\n".join(actions))
-    finally:
-        nb.close_kernel()
 
 
 def test_a_widget_whose_front_end_is_missing_fails_the_check(lab, page):
@@ -61,8 +58,7 @@ def test_a_widget_whose_front_end_is_missing_fails_the_check(lab, page):
         "display(Unregistered(), widgets.Button(description='fine'))")]
     (lab.root / "notebooks" / "broken_widget.ipynb").write_text(nbformat.writes(nbformat.v4.new_notebook(
         cells=cells, metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})))
-    nb = NotebookPage(page, lab, "broken_widget.ipynb").open()
-    try:
+    with NotebookPage(page, lab, "broken_widget.ipynb") as nb:
         nb.run_all()
         broken, fine = nb.widgets()
         assert "error widget" in live_view_problem(page, broken, timeout_s=5)
@@ -70,5 +66,3 @@ def test_a_widget_whose_front_end_is_missing_fails_the_check(lab, page):
         assert nb.console_errors, "a model with no front-end logs an error in the console"
         with pytest.raises(AssertionError, match="did not change"):
             interact(page, fine, timeout_s=3)  # no handler is attached to this button
-    finally:
-        nb.close_kernel()
