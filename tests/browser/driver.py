@@ -156,6 +156,7 @@ class NotebookPage:
     def __init__(self, page, lab: LabServer, notebook: str):
         self.page, self.lab, self.notebook = page, lab, notebook
         self.console_errors: list[str] = []
+        self.kernel_id: str | None = None
         self._listeners = {
             "console": lambda m: self.console_errors.append(m.text) if m.type == "error" else None,
             "pageerror": lambda e: self.console_errors.append(f"uncaught: {e}"),
@@ -267,7 +268,7 @@ class NotebookPage:
             panel.dispose(); }}""", self.notebook)
         for event, listener in self._listeners.items():
             self.page.remove_listener(event, listener)
-        if hasattr(self, "kernel_id"):
+        if self.kernel_id:
             self.lab.api("DELETE", f"kernels/{self.kernel_id}")
 
 
