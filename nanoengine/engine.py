@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import dataclass
+from collections.abc import Iterable
 from typing import Protocol
 
 from nanoengine.core import BlockTokensHasher, KVCacheManagerInterface, PrefixCacheStats, get_hash_fn_by_name, get_request_block_hasher
@@ -39,6 +40,7 @@ class EngineStats:
     kv_cache_usage: float = 0.0
     num_prefill_tokens: int = 0
     num_decode_tokens: int = 0
+    num_aborted_requests: int = 0
 
     @property
     def prefix_cache_hit_rate(self) -> float:
@@ -91,6 +93,9 @@ class LLMEngine:
         self.outputs: dict[str, _OutputState] = {}
         self.stats = EngineStats()
         self.observers: list[StepObserver] = []
+        # The part of the step under way: schedule, execute, update or detokenize; None between steps.
+        # After a step raised it names where, until the next step starts.
+        self.stage: str | None = None
         self._ids = itertools.count()
 
     def add_request(self, prompt_token_ids: list[int], params: SamplingParams, prompt: str | None = None,
@@ -111,20 +116,66 @@ class LLMEngine:
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished_requests()
 
+    def abort_request(self, request_ids: Iterable[str]) -> None:
+        """End unfinished requests now (vLLM's LLMEngine.abort_request, whose EngineCore.abort_requests calls
+        Scheduler.finish_requests(ids, FINISHED_ABORTED)): they leave the scheduler, their blocks are freed as
+        at any finish (full ones stay cached), the runner forgets them, and stats count them. Ids already
+        finished, or unknown, are skipped."""
+        ids = [i for i in dict.fromkeys(request_ids) if i in self.outputs or i in self.scheduler.requests]
+        if not ids:
+            return
+        requests = [self.scheduler.requests.get(i) or self.outputs[i].request for i in ids]
+        error = None
+        for request in requests:
+            try:
+                self.scheduler.finish_requests([request.request_id], RequestStatus.FINISHED_ABORTED)
+            except BaseException as exc:  # a part raised while letting go: free its blocks once more below
+                error = error or exc
+                self.kv_cache_manager.free(request)  # freeing twice is a no-op (the Protocol's rule)
+        self.runner.remove_requests(ids)
+        for req_id in ids:
+            self.outputs.pop(req_id, None)
+        self.stats.num_aborted_requests += len(ids)
+        recover = getattr(self.kv_cache_manager.block_pool, "recover_free_blocks", None)
+        if recover is not None and not self.scheduler.requests:
+            recover()
+        if error is not None:
+            raise error
+
     def step(self) -> list[RequestOutput]:
-        """One forward pass. Returns the requests that finished in it."""
+        """One forward pass. Returns the requests that finished in it.
+
+        A step that raises (any part, or a KeyboardInterrupt) may have left its requests half-updated, so
+        it aborts every unfinished request before the exception goes on. If it raised before its forward
+        pass was done, the blocks it named for tokens not yet computed are evicted first (vLLM's
+        evict_blocks), since their KV was never written; the blocks of tokens computed in earlier steps stay
+        cached. vLLM instead lets the engine core die (EngineDeadError) and the server must restart."""
+        computed = {r.request_id: r.num_computed_tokens for r in self.scheduler.running}
+        try:
+            outputs = self._step()
+        except BaseException:
+            self._recover(computed)
+            raise
+        self.stage = None
+        return outputs
+
+    def _step(self) -> list[RequestOutput]:
         start = time.perf_counter()
         running_before = tuple(r.request_id for r in self.scheduler.running) if self.observers else ()
+        self.stage = "schedule"
         so = self.scheduler.schedule()
         if not (so.total_num_scheduled_tokens or so.preempted_req_ids) and self.has_unfinished_requests():
             self._stalled()
         for observer in self.observers:
             observer.on_schedule(self.scheduler, so, running_before)
+        self.stage = "execute"
         sampled = self.runner.execute_model(so)
+        self.stage = "update"
         self._collect_logprobs(sampled)
-        finished = self.scheduler.update_from_output(so, sampled)
+        finished = [r for r in self.scheduler.update_from_output(so, sampled) if r.request_id in self.outputs]
         now = time.perf_counter()
         cache_stats = self._record(so)
+        self.stage = "detokenize"
         stopped = [req_id for req_id in sampled if self._detokenize(req_id, now)]
         self.scheduler.finish_requests(stopped, RequestStatus.FINISHED_STOPPED)
         done = finished + [self.outputs[r].request for r in stopped]
@@ -132,6 +183,28 @@ class LLMEngine:
         for observer in self.observers:
             observer.on_step(so, outputs, cache_stats, time.perf_counter() - start)
         return outputs
+
+    def _recover(self, computed: dict[str, int]) -> None:
+        """After a failed step: evict what may hold unwritten KV, then abort every unfinished request.
+
+        computed: each running request's computed tokens as the step began (a request admitted in the step
+        counts from 0, so its hits are evicted too: safe, if a little wasteful)."""
+        kv = self.kv_cache_manager
+        suspect = set()
+        if self.stage in ("schedule", "execute"):
+            for req_id in self.scheduler.requests:
+                first = computed.get(req_id, 0) // self.scheduler.block_size
+                block_ids = kv.get_block_ids(req_id)
+                for group in (block_ids if isinstance(block_ids, tuple) else (block_ids,)):
+                    suspect.update(b for b in group[first:] if b)
+        evict = getattr(kv, "evict_blocks", None)
+        if suspect and evict is not None:
+            evict(suspect)
+        self.abort_request([*self.outputs, *self.scheduler.requests])
+        self.runner.remove_requests(list(self.runner.requests))
+        if suspect and evict is None:
+            # A manager of one's own without evict_blocks: drop the whole cache rather than serve unwritten KV.
+            kv.reset_prefix_cache()
 
     def _stalled(self) -> None:
         scheduler = self.scheduler

@@ -96,13 +96,20 @@ class ModelRunner:
         self.logprobs: dict[str, dict[int, Logprob]] = {}
         self.prompt_logprobs: dict[str, list[dict[int, Logprob]]] = {}
 
+    def remove_requests(self, req_ids, keep_generators: bool = False) -> None:
+        """Forget requests the scheduler no longer runs: their state and block-table rows, and unless they
+        were only preempted (a seeded request draws on after recompute), their generators. Ids the runner
+        does not hold are skipped: an aborted request may never have reached it."""
+        for req_id in req_ids:
+            if self.requests.pop(req_id, None) is not None:
+                for table in self.block_tables:
+                    table.remove_row(req_id)
+            if not keep_generators:
+                self.generators.pop(req_id, None)
+
     def _update_states(self, so: SchedulerOutput) -> None:
-        for req_id in so.finished_req_ids | so.preempted_req_ids:
-            self.requests.pop(req_id, None)
-            for table in self.block_tables:
-                table.remove_row(req_id)
-        for req_id in so.finished_req_ids:
-            self.generators.pop(req_id, None)
+        self.remove_requests(so.finished_req_ids)
+        self.remove_requests(so.preempted_req_ids, keep_generators=True)
         for new in so.scheduled_new_reqs:
             params = new.request.sampling_params
             if params.prompt_logprobs is not None and new.num_computed_tokens:

@@ -287,11 +287,13 @@ class Scheduler:
                 self._finish(request, status)
 
     def _finish(self, request: Request, status: RequestStatus) -> None:
+        # The scheduler lets go first, the KV cache manager last: a manager that raises while freeing
+        # leaves no half-finished request in the queues (the engine frees its blocks again on an abort).
         request.status = status
         if request in self.running:
             self.running.remove(request)
         elif request in self.waiting:
             self.waiting.remove_request(request)
-        self.kv_cache_manager.free(request)
-        del self.requests[request.request_id]
+        self.requests.pop(request.request_id, None)
         self.finished_req_ids.add(request.request_id)
+        self.kv_cache_manager.free(request)

@@ -88,9 +88,16 @@ def test_invalid_logprobs_are_refused(value):
 
 
 def test_whole_vocabulary(models):
-    out = run(models[0], SamplingParams(temperature=0, max_tokens=2, logprobs=-1, prompt_logprobs=-1))[1]
+    """-1 asks for every token's logprob, which only max_logprobs=-1 allows (vLLM's rule)."""
+    whole = SamplingParams(temperature=0, max_tokens=2, logprobs=-1, prompt_logprobs=-1)
+    out = run(models[0], whole, max_logprobs=-1)[1]
     assert all(len(e) == CONFIG.vocab_size for e in out.outputs[0].logprobs)
     assert all(len(e) == CONFIG.vocab_size for e in out.prompt_logprobs[1:])
+    llm = LLM(models[0], progress=False, max_logprobs=CONFIG.vocab_size)
+    assert llm.generate(prompt_token_ids=PROMPT, sampling_params=whole)[0].prompt_logprobs
+    for name, k in (("logprobs", -1), ("prompt_logprobs", 21), ("logprobs", 10**9)):
+        with pytest.raises(InvalidRequestError, match=f"{name}={k} asks for more than max_logprobs=20"):
+            run(models[0], SamplingParams(**{name: k}))
 
 
 def test_prompt_logprobs_skip_reading_the_prefix_cache(models):

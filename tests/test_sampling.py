@@ -12,13 +12,17 @@ from nanoengine.sampling_params import SamplingParams
     "kwargs,match",
     [
         ({"max_tokens": 0}, "max_tokens must be an integer >= 1"),
-        ({"temperature": -0.1}, "temperature must be >= 0"),
-        ({"top_p": 0.0}, r"top_p must be in \(0, 1\]"),
-        ({"top_p": 1.5}, r"top_p must be in \(0, 1\]"),
-        ({"top_k": 0}, "top_k must be -1"),
-        ({"top_k": -2}, "top_k must be -1"),
-        ({"stop": [""]}, "stop must be non-empty"),
-        ({"n": 0}, "n must be an integer >= 1"),
+        ({"temperature": -0.1}, r"temperature must be a finite number in \[0.0, 2.0\]"),
+        ({"temperature": 2.5}, r"temperature must be a finite number in \[0.0, 2.0\]"),
+        ({"temperature": float("nan")}, "temperature .* got nan"),
+        ({"top_p": 0.0}, r"top_p must be a finite number in \(0.0, 1.0\]"),
+        ({"top_p": 1.5}, r"top_p must be a finite number in \(0.0, 1.0\]"),
+        ({"top_k": -2}, "top_k must be an integer >= -1.* 0 or -1 disables it"),
+        ({"stop": [""]}, "stop must be a string or a list of non-empty strings"),
+        ({"stop": 5}, "stop must be a string or a list of non-empty strings, got 5"),
+        ({"n": 0}, r"n must be an integer in \[1, 16384\]"),
+        ({"seed": "abc"}, "seed must be an integer"),
+        ({"max_tokens": True}, "max_tokens must be an integer >= 1, got True"),
     ],
 )
 def test_invalid_params_raise_one_documented_error(kwargs, match):
@@ -42,7 +46,8 @@ def test_top_k_and_top_p_restrict_the_support():
     assert _draws(logits, SamplingParams(top_k=2)) == {0, 1}
     assert _draws(logits, SamplingParams(top_p=0.8)) == {0, 1}
     assert _draws(logits, SamplingParams(top_p=0.5)) == {0}
-    assert _draws(logits, SamplingParams(temperature=5.0)) == {0, 1, 2, 3, 4}
+    assert _draws(logits, SamplingParams(temperature=2.0)) == {0, 1, 2, 3, 4}
+    assert _draws(logits, SamplingParams(top_k=0)) == _draws(logits, SamplingParams(top_k=-1)), "0 disables, as in vLLM"
 
 
 def test_greedy_and_seeded_sampling_are_reproducible():

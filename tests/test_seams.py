@@ -130,6 +130,11 @@ def test_a_part_that_stalls_the_engine_gets_a_clear_error():
     llm = LLM(LlamaForCausalLM.random(LlamaConfig.tiny(), seed=0), block_size=4, kv_cache_memory_bytes=2**18,
               kv_cache_manager_cls=NoLastTokenRule)
     params = SamplingParams(temperature=0, max_tokens=2)
-    llm.generate(prompt_token_ids=[list(range(1, 9))], sampling_params=params)
-    with pytest.raises(EngineStalledError, match="last token to compute"):
+    first = llm.generate(prompt_token_ids=[list(range(1, 9))], sampling_params=params)[0].token_ids
+    with pytest.raises(EngineStalledError, match="last token to compute") as info:
         llm.generate(prompt_token_ids=[list(range(1, 9))], sampling_params=params)
+    # The stall ends that call only: its request is aborted, and the engine serves the next one.
+    assert "1 unfinished request(s) were aborted" in info.value.__notes__[0]
+    assert not llm.engine.has_unfinished_requests() and llm.engine.kv_cache_manager.usage == 0
+    assert llm.reset_prefix_cache()
+    assert llm.generate(prompt_token_ids=[list(range(1, 9))], sampling_params=params)[0].token_ids == first

@@ -12,14 +12,17 @@ import sys
 
 import torch
 
+from nanoengine.errors import BackendUnavailableError
+
 
 def _ensure_runnable() -> None:
     if torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1":
         return
     if sys.modules.get("triton") is not None:
-        raise RuntimeError(
+        raise BackendUnavailableError(
             "TritonBackend without CUDA needs the Triton interpreter, but triton was already imported "
-            "without it: set TRITON_INTERPRET=1 before importing triton (or torch._inductor)."
+            "without it: set TRITON_INTERPRET=1 before importing triton (or torch._inductor), or use "
+            "attention_backend='torch'."
         )
     os.environ["TRITON_INTERPRET"] = "1"
 

@@ -17,6 +17,7 @@ from .kv_cache_manager import KVCacheManager, KVCacheManagerInterface, PrefixCac
 from .single_type_kv_cache_manager import FullAttentionManager, SingleTypeKVCacheManager, SlidingWindowManager
 from .kv_cache_utils import (
     DEFAULT_HASH_SEED,
+    HASH_ALGOS,
     NONE_HASH,
     BlockHash,
     BlockTokensHasher,
@@ -50,6 +51,7 @@ __all__ = [
     "FreeBlockQueue",
     "FreeKVCacheBlockQueue",
     "FullAttentionManager",
+    "HASH_ALGOS",
     "HashFn",
     "HybridKVCacheCoordinator",
     "HybridKVCacheManager",

@@ -294,6 +294,15 @@ class BlockPool:
         if self.enable_kv_cache_events:
             self.kv_event_queue.append(BlockRemoved(block_hashes=[block_hash]))
 
+    def evict_blocks(self, block_ids: Iterable[int]) -> None:
+        """Take these blocks out of the prefix cache, wherever they are (vLLM's BlockPool.evict_blocks, for
+        blocks whose KV turned out invalid). A held block stays held and a free one stays in its place in
+        the free queue: each only loses its hash, so no later lookup finds it."""
+        for block_id in block_ids:
+            block = self.blocks[block_id]
+            if block._block_hash is not None:
+                self._evict_cached_block(block)
+
     def touch(self, blocks: Iterable[KVCacheBlock]) -> None:
         """Take a reference on each block, rescuing free ones from eviction."""
         remove = self.free_block_queue.remove
@@ -312,7 +321,7 @@ class BlockPool:
         the tail in the given order, so a chain's last block is evicted before
         its root. A block listed twice drops two references and is queued once,
         when it reaches 0. Dropping a reference a block does not have raises
-        ValueError and nothing changes.
+        ValueError and nothing changes; so does a free queue that raises.
         """
         blocks = [block for block in ordered_blocks if not block.is_null]
         unhashed: list[KVCacheBlock] = []
@@ -330,8 +339,18 @@ class BlockPool:
                     "to drop. Free each request's blocks once, via "
                     "KVCacheManager.free(request)."
                 )
-        self.free_block_queue.prepend_n(unhashed)
-        self.free_block_queue.append_n(hashed)
+        queue, queued = self.free_block_queue, []
+        try:
+            queue.prepend_n(unhashed)
+            queued = unhashed
+            queue.append_n(hashed)
+        except BaseException:
+            # A queue that raised (one's own, or an interrupt): undo, so the caller may free them again.
+            for block in queued:
+                queue.remove(block)
+            for block in blocks:
+                block.ref_cnt += 1
+            raise
 
     def reset_prefix_cache(self) -> bool:
         """Forget every cached hash, e.g. after a weight update.
@@ -349,6 +368,24 @@ class BlockPool:
         if self.enable_kv_cache_events:
             self.kv_event_queue.append(AllBlocksCleared())
         return True
+
+    def recover_free_blocks(self) -> int:
+        """For the engine after an aborted call, when no request holds a block: put back every non-null
+        block that an operation cut short (a free queue of one's own that raised mid-way, an interrupt)
+        left outside the free queue or with a reference, and return how many. They go to the head
+        unhashed, since the KV of a block lost mid-operation cannot be trusted. A whole pool is untouched."""
+        users = [b for b in self.blocks[1:] if b.ref_cnt]
+        if not users and self.get_num_free_blocks() == self.num_gpu_blocks - 1:
+            return 0
+        queued = {b.block_id for b in self.free_block_queue.get_all_free_blocks()}
+        lost = [b for b in self.blocks[1:] if b.block_id not in queued]
+        for block in users:
+            block.ref_cnt = 0
+        for block in lost:
+            if block._block_hash is not None:
+                self._evict_cached_block(block)
+        self.free_block_queue.prepend_n(lost)
+        return len(lost)
 
     def get_num_free_blocks(self) -> int:
         """Blocks with ref_cnt 0, cached ones included (they are evictable)."""

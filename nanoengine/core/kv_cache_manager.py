@@ -7,6 +7,7 @@ groups, runs on HybridKVCacheManager (kv_cache_coordinator.py).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import islice
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
@@ -271,11 +272,17 @@ class KVCacheManager:
 
         Freeing in reverse puts a chain's tail ahead of its root in the free
         queue, so the shared root (the likeliest future hit) is evicted last.
-        Freeing a request twice is a no-op.
+        Freeing a request twice is a no-op. The record goes only once the pool
+        has taken the blocks back, so a pool that raises leaves them to free again.
         """
-        blocks = self.req_to_blocks.pop(request.request_id, [])
+        self.block_pool.free_blocks(reversed(self.req_to_blocks.get(request.request_id, [])))
+        self.req_to_blocks.pop(request.request_id, None)
         self.num_cached_block.pop(request.request_id, None)
-        self.block_pool.free_blocks(reversed(blocks))
+
+    def evict_blocks(self, block_ids: Iterable[int]) -> None:
+        """Forget the cached content of these blocks (vLLM's KVCacheManager.evict_blocks): the engine calls it
+        after a failed step for the blocks that step named before writing their KV."""
+        self.block_pool.evict_blocks(block_ids)
 
     def get_blocks(self, request_id: str) -> list[KVCacheBlock]:
         return self.req_to_blocks.get(request_id, [])

@@ -42,6 +42,7 @@ def sha256(data: bytes) -> bytes:
 
 
 _HASH_FUNCTIONS: dict[str, HashFn] = {"xxhash": xxhash_128, "sha256": sha256}
+HASH_ALGOS = tuple(_HASH_FUNCTIONS)
 
 
 def get_hash_fn_by_name(name: str) -> HashFn:

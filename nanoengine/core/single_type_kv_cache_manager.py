@@ -88,9 +88,11 @@ class SingleTypeKVCacheManager:
         their table slots. Nothing to do for full attention."""
 
     def free(self, request_id: str) -> None:
-        """Release the request's blocks, last first, so a chain's root is evicted last."""
+        """Release the request's blocks, last first, so a chain's root is evicted last. The record goes only
+        once the pool has taken them back, so a pool that raises leaves them to be freed again."""
+        self.block_pool.free_blocks(reversed(self.req_to_blocks.get(request_id, [])))
+        self.req_to_blocks.pop(request_id, None)
         self.num_cached_block.pop(request_id, None)
-        self.block_pool.free_blocks(reversed(self.req_to_blocks.pop(request_id, [])))
 
     def get_cached_blocks(self, block_hash: BlockHash, group_ids: list[int]) -> list[KVCacheBlock] | None:
         """The block cached under block_hash in each of group_ids, or None unless every group has one."""
