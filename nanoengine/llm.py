@@ -9,19 +9,22 @@ import os
 import reprlib
 import traceback
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 
 import torch
 
 from nanoengine.attention import BACKENDS, AttentionBackend, get_backend, triton_available
 from nanoengine.attention.paged import PagedKVCache, kv_cache_groups
 from nanoengine.core import (
+    HASH_ALGOS,
     BlockPool,
+    BlockPoolInterface,
     BlockTokensHasher,
     FreeBlockQueue,
-    HASH_ALGOS,
     HybridKVCacheManager,
+    KVCacheBlock,
     KVCacheManager,
+    KVCacheManagerInterface,
     SlidingWindowManager,
 )
 from nanoengine.cuda_graphs import DecodeGraphs
@@ -98,7 +101,36 @@ def _is_pow2(x: int, at_least: int) -> bool:
 
 _SEAMS = ("hash_block_tokens", "block_pool", "free_queue_cls", "kv_cache_manager_cls", "scheduler_cls",
           "block_table_cls", "sliding_window_manager_cls")
+# The seams with a default part, which None (like leaving the argument out) also takes.
+_SEAM_DEFAULTS = {"kv_cache_manager_cls": KVCacheManager, "scheduler_cls": Scheduler, "block_table_cls": BlockTable,
+                  "sliding_window_manager_cls": SlidingWindowManager}
 _FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+
+
+def _given(name: str, part) -> str | None:
+    """The seam's name when `part` is not the engine's own, else None."""
+    return None if part is _SEAM_DEFAULTS[name] else name
+
+
+def _build(name: str | None, factory, protocol, call: str, *args, **kwargs):
+    """The part `factory(*args)` builds. When it comes from the seam argument `name` (None: the engine's own),
+    failing to build or missing a member of its Protocol raises InvalidEngineArgumentError naming it."""
+    if name is None:
+        return factory(*args, **kwargs)
+    try:
+        part = factory(*args, **kwargs)
+    except Exception as exc:
+        raise InvalidEngineArgumentError(
+            f"{name}={reprlib.repr(factory)} failed when called as {name}{call}: {type(exc).__name__}: {exc}",
+            parameter=name, value=factory) from exc
+    members = {m for m in vars(protocol) if not m.startswith("_")} | set(getattr(protocol, "__annotations__", {}))
+    missing = sorted(m for m in members if not hasattr(part, m)) or ([] if isinstance(part, protocol) else ["__hash__"])
+    if missing:
+        raise InvalidEngineArgumentError(
+            f"{name} gave a {type(part).__name__}, which lacks {', '.join(missing)} ({protocol.__name__}). Implement "
+            "them, or subclass the engine's own part and override only what you change.",
+            parameter=name, value=factory)
+    return part
 
 
 def _check_engine_args(args: dict) -> None:
@@ -109,7 +141,7 @@ def _check_engine_args(args: dict) -> None:
         raise err(f"model must be a GGUF path, a LlamaForCausalLM or None (the embedded SmolLM2), got a "
                   f"{type(model).__name__}.", parameter="model", value=model)
     device = args["device"]
-    if device != "auto":
+    if not (isinstance(device, str) and device == "auto"):
         try:
             device = torch.device(device)
         except (RuntimeError, TypeError):
@@ -118,7 +150,7 @@ def _check_engine_args(args: dict) -> None:
         if device.type == "cuda" and not torch.cuda.is_available():
             raise err(f"device={args['device']!r} asks for CUDA, which this machine does not have. Use 'cpu' or "
                       "'auto'.", parameter="device", value=args["device"])
-    if args["dtype"] is not None and args["dtype"] not in _FLOAT_DTYPES:
+    if args["dtype"] is not None and not any(args["dtype"] is d for d in _FLOAT_DTYPES):
         raise err(f"dtype must be None (the device's default) or one of {_FLOAT_DTYPES}, got {args['dtype']!r}.",
                   parameter="dtype", value=args["dtype"])
     for name in ("enable_prefix_caching", "enforce_eager", "progress"):
@@ -144,9 +176,13 @@ def _check_engine_args(args: dict) -> None:
         check_choice(err, "attention_backend", backend, BACKENDS)
     for name in _SEAMS:
         if args[name] is not None and not callable(args[name]):
-            raise err(f"{name} must be a class (or a factory) to build the part from, got a "
-                      f"{type(args[name]).__name__}; pass the class itself, not an instance.",
-                      parameter=name, value=args[name])
+            what = "a function (parent_hash, token_ids, extra_keys)" if name == "hash_block_tokens" else \
+                "a class (or a factory) to build the part from; pass the class itself, not an instance"
+            raise err(f"{name} must be {what}, got a {type(args[name]).__name__}.", parameter=name, value=args[name])
+    window_cls = args["sliding_window_manager_cls"]
+    if window_cls is not None and not (isinstance(window_cls, type) and issubclass(window_cls, SlidingWindowManager)):
+        raise err(f"sliding_window_manager_cls must be a subclass of core.SlidingWindowManager, got {window_cls!r}.",
+                  parameter="sliding_window_manager_cls", value=window_cls)
 
 
 class LLM:
@@ -180,8 +216,9 @@ class LLM:
     `nanoengine.course.my_llm()` fills them from the parts a learner has finished.
 
     Every argument is checked first: a wrong type or a value out of range raises
-    InvalidEngineArgumentError naming it. `max_logprobs` (vLLM's name and default, 20; -1: no cap) bounds
-    what a request's logprobs and prompt_logprobs may ask for.
+    InvalidEngineArgumentError naming it, and so does a part that fails to build or lacks a member of its
+    seam's Protocol (None takes the engine's own part). `max_logprobs` (vLLM's name and default, 20; -1: no
+    cap) bounds what a request's logprobs and prompt_logprobs may ask for.
 
     A call owns its requests. When generate(), chat() or stream() ends for any reason (an exception from
     any part, a KeyboardInterrupt, a stream closed or dropped early), the requests it added and has not
@@ -259,17 +296,27 @@ class LLM:
         self.kv_cache = PagedKVCache(self.config, num_blocks, block_size, self.backend, self.device, self.dtype, groups)
         # A factory of two arguments (chapter 09's policies) still works when no queue is given.
         queue = {} if free_queue_cls is None else {"free_queue_cls": free_queue_cls}
-        pool = (block_pool or BlockPool)(num_blocks, enable_prefix_caching, **queue)
+        if hash_block_tokens is not None:  # one block named first: a key the prefix cache can use
+            name = _build("hash_block_tokens", hash_block_tokens, Hashable, "(None, token_ids, None)",
+                          None, tuple(range(block_size)), None)
+            if name is None:
+                raise InvalidEngineArgumentError("hash_block_tokens returned None for a block; it must return the "
+                                                 "block's name.", parameter="hash_block_tokens", value=hash_block_tokens)
+        if free_queue_cls:  # a queue of two blocks first, so that a broken queue is named as such
+            _build("free_queue_cls", free_queue_cls, FreeBlockQueue, "(blocks)", [KVCacheBlock(0), KVCacheBlock(1)])
+        pool = _build("block_pool" if block_pool else None, block_pool or BlockPool, BlockPoolInterface,
+                      "(num_blocks, enable_caching)", num_blocks, enable_prefix_caching, **queue)
         if hybrid:
             kv_manager = HybridKVCacheManager(block_size, pool, groups,
                                               sliding_window_manager_cls=sliding_window_manager_cls)
         else:
-            kv_manager = kv_cache_manager_cls(block_size, pool)
-        scheduler = scheduler_cls(
-            SchedulerConfig(max_num_batched_tokens, max_num_seqs, long_prefill_token_threshold,
-                            scheduling_policy, self.max_model_len),
-            kv_manager,
-        )
+            kv_manager = _build(_given("kv_cache_manager_cls", kv_cache_manager_cls), kv_cache_manager_cls,
+                                KVCacheManagerInterface, "(block_size, block_pool)", block_size, pool)
+        config = SchedulerConfig(max_num_batched_tokens, max_num_seqs, long_prefill_token_threshold,
+                                 scheduling_policy, self.max_model_len)
+        scheduler = _build(_given("scheduler_cls", scheduler_cls), scheduler_cls, SchedulerInterface,
+                           "(SchedulerConfig, kv_cache_manager)", config, kv_manager)
+        _build(_given("block_table_cls", block_table_cls), block_table_cls, BlockTableInterface, "(block_size)", block_size)
         graphs = None  # captured for full attention only; a model with windows runs its steps eagerly
         if not (enforce_eager or hybrid) and self.device.type == "cuda" and getattr(self.backend, "supports_cuda_graphs", False):
             graphs = DecodeGraphs(self.model, self.kv_cache, max_num_seqs, self.max_model_len)
@@ -277,15 +324,13 @@ class LLM:
         self.engine = LLMEngine(runner, scheduler, self.tokenizer, hash_algo, hash_block_tokens)
         self._unclaimed: dict[str, RequestOutput] = {}  # finished requests whose call has not collected them
         # The parts given through seams, by class (or hash function's code), to name one that raises.
-        defaults = {"scheduler_cls": Scheduler, "kv_cache_manager_cls": KVCacheManager, "block_table_cls": BlockTable,
-                    "sliding_window_manager_cls": SlidingWindowManager}
         given = {"scheduler_cls": type(scheduler), "kv_cache_manager_cls": type(kv_manager),
                  "block_table_cls": block_table_cls, "sliding_window_manager_cls": sliding_window_manager_cls,
                  "block_pool": block_pool and type(pool), "free_queue_cls": free_queue_cls,
                  "attention_backend": None if isinstance(backend, str) else type(self.backend),
                  "hash_block_tokens": getattr(hash_block_tokens, "__code__", type(hash_block_tokens))}
         self._parts = {part: name for name, part in given.items()
-                       if part is not None and part is not defaults.get(name) and part is not type(None)}
+                       if part is not None and part is not _SEAM_DEFAULTS.get(name) and part is not type(None)}
         logger.info(
             "KV cache: %d blocks x %d tokens = %d tokens (%.0f MiB), %s backend on %s",
             num_blocks - 1, block_size, (num_blocks - 1) * block_size,

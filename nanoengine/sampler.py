@@ -27,8 +27,11 @@ def _filtered_probs(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Ten
         sorted_logits[top_k:] = float("-inf")
     if top_p < 1.0:
         probs = sorted_logits.softmax(-1)
-        # Drop a token once the mass before it already reaches top_p; the first token always stays.
-        sorted_logits[(probs.cumsum(-1) - probs) >= top_p] = float("-inf")
+        # Drop a token once the mass before it already reaches top_p; the first token always stays, even
+        # for a top_p below float32's smallest number, which compares as 0.
+        drop = (probs.cumsum(-1) - probs) >= top_p
+        drop[0] = False
+        sorted_logits[drop] = float("-inf")
     return torch.empty_like(logits).scatter_(0, order, sorted_logits).softmax(-1)
 
 

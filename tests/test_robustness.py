@@ -119,6 +119,7 @@ def fault_points(total: int, samples: int = 9) -> list[int]:
 def test_a_part_that_raises_mid_step_leaves_the_engine_whole(seam):
     trigger = Trigger()
     llm = build(seams(trigger)[seam])
+    trigger.calls = 0  # LLM(...) tries a hash function once on a block of its own
     expected = tokens(llm)
     assert expected == tokens(build({})), "the wrapped part is the engine's own"
     total, trigger.calls = trigger.calls, 0

@@ -46,6 +46,7 @@ def test_top_k_and_top_p_restrict_the_support():
     assert _draws(logits, SamplingParams(top_k=2)) == {0, 1}
     assert _draws(logits, SamplingParams(top_p=0.8)) == {0, 1}
     assert _draws(logits, SamplingParams(top_p=0.5)) == {0}
+    assert _draws(logits, SamplingParams(top_p=1e-300)) == {0}, "a top_p that float32 rounds to 0 keeps the top token"
     assert _draws(logits, SamplingParams(temperature=2.0)) == {0, 1, 2, 3, 4}
     assert _draws(logits, SamplingParams(top_k=0)) == _draws(logits, SamplingParams(top_k=-1)), "0 disables, as in vLLM"
 

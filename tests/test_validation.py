@@ -52,8 +52,9 @@ ENGINE = {
     "attention_backend": st.one_of(st.sampled_from(["torch", "cuda"]), ODD),
     "enable_prefix_caching": st.one_of(st.booleans(), ODD),
     "enforce_eager": st.one_of(st.booleans(), ODD),
-    "scheduler_cls": ODD,
-    "block_table_cls": ODD,
+    **{seam: st.one_of(st.sampled_from([int, dict, list, object, str, lambda *a: None]), ODD) for seam in (
+        "scheduler_cls", "block_table_cls", "kv_cache_manager_cls", "free_queue_cls", "block_pool",
+        "sliding_window_manager_cls", "hash_block_tokens")},
 }
 
 CALL = {
@@ -119,8 +120,11 @@ def test_any_engine_arguments_work_or_raise_the_documented_error(engine):
     except KVCacheTooSmallError as error:  # a pool below two blocks: it says which argument to raise
         assert "num_gpu_blocks_override" in str(error) and "kv_cache_memory_bytes" in str(error)
         return
-    out = llm.generate(prompt_token_ids=[1, 2, 3], sampling_params=SamplingParams(temperature=0, max_tokens=2))
-    assert out[0].outputs[0].token_ids
+    try:
+        out = llm.generate(prompt_token_ids=[1, 2, 3], sampling_params=SamplingParams(temperature=0, max_tokens=2))
+        assert out[0].outputs[0].token_ids
+    except InvalidRequestError as error:  # the prompt itself does not fit what these arguments allow
+        assert "max_model_len" in str(error) or "KV pool" in str(error)
     assert_clean(llm)
 
 
@@ -132,6 +136,15 @@ def test_any_engine_arguments_work_or_raise_the_documented_error(engine):
     ({"num_gpu_blocks_override": 10**30}, "num_gpu_blocks_override"),
     ({"kv_cache_memory_bytes": 10**30}, "kv_cache_memory_bytes"),
     ({"scheduler_cls": object()}, "scheduler_cls"),
+    ({"scheduler_cls": int}, "scheduler_cls"),
+    ({"scheduler_cls": lambda config, manager: object()}, "scheduler_cls"),
+    ({"block_pool": lambda num_blocks, enable_caching: object()}, "block_pool"),
+    ({"free_queue_cls": list}, "free_queue_cls"),
+    ({"block_table_cls": dict}, "block_table_cls"),
+    ({"sliding_window_manager_cls": int}, "sliding_window_manager_cls"),
+    ({"hash_block_tokens": "xxhash"}, "hash_block_tokens"),
+    ({"hash_block_tokens": str}, "hash_block_tokens"),
+    ({"hash_block_tokens": lambda *a: None}, "hash_block_tokens"),
     ({"device": "tpu"}, "device"),
     ({"dtype": torch.int8}, "dtype"),
     ({"gpu_memory_utilization": float("nan")}, "gpu_memory_utilization"),
