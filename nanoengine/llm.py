@@ -540,6 +540,13 @@ class LLM:
                 raise InvalidRequestError(
                     "prompts must all be strings (one string or a list of them); pass token ids separately via "
                     "prompt_token_ids=.", parameter="prompts", value=prompts)
+            for p in prompts:
+                try:
+                    p.encode("utf-8")
+                except UnicodeEncodeError as exc:  # a lone surrogate, which no tokenizer can take
+                    raise InvalidRequestError(
+                        f"A prompt is not valid Unicode text ({exc.reason} at character {exc.start}); remove or "
+                        "replace that character.", parameter="prompts", value=p) from None
             batch = [(p, self.tokenizer.encode(p)) for p in prompts]
         else:
             batch = [(None, ids) for ids in _token_id_lists(prompt_token_ids)]

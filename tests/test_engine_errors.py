@@ -38,6 +38,9 @@ def assert_intact(llm):
         (lambda llm: llm.generate(prompt_token_ids=[[1, 2], 3], sampling_params=OK), "not a mix"),
         (lambda llm: llm.generate(["a", "b"], [OK]), "one per prompt"),
         (lambda llm: llm.generate("hi", prompt_token_ids=[1]), "exactly one of"),
+        (lambda llm: llm.generate("a\ud800b", OK), "not valid Unicode text .* at character 1"),
+        (lambda llm: llm.chat([{"role": "user", "content": "\udfff"}], OK), "not valid Unicode"),
+        (lambda llm: llm.stream("hi", SamplingParams(n=2)), "stream\\(\\) yields one completion"),
     ],
 )
 def test_invalid_requests(small, call, match):
