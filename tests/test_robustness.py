@@ -2,8 +2,7 @@
 mid-step, a stream left early. After each, the same LLM holds no request, has every block free, and
 answers with the same greedy tokens as before."""
 
-import _thread
-import threading
+import time
 
 import pytest
 
@@ -13,6 +12,7 @@ from nanoengine import model_runner
 from nanoengine.attention import TorchBackend
 from nanoengine.config import LlamaConfig
 from nanoengine.core import BlockPool, FreeKVCacheBlockQueue, KVCacheManager, SlidingWindowManager, hash_block_tokens
+from nanoengine.course.interrupt import keyboard_interrupt_after
 from nanoengine.model import LlamaForCausalLM
 from nanoengine.model_runner import BlockTable
 from nanoengine.scheduler import Scheduler
@@ -203,18 +203,26 @@ def test_a_step_that_fails_before_its_forward_pass_leaves_no_unwritten_block_cac
     assert llm.generate(prompt_token_ids=[PROMPTS[0]], sampling_params=GREEDY)[0].num_cached_tokens == 20
 
 
+class _SlowSteps:
+    """An observer that makes each step last at least 10 ms, so a generation outlasts the timer however fast
+    the machine is."""
+
+    def on_schedule(self, *args) -> None:
+        pass
+
+    def on_step(self, *args) -> None:
+        time.sleep(0.01)
+
+
 def test_a_keyboard_interrupt_from_a_timer_mid_generate():
     """As Jupyter's 'interrupt the kernel': SIGINT lands wherever the main thread is."""
     llm = LLM(tiny(max_position_embeddings=2048), block_size=4, kv_cache_memory_bytes=2**22, progress=False)
-    long = SamplingParams(temperature=0, max_tokens=1500, ignore_eos=True)
+    long = SamplingParams(temperature=0, max_tokens=1500, ignore_eos=True)  # 1,500 steps: at least 15 s
     expected = tokens(llm)
-    timer = threading.Timer(0.3, _thread.interrupt_main)
-    timer.start()
-    try:
-        with pytest.raises(KeyboardInterrupt) as info:
-            llm.generate(prompt_token_ids=PROMPTS, sampling_params=long)
-    finally:
-        timer.join()
+    llm.engine.observers.append(_SlowSteps())
+    with pytest.raises(KeyboardInterrupt) as info, keyboard_interrupt_after(0.3):
+        llm.generate(prompt_token_ids=PROMPTS, sampling_params=long)
+    llm.engine.observers.clear()
     assert "were aborted" in "\n".join(info.value.__notes__)
     assert_clean(llm)
     assert llm.get_stats().num_aborted_requests == len(PROMPTS)
