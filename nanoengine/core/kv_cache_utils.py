@@ -26,10 +26,13 @@ HashFn = Callable[[bytes], bytes]
 # A fixed seed makes NONE_HASH, and hence every block hash, identical across
 # processes and machines: notebooks can show stable hashes and a router can
 # predict which replica holds a prefix. The price is that anyone can compute
-# the hash of any prompt and probe whether another tenant cached it; vLLM
-# defaults to random bytes (unless PYTHONHASHSEED is set) to make that harder.
-# Here isolation between tenants is the job of cache_salt, and a random root
-# is one `make_none_hash(fn, hash_seed=None)` away.
+# the hash of any prompt and probe whether another tenant cached it. vLLM 0.33
+# (resolve_none_hash_seed) uses PYTHONHASHSEED when set, else a fixed seed for
+# its default sha256 and random bytes for xxhash, whose collisions could be
+# crafted by whoever knows the root. nanoengine keeps xxh3 with a fixed root for
+# reproducible notebooks; isolation between tenants is the job of cache_salt, a
+# shared engine should use sha256, and a random root is one
+# `make_none_hash(fn, hash_seed=None)` away.
 DEFAULT_HASH_SEED = "nanoengine"
 
 
@@ -61,8 +64,8 @@ def make_none_hash(
 ) -> BlockHash:
     """The parent hash of a request's first block.
 
-    hash_seed=None draws a random root, as vLLM does without PYTHONHASHSEED;
-    hashes then differ between processes. Either way the root has the hash
+    hash_seed=None draws a random root, as vLLM does for xxhash without
+    PYTHONHASHSEED; hashes then differ between processes. Either way the root has the hash
     function's digest size, so every parent in the chain has the same length.
     """
     seed = os.urandom(32) if hash_seed is None else hash_seed.encode()
