@@ -65,8 +65,9 @@ def make_none_hash(
     """The parent hash of a request's first block.
 
     hash_seed=None draws a random root, as vLLM does for xxhash without
-    PYTHONHASHSEED; hashes then differ between processes. Either way the root has the hash
-    function's digest size, so every parent in the chain has the same length.
+    PYTHONHASHSEED; hashes then differ between processes. Either way the root
+    has the hash function's digest size, so every parent in the chain has the
+    same length.
     """
     seed = os.urandom(32) if hash_seed is None else hash_seed.encode()
     return BlockHash(hash_fn(seed))

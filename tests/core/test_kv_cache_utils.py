@@ -64,7 +64,7 @@ def test_hash_is_chained_through_the_parent():
 def test_none_hash_is_deterministic_from_the_seed():
     assert make_none_hash() == NONE_HASH
     assert make_none_hash(hash_seed="tenant-a") != NONE_HASH
-    # A random root (vLLM without PYTHONHASHSEED) differs on every draw.
+    # A random root (vLLM's xxhash without PYTHONHASHSEED) differs on every draw.
     assert make_none_hash(hash_seed=None) != make_none_hash(hash_seed=None)
 
 
