@@ -3,10 +3,10 @@
 The scheduler asks the queue which request comes next and never asks which policy is in force,
 so a scheduler written against RequestQueue (chapter 07's exercise) serves both policies.
 
-vLLM's RequestQueue is an abstract base class that also has prepend_requests and remove_requests,
-and recent versions add a shortest-job-first policy; its priority heap holds the Requests themselves,
-ordered by Request.__lt__ on (priority, arrival_time). Here the heap holds tuples, so Request needs
-no ordering of its own, and the request id breaks exact ties.
+vLLM's RequestQueue is an abstract base class that also has prepend_requests and remove_requests;
+vLLM 0.33 has the same two policies (SchedulingPolicy.FCFS and PRIORITY). Its priority heap holds the
+Requests themselves, ordered by Request.__lt__ on (priority, arrival_time, request_id). Here the heap
+holds tuples, so Request needs no ordering of its own, and the request id breaks exact ties too.
 """
 
 from __future__ import annotations
