@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 class PrefixCacheStats:
     """Prefix-cache lookups at admission, counted in tokens.
 
-    Requests readmitted after preemption are counted apart (vllm#25780):
+    Requests readmitted after preemption are counted apart (vLLM PR #25787, for issue #25780):
     their recompute mostly hits blocks they cached themselves, which would
     inflate the hit rate. reset is True when the cache was cleared since the
     last snapshot.
