@@ -14,6 +14,7 @@ from collections.abc import Hashable, Iterator, Sequence
 import torch
 
 from nanoengine.attention import BACKENDS, AttentionBackend, get_backend, triton_available
+from nanoengine.attention.backend import is_pow2
 from nanoengine.attention.paged import PagedKVCache, kv_cache_groups
 from nanoengine.core import (
     HASH_ALGOS,
@@ -95,10 +96,6 @@ def _device_memory(device: torch.device) -> int:
         return 2**62
 
 
-def _is_pow2(x: int, at_least: int) -> bool:
-    return x >= at_least and x & (x - 1) == 0
-
-
 _SEAMS = ("hash_block_tokens", "block_pool", "free_queue_cls", "kv_cache_manager_cls", "scheduler_cls",
           "block_table_cls", "sliding_window_manager_cls")
 # The seams with a default part, which None (like leaving the argument out) also takes.
@@ -114,7 +111,8 @@ def _given(name: str, part) -> str | None:
 
 def _build(name: str | None, factory, protocol, call: str, *args, **kwargs):
     """The part `factory(*args)` builds. When it comes from the seam argument `name` (None: the engine's own),
-    failing to build or missing a member of its Protocol raises InvalidEngineArgumentError naming it."""
+    failing to build or missing a member of its Protocol (when one is given) raises InvalidEngineArgumentError
+    naming it."""
     if name is None:
         return factory(*args, **kwargs)
     try:
@@ -123,8 +121,8 @@ def _build(name: str | None, factory, protocol, call: str, *args, **kwargs):
         raise InvalidEngineArgumentError(
             f"{name}={reprlib.repr(factory)} failed when called as {name}{call}: {type(exc).__name__}: {exc}",
             parameter=name, value=factory) from exc
-    members = {m for m in vars(protocol) if not m.startswith("_")} | set(getattr(protocol, "__annotations__", {}))
-    missing = sorted(m for m in members if not hasattr(part, m)) or ([] if isinstance(part, protocol) else ["__hash__"])
+    members = {m for m in vars(protocol) if not m.startswith("_")} | set(protocol.__annotations__) if protocol else ()
+    missing = sorted(m for m in members if not hasattr(part, m))
     if missing:
         raise InvalidEngineArgumentError(
             f"{name} gave a {type(part).__name__}, which lacks {', '.join(missing)} ({protocol.__name__}). Implement "
@@ -277,7 +275,7 @@ class LLM:
         backend = attention_backend or ("triton" if self.device.type == "cuda" and triton_available() else "torch")
         self.backend = get_backend(backend) if isinstance(backend, str) else backend
         self.block_size = block_size
-        if self.backend.name == "triton" and not _is_pow2(block_size, 8):
+        if self.backend.name == "triton" and not is_pow2(block_size, 8):
             raise InvalidEngineArgumentError(
                 f"block_size must be a power of two >= 8 for the Triton kernels, got {block_size}. Use 8, 16 or 32, "
                 "or attention_backend='torch', which takes any block size.", parameter="block_size", value=block_size)
@@ -297,11 +295,12 @@ class LLM:
         # A factory of two arguments (chapter 09's policies) still works when no queue is given.
         queue = {} if free_queue_cls is None else {"free_queue_cls": free_queue_cls}
         if hash_block_tokens is not None:  # one block named first: a key the prefix cache can use
-            name = _build("hash_block_tokens", hash_block_tokens, Hashable, "(None, token_ids, None)",
+            name = _build("hash_block_tokens", hash_block_tokens, None, "(None, token_ids, None)",
                           None, tuple(range(block_size)), None)
-            if name is None:
-                raise InvalidEngineArgumentError("hash_block_tokens returned None for a block; it must return the "
-                                                 "block's name.", parameter="hash_block_tokens", value=hash_block_tokens)
+            if name is None or not isinstance(name, Hashable):
+                raise InvalidEngineArgumentError(
+                    f"hash_block_tokens returned {reprlib.repr(name)} for a block; it must return the block's name, "
+                    "a hashable value such as bytes.", parameter="hash_block_tokens", value=hash_block_tokens)
         if free_queue_cls:  # a queue of two blocks first, so that a broken queue is named as such
             _build("free_queue_cls", free_queue_cls, FreeBlockQueue, "(blocks)", [KVCacheBlock(0), KVCacheBlock(1)])
         pool = _build("block_pool" if block_pool else None, block_pool or BlockPool, BlockPoolInterface,
@@ -491,10 +490,10 @@ class LLM:
         found = []
         for frame, _ in traceback.walk_tb(exc.__traceback__):
             owner = frame.f_locals.get("self")
-            name = self._parts.get(type(owner)) or self._parts.get(frame.f_code)
+            by_class = self._parts.get(type(owner))
+            name = by_class or self._parts.get(frame.f_code)
             if name:
-                label = f"{type(owner).__name__}.{frame.f_code.co_name}" if owner is not None and \
-                    self._parts.get(type(owner)) else frame.f_code.co_name
+                label = f"{type(owner).__name__}.{frame.f_code.co_name}" if by_class else frame.f_code.co_name
                 found.append((not frame.f_code.co_filename.startswith(_PACKAGE_DIR), name, label))
         own = [f for f in found if f[0]] or found
         return own[-1][1:] if own else None
@@ -605,38 +604,35 @@ class _Call:
 
     def __init__(self, llm: LLM):
         self.llm, self.engine = llm, llm.engine
-        self.ids: list[str] = []
+        self.pending: set[str] = set()  # added, not finished
         self.done: dict[str, RequestOutput] = {}
 
     def add(self, prompt_token_ids: list[int], params: SamplingParams, **kwargs) -> str:
         req_id = self.engine.add_request(prompt_token_ids, params, **kwargs)
-        self.ids.append(req_id)
+        self.pending.add(req_id)
         return req_id
-
-    @property
-    def pending(self) -> list[str]:
-        return [i for i in self.ids if i not in self.done]
 
     def step(self) -> list[RequestOutput]:
         """One engine step (none if this call's requests have all finished in others' steps); returns this
         call's requests that finished."""
-        unclaimed = self.llm._unclaimed
-        lost = [i for i in self.pending if i not in self.engine.outputs and i not in unclaimed]
-        if lost:
+        unclaimed, running = self.llm._unclaimed, self.pending & self.engine.outputs.keys()
+        if lost := self.pending - running - unclaimed.keys():
             raise RequestAbortedError(
-                f"Request {lost[0]} was aborted while this stream was paused: a step of another call failed, and a "
-                "failed step aborts every request it may have left half-computed. Start the stream again.")
-        if any(i in self.engine.outputs for i in self.pending):
+                f"Request {min(lost)} was aborted while this stream was paused: "
+                "a step of another call failed, and a failed step aborts every request it may have left "
+                "half-computed. Start the stream again.")
+        if running:
             unclaimed.update((o.request_id, o) for o in self.engine.step())
-        mine = [unclaimed.pop(i) for i in self.pending if i in unclaimed]
+        mine = [unclaimed.pop(i) for i in self.pending & unclaimed.keys()]
         self.done.update((o.request_id, o) for o in mine)
+        self.pending.difference_update(self.done)
         return mine
 
     def __enter__(self) -> _Call:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        unfinished = self.pending
+        unfinished = sorted(self.pending)
         for req_id in unfinished:
             self.llm._unclaimed.pop(req_id, None)
         self.engine.abort_request([i for i in unfinished if i in self.engine.outputs])

@@ -22,6 +22,11 @@ from typing import Protocol
 import torch
 
 
+def is_pow2(x: int, at_least: int) -> bool:
+    """The Triton kernels' shape rule (tl.arange and tl.dot take powers of two), also checked by LLM(...)."""
+    return x >= at_least and x & (x - 1) == 0
+
+
 @dataclass(slots=True)
 class AttentionMetadata:
     """Everything a backend needs to find each request's K/V for one step.

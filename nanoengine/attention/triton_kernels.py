@@ -24,6 +24,8 @@ import torch
 import triton
 import triton.language as tl
 
+from nanoengine.attention.backend import is_pow2
+
 DOT_MIN = 16  # the GPU compiler rejects tl.dot operands with a dimension below 16
 # KV tokens per decode tile: several cache blocks gathered through the table. Compiled offline
 # (bench/kernels_offline.py, bf16, 4 warps), a 64-token tile takes 64 registers at SmolLM2's d64 and
@@ -269,10 +271,6 @@ def _window(sliding_window: int | None) -> int:
     return 0 if sliding_window is None else sliding_window
 
 
-def _is_pow2(x: int, at_least: int) -> bool:
-    return x >= at_least and x & (x - 1) == 0
-
-
 def _rows_aligned(x: torch.Tensor) -> bool:
     """What _row_ptrs promises the compiler: contiguous rows at 16-byte aligned offsets."""
     size = x.element_size()
@@ -283,8 +281,8 @@ def _check_cache(k_cache: torch.Tensor, v_cache: torch.Tensor) -> None:
     assert k_cache.shape == v_cache.shape and _rows_aligned(k_cache) and _rows_aligned(v_cache), \
         "caches need a contiguous last dim and 16-byte aligned rows"
     block_size, head_dim = k_cache.shape[1], k_cache.shape[3]
-    assert _is_pow2(block_size, 8), "block_size must be a power of two >= 8"
-    assert _is_pow2(head_dim, 16), "head_dim must be a power of two >= 16"
+    assert is_pow2(block_size, 8), "block_size must be a power of two >= 8"
+    assert is_pow2(head_dim, 16), "head_dim must be a power of two >= 16"
 
 
 def _aligned(x: torch.Tensor) -> torch.Tensor:
@@ -342,7 +340,7 @@ def paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, 
     kernel; > 1 forces split-K (flash-decoding) with a reduce kernel.
     """
     _check_cache(k_cache, v_cache)
-    assert _is_pow2(block_n, DOT_MIN), "block_n must be a power of two >= 16"
+    assert is_pow2(block_n, DOT_MIN), "block_n must be a power of two >= 16"
     num_seqs, num_heads, head_dim = q.shape
     block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
     q = _aligned(q)
@@ -393,7 +391,7 @@ def paged_prefill(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     tiles past a shorter request's chunk exit at once.
     """
     _check_cache(k_cache, v_cache)
-    assert _is_pow2(block_m, DOT_MIN) and _is_pow2(block_n, DOT_MIN), "tiles must be powers of two >= 16"
+    assert is_pow2(block_m, DOT_MIN) and is_pow2(block_n, DOT_MIN), "tiles must be powers of two >= 16"
     num_tokens, num_heads, head_dim = q.shape
     q = _aligned(q)
     out = torch.empty_like(q)

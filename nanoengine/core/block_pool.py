@@ -374,12 +374,11 @@ class BlockPool:
         block that an operation cut short (a free queue of one's own that raised mid-way, an interrupt)
         left outside the free queue or with a reference, and return how many. They go to the head
         unhashed, since the KV of a block lost mid-operation cannot be trusted. A whole pool is untouched."""
-        users = [b for b in self.blocks[1:] if b.ref_cnt]
-        if not users and self.get_num_free_blocks() == self.num_gpu_blocks - 1:
+        if self.get_num_free_blocks() == self.num_gpu_blocks - 1 and not any(b.ref_cnt for b in self.blocks[1:]):
             return 0
         queued = {b.block_id for b in self.free_block_queue.get_all_free_blocks()}
         lost = [b for b in self.blocks[1:] if b.block_id not in queued]
-        for block in users:
+        for block in self.blocks[1:]:
             block.ref_cnt = 0
         for block in lost:
             if block._block_hash is not None:
