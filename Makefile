@@ -58,10 +58,10 @@ test-fast: setup
 
 grade: setup
 	@test -n "$(CH)" || (echo "usage: make grade CH=04 (one chapter) or CH=all (the whole course)" && exit 2)
-	$(BIN)/python -m nanoengine.course.grading $(CH) $(if $(STRICT),--strict)
+	$(BIN)/python -m nanocourse.grading $(CH) $(if $(STRICT),--strict)
 
 bench: setup
-	$(BIN)/python -m nanoengine bench
+	$(BIN)/python bench/engine.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

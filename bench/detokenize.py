@@ -21,9 +21,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from nanoengine.bench import machine_info  # noqa: E402
-from nanoengine.model_loader import unpacked_folder  # noqa: E402
-from nanoengine.tokenizer import IncrementalDetokenizer, Tokenizer  # noqa: E402
+from bench.engine import machine_info  # noqa: E402
+from nanoengine.model.loader import unpacked_folder  # noqa: E402
+from nanoengine.engine.detokenizer import IncrementalDetokenizer  # noqa: E402
+from nanoengine.model.tokenizer import Tokenizer  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "detokenize_cpu.json"

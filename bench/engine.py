@@ -1,6 +1,216 @@
-"""The engine benchmark; the same as `python -m nanoengine bench` (see nanoengine/bench.py)."""
+"""The chatbot benchmark: one long shared system prompt, many short user turns.
 
-from nanoengine.bench import main
+Run as `python bench/engine.py` (or `make bench`). It measures, in one run:
+  - TTFT p50/p90 with requests sent one at a time, prefix caching on and off;
+  - the prefix-cache hit rate (tokens);
+  - output tokens/s with every request submitted at once;
+and, as the baseline, the same requests through Hugging Face transformers' generate, one at a time.
+Results print as a table and are written as JSON to bench/results/engine_<device>.json.
+`--random-weights` runs random weights in SmolLM2-135M's shapes, for a machine without the model
+package (a GPU box that can download nothing): the same work, so the same speed, but meaningless text.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run as a script, it still finds the course's prompts
+
+from nanocourse.workloads import SYSTEM_PROMPT, USER_TURNS  # noqa: E402
+from nanoengine.config import LlamaConfig  # noqa: E402
+from nanoengine.entrypoints.llm import LLM, resolve_device  # noqa: E402
+from nanoengine.model import LlamaForCausalLM  # noqa: E402
+from nanoengine.model.loader import embedded_gguf_path, unpacked_folder  # noqa: E402
+from nanoengine.sampling_params import SamplingParams  # noqa: E402
+from nanoengine.model.tokenizer import Tokenizer  # noqa: E402
+
+def _percentile(xs: list[float], q: float) -> float:
+    return statistics.quantiles(xs, n=100, method="inclusive")[int(q) - 1] if len(xs) > 1 else xs[0]
+
+
+def _summary(ttfts: list[float], tokens: int, seconds: float, hit_rate: float | None) -> dict:
+    return {
+        "ttft_p50_ms": 1000 * statistics.median(ttfts),
+        "ttft_p90_ms": 1000 * _percentile(ttfts, 90),
+        "ttft_ms": [1000 * t for t in ttfts],
+        "output_tokens": tokens,
+        "throughput_tok_s": tokens / seconds,
+        "prefix_hit_rate": hit_rate,
+    }
+
+
+def run_engine(model: LlamaForCausalLM | None, prompts: list[list[int]], params: SamplingParams, caching: bool,
+               device: str, dtype: torch.dtype, bar, enforce_eager: bool = False) -> dict:
+    """model None is the embedded SmolLM2, which LLM loads itself. On CUDA the workload runs twice
+    and the second pass counts: the first compiles a Triton kernel for each new argument
+    specialization (lengths divisible by 16 or not, and so on), which would land in the timings."""
+    llm = LLM(model, enable_prefix_caching=caching, device=device, dtype=dtype, enforce_eager=enforce_eager,
+              progress=False)
+    llm.generate(prompt_token_ids=prompts[0][:8], sampling_params=SamplingParams(temperature=0, max_tokens=2))
+    for _ in range(2 if llm.device.type == "cuda" else 1):
+        llm.reset_prefix_cache()
+        result = _measure(llm, prompts, params, bar)
+    return result
+
+
+def _measure(llm: LLM, prompts: list[list[int]], params: SamplingParams, bar) -> dict:
+    queries0, hits0 = llm.get_stats().prefix_cache_queries, llm.get_stats().prefix_cache_hits
+    ttfts = []
+    for ids in prompts:  # one at a time: TTFT
+        ttfts.append(llm.generate(prompt_token_ids=ids, sampling_params=params)[0].ttft)
+        bar.update(1)
+    stats = llm.get_stats()
+    queries = stats.prefix_cache_queries - queries0
+    hit_rate = (stats.prefix_cache_hits - hits0) / queries if queries else 0.0
+    llm.reset_prefix_cache()
+    start = time.perf_counter()  # all at once: throughput
+    outs = llm.generate(prompt_token_ids=prompts, sampling_params=params)
+    seconds = time.perf_counter() - start
+    bar.update(len(prompts))
+    return _summary(ttfts, sum(len(o.token_ids) for o in outs), seconds, hit_rate) | {
+        "outputs": [o.token_ids for o in outs]
+    }
+
+
+def load_models(random_weights: bool, device: torch.device, dtype: torch.dtype):
+    """(the HF baseline, our model or None for LLM's own load of the embedded one), same weights."""
+    try:
+        import transformers
+    except ImportError as e:
+        raise SystemExit("The HF baseline needs transformers and accelerate: pip install -e '.[test]'") from e
+    if random_weights:
+        config = LlamaConfig.smollm2_135m()
+        torch.manual_seed(0)
+        hf = transformers.LlamaForCausalLM(config.to_hf()).to(device=device, dtype=dtype).eval()
+        return hf, LlamaForCausalLM.from_state_dict(config, hf.state_dict(), device, dtype)
+    path = embedded_gguf_path()
+    hf = transformers.LlamaForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=dtype)
+    return hf.to(device).eval(), None
+
+
+def run_hf(model, prompts: list[list[int]], max_tokens: int, bar) -> dict:
+    def gen(ids, n):
+        with torch.no_grad():
+            return model.generate(ids, max_new_tokens=n, do_sample=False, pad_token_id=model.config.eos_token_id)
+
+    gen(torch.tensor([prompts[0][:8]], device=model.device), 2)
+    for _ in range(2 if model.device.type == "cuda" else 1):  # as run_engine: the second pass counts
+        ttfts, tokens, seconds, outputs = [], 0, 0.0, []
+        for p in prompts:
+            ids = torch.tensor([p], device=model.device)
+            start = time.perf_counter()
+            gen(ids, 1)  # time to first token = prefill + one sample
+            ttfts.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            out = gen(ids, max_tokens)[0, ids.shape[1]:].tolist()
+            seconds += time.perf_counter() - start
+            tokens += len(out)
+            outputs.append(out)
+            bar.update(2)
+    return _summary(ttfts, tokens, seconds, None) | {"outputs": outputs}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(prog="python bench/engine.py", description=__doc__.split("\n")[0])
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--users", type=int, default=len(USER_TURNS), help="distinct user turns (max 16)")
+    parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--random-weights", action="store_true",
+                        help="random weights in SmolLM2-135M's shapes (same speed; for machines without the model)")
+    parser.add_argument("--tokenizer", type=Path, default=None,
+                        help="folder with tokenizer.json and tokenizer_config.json (default: the embedded model's)")
+    parser.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto",
+                        help="auto: bfloat16 on CUDA, float32 on the CPU (the engine's defaults)")
+    parser.add_argument("--out", default=None, help="JSON path (default bench/results/engine_<device>.json)")
+    args = parser.parse_args(argv)
+
+    device = resolve_device(args.device)
+    llm_tok = Tokenizer(args.tokenizer or unpacked_folder(None)[1])
+    prompts = [
+        llm_tok.encode(llm_tok.apply_chat_template([{"role": "system", "content": SYSTEM_PROMPT},
+                                                    {"role": "user", "content": u}]))
+        for u in USER_TURNS[: args.users]
+    ]
+    system_tokens = len(llm_tok.encode(SYSTEM_PROMPT))
+    params = SamplingParams(temperature=0, max_tokens=args.max_tokens)
+    dtype = getattr(torch, args.dtype) if args.dtype != "auto" else (
+        torch.bfloat16 if device.type == "cuda" else torch.float32)
+    hf_model, model = load_models(args.random_weights, device, dtype)
+    n, cuda = len(prompts), device.type == "cuda"
+    with tqdm(total=(16 if cuda else 6) * n, desc="chatbot benchmark", unit="req") as bar:
+        results = {
+            "hf_transformers": run_hf(hf_model, prompts, args.max_tokens, bar),
+            "nanoengine_cache_off": run_engine(model, prompts, params, False, str(device), dtype, bar),
+            "nanoengine_cache_on": run_engine(model, prompts, params, True, str(device), dtype, bar),
+        }
+        if cuda:  # what the CUDA graphs of decode steps gain
+            results["nanoengine_cache_on_eager"] = run_engine(model, prompts, params, True, str(device), dtype, bar, True)
+    hf = results["hf_transformers"]
+    for r in results.values():
+        r["ttft_p50_speedup_vs_hf"] = hf["ttft_p50_ms"] / r["ttft_p50_ms"]
+        r["throughput_vs_hf"] = r["throughput_tok_s"] / hf["throughput_tok_s"]
+        r["same_tokens_as_hf"] = r.pop("outputs") == hf["outputs"] if r is not hf else True
+    hf.pop("outputs")
+    report = {
+        "workload": {"system_prompt_tokens": system_tokens, "users": n, "max_tokens": args.max_tokens,
+                     "prompt_tokens": [len(p) for p in prompts],
+                     "weights": "random in SmolLM2-135M's shapes" if args.random_weights else "SmolLM2-135M-Instruct"},
+        "machine": {"device": str(device), **machine_info(),
+                    "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+                    "torch_threads": torch.get_num_threads(), "dtype": str(dtype), "torch": torch.__version__},
+        "results": results,
+    }
+    _print_table(report)
+    out = Path(args.out or ROOT / "bench" / "results" / f"engine_{device.type}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2))
+    print(f"wrote {out.name}")
+    return report
+
+
+VECTOR_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16", "asimd", "sve")
+
+
+def machine_info() -> dict:
+    """The CPU a benchmark ran on: its ratios against HF depend on it. The vector extensions decide
+    which GEMM kernels oneDNN and MKL pick (an AVX2-only core gains nothing from packed weights)."""
+    cpu, flags = platform.processor() or platform.machine(), set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name":
+                    cpu = value.strip()
+                elif key.strip() in ("flags", "Features") and not flags:
+                    flags = set(value.split())
+    except OSError:
+        pass
+    return {"cpu": cpu, "cpu_count": os.cpu_count(), "vector_extensions": [f for f in VECTOR_FLAGS if f in flags],
+            "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(), "platform": platform.platform()}
+
+
+def _print_table(report: dict) -> None:
+    w = report["workload"]
+    print(f"\nchatbot workload: {w['users']} users, {w['system_prompt_tokens']}-token system prompt, "
+          f"<= {w['max_tokens']} new tokens each, weights: {w['weights']}, on {report['machine']['gpu'] or report['machine']['device']} "
+          f"({report['machine']['cpu']}, {report['machine']['cpu_count']} cores, {' '.join(report['machine']['vector_extensions'])})")
+    print(f"{'':22}{'TTFT p50':>10}{'TTFT p90':>10}{'vs HF':>8}{'hit rate':>10}{'tok/s':>9}{'vs HF':>8}{'= HF':>6}")
+    for name, r in report["results"].items():
+        hit = "-" if r["prefix_hit_rate"] is None else f"{100 * r['prefix_hit_rate']:.0f}%"
+        print(f"{name:22}{r['ttft_p50_ms']:>8.0f}ms{r['ttft_p90_ms']:>8.0f}ms{r['ttft_p50_speedup_vs_hf']:>7.1f}x"
+              f"{hit:>10}{r['throughput_tok_s']:>9.1f}{r['throughput_vs_hf']:>7.1f}x{'yes' if r['same_tokens_as_hf'] else 'no':>6}")
+
 
 if __name__ == "__main__":
     main()

@@ -10,7 +10,7 @@ by 16, constants), and compiled by `triton.compile` for sm_80 and sm_90. `cuobjd
 triton wheel) reads each cubin's registers per thread, stack bytes (spills) and static shared memory;
 Triton's metadata gives the dynamic shared memory. From those comes the occupancy the resources allow.
 
-The gate (tests/kernels/test_offline_compile.py): every kernel compiles, no kernel spills (stack 0),
+The gate (tests/engine/kernels/test_offline_compile.py): every kernel compiles, no kernel spills (stack 0),
 and decode uses at most DECODE_MAX_REGISTERS registers, on both targets and every shape.
 
 It must run without TRITON_INTERPRET=1, which turns every kernel into an interpreted function that

@@ -3,7 +3,7 @@
     python bench/workloads.py [--threads 1]
 
 Prompts are sent one at a time with max_tokens=1 (TTFT only). The workloads, the measuring and the table
-all come from nanoengine/course/workloads.py; this script only picks the scale and writes the JSON that
+all come from nanocourse/workloads.py; this script only picks the scale and writes the JSON that
 the chapter's notebook reads: bench/results/workloads_<device>.json.
 """
 
@@ -17,9 +17,9 @@ import torch
 from tqdm.auto import tqdm
 
 from nanoengine import LLM, SamplingParams
-from nanoengine.course.workloads import (SCALES, make_workloads, measure, prefix_sweep, results_markdown, save_run,
+from nanocourse.workloads import (SCALES, make_workloads, measure, prefix_sweep, results_markdown, save_run,
                                          sizes, sweep_cost_model)
-from nanoengine.llm import resolve_device
+from nanoengine.entrypoints.llm import resolve_device
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -63,7 +63,7 @@ def wasted_slots(seq_lens: Sequence[int], block_size: int) -> int:
 
 
 class BlockTable:
-    """Task 02.5: the model runner's block tables (nanoengine.model_runner.BlockTableInterface).
+    """Task 02.5: the model runner's block tables (nanoengine.worker.block_table.BlockTableInterface).
 
     One row per running request: its block ids in order, as the scheduler hands them out. Rows only
     grow while the request runs, and go when it finishes or is preempted. LLM(block_table_cls=...)

@@ -22,9 +22,9 @@ A request has `request_id`, `num_tokens`, `num_computed_tokens`, `priority` and 
 from __future__ import annotations
 
 from nanoengine.request import Request
-from nanoengine.request_queue import SchedulingPolicy  # noqa: F401  (choose_victim needs it)
-from nanoengine.scheduler import NewRequestData, SchedulerOutput  # noqa: F401  (schedule builds these)
-from nanoengine.scheduler import Scheduler as EngineScheduler
+from nanoengine.core.sched.request_queue import SchedulingPolicy  # noqa: F401  (choose_victim needs it)
+from nanoengine.core.sched.output import NewRequestData, SchedulerOutput  # noqa: F401  (schedule builds these)
+from nanoengine.core.sched.scheduler import Scheduler as EngineScheduler
 
 
 def chunk_size(num_needed: int, budget: int, threshold: int = 0) -> int:

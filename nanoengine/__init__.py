@@ -7,7 +7,7 @@
 import importlib
 
 _EXPORTS = {
-    "LLM": "nanoengine.llm",
+    "LLM": "nanoengine.entrypoints.llm",
     "SamplingParams": "nanoengine.sampling_params",
     "RequestOutput": "nanoengine.outputs",
     "CompletionOutput": "nanoengine.outputs",

@@ -1,4 +1,5 @@
-"""Command line: `python -m nanoengine generate --prompt ...`, `chat "..."` and `bench`."""
+"""Command line: `python -m nanoengine generate --prompt ...` and `chat "..."`. (The benchmark is
+`python bench/engine.py`: it is not part of the engine.)"""
 
 from __future__ import annotations
 
@@ -26,17 +27,9 @@ def main(argv: list[str] | None = None) -> int:
     chat = sub.add_parser("chat", help="answer one user message with the model's chat template")
     chat.add_argument("message")
     _add_sampling(chat)
-    sub.add_parser("bench", help="the chatbot benchmark against HF transformers (see --help)", add_help=False)
-    args, rest = parser.parse_known_args(argv)
-    if args.command == "bench":
-        from nanoengine.bench import main as bench_main
+    args = parser.parse_args(argv)
 
-        bench_main(rest)
-        return 0
-    if rest:
-        parser.error(f"unrecognized arguments: {' '.join(rest)}")
-
-    from nanoengine.llm import LLM
+    from nanoengine.entrypoints.llm import LLM
     from nanoengine.sampling_params import SamplingParams
 
     try:

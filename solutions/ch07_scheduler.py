@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from nanoengine.request import Request
-from nanoengine.request_queue import SchedulingPolicy
-from nanoengine.scheduler import NewRequestData, SchedulerOutput
-from nanoengine.scheduler import Scheduler as EngineScheduler
+from nanoengine.core.sched.request_queue import SchedulingPolicy
+from nanoengine.core.sched.output import NewRequestData, SchedulerOutput
+from nanoengine.core.sched.scheduler import Scheduler as EngineScheduler
 
 
 def chunk_size(num_needed: int, budget: int, threshold: int = 0) -> int:

@@ -12,13 +12,10 @@ if not torch.cuda.is_available():
 # Under pytest-xdist each worker has a core of its own; more threads would only contend.
 torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else max(1, os.cpu_count() or 1))
 
-# Graded suites run in their own processes (tests/test_grading.py), once per implementation.
-collect_ignore = [] if os.environ.get("NANOENGINE_IMPL") else ["graded"]
-
 
 @pytest.fixture(scope="session")
 def llm():
-    from nanoengine.llm import LLM
+    from nanoengine.entrypoints.llm import LLM
 
     return LLM(progress=False)
 
@@ -38,7 +35,7 @@ def golden(llm):
 
 @pytest.fixture(scope="session")
 def gguf_path():
-    from nanoengine.model_loader import embedded_gguf_path
+    from nanoengine.model.loader import embedded_gguf_path
 
     return embedded_gguf_path()
 

@@ -6,7 +6,7 @@ import torch
 
 from nanoengine.attention.backend import AttentionBackend, AttentionMetadata
 from nanoengine.config import LlamaConfig
-from nanoengine.core import KVCacheGroupSpec, get_kv_cache_groups, num_layer_slots
+from nanoengine.kv_cache_interface import KVCacheGroupSpec, get_kv_cache_groups, num_layer_slots
 
 
 class PagedKVCache:

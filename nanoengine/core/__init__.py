@@ -12,7 +12,6 @@ from .kv_cache_coordinator import (
     KVCacheBlocks,
     get_block_ids,
 )
-from .kv_cache_interface import KVCacheGroupSpec, get_kv_cache_groups, num_layer_slots
 from .kv_cache_manager import KVCacheManager, KVCacheManagerInterface, PrefixCacheStats
 from .single_type_kv_cache_manager import FullAttentionManager, SingleTypeKVCacheManager, SlidingWindowManager
 from .kv_cache_utils import (
@@ -58,7 +57,6 @@ __all__ = [
     "KVCacheBlock",
     "KVCacheBlocks",
     "KVCacheEvent",
-    "KVCacheGroupSpec",
     "KVCacheManager",
     "KVCacheManagerInterface",
     "NONE_HASH",
@@ -69,12 +67,10 @@ __all__ = [
     "generate_block_hash_extra_keys",
     "get_block_ids",
     "get_hash_fn_by_name",
-    "get_kv_cache_groups",
     "get_request_block_hasher",
     "hash_block_tokens",
     "make_block_hash_with_group_id",
     "make_none_hash",
-    "num_layer_slots",
     "sha256",
     "xxhash_128",
 ]

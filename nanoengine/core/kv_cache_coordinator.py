@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .block_pool import BlockPool
-from .kv_cache_interface import KVCacheGroupSpec
+from nanoengine.kv_cache_interface import KVCacheGroupSpec
 from .kv_cache_manager import KVCacheManager
 from .kv_cache_utils import BlockHash, KVCacheBlock
 from .single_type_kv_cache_manager import FullAttentionManager, SingleTypeKVCacheManager, SlidingWindowManager

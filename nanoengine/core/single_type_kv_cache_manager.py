@@ -11,7 +11,7 @@ from itertools import islice
 from typing import TYPE_CHECKING
 
 from .block_pool import BlockPool
-from .kv_cache_interface import KVCacheGroupSpec
+from nanoengine.kv_cache_interface import KVCacheGroupSpec
 from .kv_cache_utils import BlockHash, KVCacheBlock
 
 if TYPE_CHECKING:

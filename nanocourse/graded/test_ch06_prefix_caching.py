@@ -1,0 +1,295 @@
+"""Chapter 06 graded tasks: your BlockPool and KVCacheManager. Run with `make grade CH=06`.
+
+Each task calls one of your methods on a pool or manager that the engine itself brought into a known
+state. For that call the object becomes an instance of your class in which every other seam method is
+the engine's, so a task fails only for the method it names, while helpers you add to your class (and
+super()) still work. The expected values were worked out by hand. The last task runs the whole engine
+on your two classes.
+"""
+
+import copy
+
+import pytest
+
+from nanoengine import LLM, SamplingParams
+from nanoengine.config import LlamaConfig
+from nanoengine.core import BlockPool, BlockRemoved, KVCacheManager, get_request_block_hasher
+from nanocourse.lru_view import free_queue_ids
+from nanoengine.model import LlamaForCausalLM
+from nanoengine.request import Request, RequestStatus
+from nanoengine.core.sched.scheduler import Scheduler, SchedulerConfig
+
+CHAPTER = "ch06_prefix_caching"
+BS = 4
+HASHER = get_request_block_hasher(BS)
+
+
+def _engine_eviction_order(pool, num_blocks):
+    """BlockPool.get_new_blocks on a copy of the pool: the popped blocks that still had a hash."""
+    clone = copy.deepcopy(pool)
+    had_hash = {block.block_id for block in clone.blocks if block.block_hash is not None}
+    return [block.block_id for block in clone.get_new_blocks(num_blocks) if block.block_id in had_hash]
+
+
+NANOENGINE = {"BlockPool": BlockPool, "KVCacheManager": KVCacheManager, "eviction_order": _engine_eviction_order}
+
+
+POOL_SEAM = ("get_cached_block", "touch", "cache_full_blocks", "free_blocks", "get_new_blocks")
+MANAGER_SEAM = ("get_computed_blocks", "allocate_slots", "free")
+
+
+def mine(impl, obj, name, *args):
+    """Your method `name` called on obj (an engine BlockPool or KVCacheManager in a known state).
+
+    For the call obj is lent a subclass of your class whose other seam methods are the engine's: the
+    task tests this one method of yours, and your helper methods and super() calls still resolve.
+    """
+    yours, engine, seam = ((impl.BlockPool, BlockPool, POOL_SEAM) if isinstance(obj, BlockPool)
+                           else (impl.KVCacheManager, KVCacheManager, MANAGER_SEAM))
+    only_name = type(yours.__name__, (yours,), {n: getattr(engine, n) for n in seam if n != name})
+    own_class, obj.__class__ = obj.__class__, only_name
+    try:
+        return getattr(obj, name)(*args)
+    finally:
+        obj.__class__ = own_class
+
+
+def request(req_id, tokens):
+    return Request(req_id, list(tokens), block_hasher=HASHER)
+
+
+def running(manager, req_id, tokens):
+    """A request admitted by the engine's own scheduler; returns it and its block table."""
+    req = request(req_id, tokens)
+    scheduler = Scheduler(SchedulerConfig(max_num_batched_tokens=req.num_tokens), manager)
+    scheduler.add_request(req)
+    scheduler.schedule()
+    assert req.status == RequestStatus.RUNNING
+    return req, list(manager.get_blocks(req_id))
+
+
+def pool_state(pool):
+    return (free_queue_ids(pool), [(b.block_id, b.ref_cnt, b.block_hash) for b in pool.blocks],
+            sorted((h, b.block_id) for h, b in pool.cached_block_hash_to_block.items()))
+
+
+def manager_state(manager):
+    return (pool_state(manager.block_pool), {r: [b.block_id for b in bs] for r, bs in manager.req_to_blocks.items()},
+            dict(manager.num_cached_block))
+
+
+def lookup(impl, kv, req, record_stats=True):
+    return mine(impl, kv, "get_computed_blocks", req, record_stats)
+
+
+@pytest.mark.task("06.1", "find: get_cached_block and get_computed_blocks, capped one token short, touching nothing")
+def test_lookup(impl):
+    kv = KVCacheManager(BS, 11)
+    a, table = running(kv, "A", range(13))
+    kv.free(a)
+    pool = kv.block_pool
+    before = pool_state(pool)
+    assert mine(impl, pool, "get_cached_block", a.block_hashes[1]) is table[1]
+    assert mine(impl, pool, "get_cached_block", b"unknown") is None
+    hits, n = lookup(impl, kv, request("B", range(13)), record_stats=False)
+    assert [b.block_id for b in hits] == [b.block_id for b in table[:3]] and n == 12, "all 3 full blocks hit"
+    assert all(x is y for x, y in zip(hits, table)), "return the pool's own KVCacheBlock objects"
+    assert lookup(impl, kv, request("C", range(12)), False)[1] == 8, \
+        "a 12-token prompt may reuse 8 tokens at most: its last token must be computed"
+    assert lookup(impl, kv, request("D", [99, *range(1, 13)]), False) == ([], 0)
+    assert pool_state(pool) == before, "a lookup must not change ref_cnt or the free queue"
+    off = KVCacheManager(BS, 11, enable_caching=False)
+    assert lookup(impl, off, request("E", range(13)), False) == ([], 0), "no prefix caching, no hit"
+
+
+@pytest.mark.task("06.1b", "get_computed_blocks stops at the first miss and counts the lookup once")
+def test_lookup_stops_at_first_miss(impl):
+    kv = KVCacheManager(BS, 4)  # three usable blocks
+    a, table = running(kv, "A", range(12))
+    pool = kv.block_pool
+    pool.free_blocks([table[1], table[0], table[2]])  # the middle block first in line...
+    pool.get_new_blocks(1)  # ...so it alone is evicted
+    del kv.req_to_blocks["A"], kv.num_cached_block["A"]
+    assert pool.get_cached_block(a.block_hashes[2]) is table[2], "block 2 is still cached"
+    kv.make_prefix_cache_stats()
+    hits, n = lookup(impl, kv, request("B", range(13)))
+    assert [b.block_id for b in hits] == [table[0].block_id], "block 2 is cached but unreachable past the miss"
+    stats = kv.make_prefix_cache_stats()
+    assert (stats.requests, stats.queries, stats.hits) == (1, 13, 4), "record_stats counts this lookup"
+    lookup(impl, kv, request("C", range(13)), record_stats=False)
+    assert kv.make_prefix_cache_stats().requests == 0
+
+
+@pytest.mark.task("06.2", "free_blocks: unhashed blocks to the head, the chain to the tail, root last")
+def test_free_blocks_order(impl):
+    kv = KVCacheManager(BS, 11)
+    old, (old_block,) = running(kv, "O", range(50, 54))
+    kv.free(old)
+    a, table = running(kv, "A", range(14))  # three full blocks and a partial one
+    ids = [b.block_id for b in table]
+    pool = kv.block_pool
+    mine(impl, pool, "free_blocks", reversed(table))
+    queue = free_queue_ids(pool)
+    assert [b.ref_cnt for b in table] == [0, 0, 0, 0]
+    assert len(queue) == 10 and pool.get_num_free_blocks() == 10, "every block of the request is free again, once"
+    assert queue[0] == ids[3], "the partial block has no hash: it goes to the head, reused first"
+    assert queue[-3:] == ids[2::-1], "the chain goes to the tail in the given order, so its root is evicted last"
+    assert queue.index(old_block.block_id) < queue.index(ids[2]), "blocks freed earlier stay ahead"
+    assert pool.get_cached_block(a.block_hashes[0]) is table[0], "freeing keeps the hashes (lazy eviction)"
+
+
+@pytest.mark.task("06.2b", "free_blocks keeps shared blocks and the null block out; free releases a request once")
+def test_free_shared_null_and_double(impl):
+    kv = KVCacheManager(BS, 11)
+    a, table_a = running(kv, "A", range(9))
+    b, table_b = running(kv, "B", [*range(8), 99, 98])  # reuses A's first two blocks
+    pool = kv.block_pool
+    mine(impl, pool, "free_blocks", reversed(table_a))
+    assert [x.ref_cnt for x in table_a] == [1, 1, 0], "B still holds the first two blocks"
+    assert free_queue_ids(pool)[0] == table_a[2].block_id and table_a[0].block_id not in free_queue_ids(pool)
+    before = pool_state(pool)
+    with pytest.raises(ValueError):
+        mine(impl, pool, "free_blocks", [table_b[0], table_a[2]])  # table_a[2] is free already
+    assert pool_state(pool) == before, "a double free changes nothing"
+    mine(impl, pool, "free_blocks", [pool.null_block, *reversed(table_b)])
+    assert pool.null_block.ref_cnt == 0 and 0 not in free_queue_ids(pool), "the null block is never freed"
+    assert free_queue_ids(pool)[-2:] == [table_b[1].block_id, table_b[0].block_id]
+    assert pool.get_num_free_blocks() == 10
+    # The manager's free: every block of the request, last first, once.
+    c, table_c = running(kv, "C", range(300, 313))  # three full blocks and a partial one
+    mine(impl, kv, "free", c)
+    assert free_queue_ids(pool)[0] == table_c[3].block_id
+    assert free_queue_ids(pool)[-3:] == [x.block_id for x in table_c[2::-1]], "the root is freed last"
+    assert "C" not in kv.req_to_blocks and "C" not in kv.num_cached_block, "the manager forgets C"
+    mine(impl, kv, "free", c)  # a second free finds nothing to release
+    assert pool.get_num_free_blocks() == 10
+
+
+@pytest.mark.task("06.3", "allocate_slots reuses the cached prefix, allocates the rest and caches full blocks")
+def test_allocate_slots(impl):
+    kv = KVCacheManager(BS, 11)
+
+    def admit(req):
+        hits, n = kv.get_computed_blocks(req)
+        new = mine(impl, kv, "allocate_slots", req, req.num_tokens - n, n, hits)
+        return None if new is None else n
+
+    a = request("A", range(10))
+    assert admit(a) == 0 and len(kv.get_blocks("A")) == 3
+    assert [x.block_hash for x in kv.get_blocks("A")[:2]] == a.block_hashes and kv.num_cached_block["A"] == 2, \
+        "the two full blocks are named at once, the partial third is not"
+    b = request("B", [*range(8), 50, 51, 52, 53, 54])
+    assert admit(b) == 8
+    assert kv.get_blocks("B")[:2] == kv.get_blocks("A")[:2] and [x.ref_cnt for x in kv.get_blocks("B")[:2]] == [2, 2]
+    assert len(kv.get_blocks("B")) == 4, "13 tokens need 4 blocks: 2 reused, 2 new"
+    b.num_computed_tokens = b.num_tokens
+    b.append_output_token_ids([60, 61, 62])  # 16 tokens: B's last block is now full
+    assert mine(impl, kv, "allocate_slots", b, 3) == [], "still 4 blocks: nothing new"
+    assert kv.num_cached_block["B"] == 4, "the block these tokens fill is named"
+
+
+@pytest.mark.task("06.3b", "allocate_slots is all or nothing, counting hits that must leave the free queue")
+def test_allocate_all_or_nothing(impl):
+    kv = KVCacheManager(BS, 5)  # four usable blocks
+    a, _ = running(kv, "A", range(9))
+    kv.free(a)  # four free blocks, two of them cached
+    b = request("B", [*range(8), *range(50, 59)])  # 2 hits + 3 new blocks: 5 of 4
+    hits, n = kv.get_computed_blocks(b)
+    before = manager_state(kv)
+    assert mine(impl, kv, "allocate_slots", b, b.num_tokens - n, n, hits) is None, \
+        "the hits leave the free queue too: B needs 5 free blocks, 4 are free"
+    assert manager_state(kv) == before, "a refused allocation changes nothing"
+    c = request("C", [*range(8), *range(50, 58)])  # 2 hits + 2 new blocks
+    hits, n = kv.get_computed_blocks(c)
+    assert len(mine(impl, kv, "allocate_slots", c, c.num_tokens - n, n, hits)) == 2
+    assert kv.block_pool.get_num_free_blocks() == 0 and [x.ref_cnt for x in hits] == [1, 1]
+
+
+@pytest.mark.task("06.4", "eviction_order predicts lazy eviction along a mini timeline")
+def test_eviction_order(impl):
+    kv = KVCacheManager(BS, 9, enable_kv_cache_events=True)  # blocks 1..8
+    pool = kv.block_pool
+    system = list(range(100, 108))  # two blocks
+    a, _ = running(kv, "A", [*system, 1, 2, 3])  # blocks 1, 2 cached; 3 partial
+    assert impl.eviction_order(pool, 3) == [], "never-cached blocks are taken before any cached one"
+    b, _ = running(kv, "B", range(200, 212))  # blocks 4, 5, 6
+    kv.free(a)
+    kv.free(b)
+    assert free_queue_ids(pool) == [3, 7, 8, 2, 1, 6, 5, 4]
+    before = pool_state(pool)
+    assert impl.eviction_order(pool, 3) == []
+    assert impl.eviction_order(pool, 5) == [2, 1], "the older chain goes first, its tail before its root"
+    assert impl.eviction_order(pool, 8) == [2, 1, 6, 5, 4]
+    assert pool_state(pool) == before, "predicting must not change the pool"
+    running(kv, "C", [*system, 9])  # reuses blocks 1 and 2: they leave the free queue
+    assert impl.eviction_order(pool, 4) == [6, 5]
+    pool.take_events()
+    pool.get_new_blocks(4)
+    removed = [h for ev in pool.take_events() if isinstance(ev, BlockRemoved) for h in ev.block_hashes]
+    assert removed == b.block_hashes[2:0:-1], "and the pool really evicts B's last two blocks, in that order"
+    with pytest.raises(ValueError):
+        impl.eviction_order(pool, 5)
+
+
+@pytest.mark.task("06.4b", "get_new_blocks hands out the head of the queue and evicts cached blocks lazily")
+def test_get_new_blocks(impl):
+    kv = KVCacheManager(BS, 7)  # blocks 1..6
+    pool = kv.block_pool
+    a, table = running(kv, "A", range(9))  # blocks 1, 2 cached, 3 partial
+    kv.free(a)
+    assert free_queue_ids(pool) == [3, 4, 5, 6, 2, 1]
+    got = mine(impl, pool, "get_new_blocks", 2)
+    assert [x.block_id for x in got] == [3, 4] and [x.ref_cnt for x in got] == [1, 1]
+    assert all(x.prev_free_block is None and x.next_free_block is None for x in got), "popped blocks leave the queue"
+    assert pool.get_cached_block(a.block_hashes[1]) is table[1], "blocks not handed out stay cached"
+    got = mine(impl, pool, "get_new_blocks", 3)
+    assert [x.block_id for x in got] == [5, 6, 2]
+    assert table[1].block_hash is None and pool.get_cached_block(a.block_hashes[1]) is None, \
+        "block 2 was handed out: its old content is evicted now, hash and map entry"
+    assert pool.get_cached_block(a.block_hashes[0]) is table[0] and pool.get_num_free_blocks() == 1
+
+
+@pytest.mark.task("06.5", "touch takes a reference and rescues free cached blocks; cache_full_blocks names blocks")
+def test_touch_and_cache(impl):
+    kv = KVCacheManager(BS, 7)
+    pool = kv.block_pool
+    a, table = running(kv, "A", range(9))
+    kv.free(a)
+    mine(impl, pool, "touch", [table[0], table[1], pool.null_block])
+    assert [x.ref_cnt for x in table[:2]] == [1, 1] and pool.null_block.ref_cnt == 0
+    assert free_queue_ids(pool) == [3, 4, 5, 6], "touched free blocks leave the queue: nobody can evict them"
+    mine(impl, pool, "touch", [table[0]])
+    assert table[0].ref_cnt == 2 and free_queue_ids(pool) == [3, 4, 5, 6], "a held block only counts one more"
+    b = request("B", range(300, 313))
+    blocks = pool.get_new_blocks(4)
+    mine(impl, pool, "cache_full_blocks", b, blocks, 0, 2, BS)
+    assert [x.block_hash for x in blocks] == [*b.block_hashes[:2], None, None]
+    assert pool.get_cached_block(b.block_hashes[1]) is blocks[1]
+    mine(impl, pool, "cache_full_blocks", b, blocks, 2, 3, BS)
+    assert blocks[2].block_hash == b.block_hashes[2] and pool.get_cached_block(b.block_hashes[2]) is blocks[2], \
+        "only blocks[num_cached_blocks:num_full_blocks] are named"
+
+
+@pytest.mark.task("06.6", "your BlockPool and KVCacheManager serve the engine: same tokens, same hits, no leak")
+def test_serves_the_engine(impl):
+    model = LlamaForCausalLM.random(LlamaConfig.tiny(), seed=2, std=0.2)  # outputs that depend on the context
+    system = list(range(100, 112))  # three full blocks every request shares
+    prompts = [system + [7, 8], system, list(range(200, 222)), system + [5, 6, 7]]
+    params = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
+
+    def serve(**parts):
+        # 8 usable blocks of 4 tokens: request 2 (22 + 6 tokens) takes 7 of them and evicts all cached
+        # blocks but the one at the free queue's tail, the system prompt's root
+        llm = LLM(model, block_size=4, num_gpu_blocks_override=9, **parts)
+        outs = [llm.generate(prompt_token_ids=p, sampling_params=params)[0] for p in prompts]
+        return llm, outs
+
+    llm, yours = serve(block_pool=impl.BlockPool, kv_cache_manager_cls=impl.KVCacheManager)
+    _, engine = serve()
+    assert [o.num_cached_tokens for o in yours] == [0, 8, 0, 4], \
+        "request 1 is the system prompt alone: it reuses 2 of its 3 blocks (the last token is computed); " \
+        "after request 2's evictions only the root is left"
+    assert [o.token_ids for o in yours] == [o.token_ids for o in engine]
+    pool = llm.engine.kv_cache_manager.block_pool
+    assert isinstance(pool, impl.BlockPool) and isinstance(llm.engine.kv_cache_manager, impl.KVCacheManager)
+    assert pool.get_num_free_blocks() == pool.num_gpu_blocks - 1, "every block is free again: none leaked"

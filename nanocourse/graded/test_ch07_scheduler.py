@@ -1,0 +1,192 @@
+"""Chapter 07 graded tasks: the scheduler. Run with `make grade CH=07`.
+
+Each task drives your Scheduler through real steps on a real KVCacheManager, in a situation small
+enough to work out by hand; the expected plans below are those hand-worked ones (block size 4).
+The last task runs the whole engine on your scheduler with a pool small enough to force preemption.
+"""
+
+import pytest
+
+from nanoengine.core import KVCacheManager
+from nanoengine.request import Request
+from nanoengine.sampling_params import SamplingParams
+from nanoengine.core.sched.scheduler import Scheduler, SchedulerConfig
+
+CHAPTER = "ch07_scheduler"
+BS = 4
+
+
+def _engine_chunk_size(num_needed, budget, threshold=0):
+    return Scheduler(SchedulerConfig(budget, long_prefill_token_threshold=threshold), KVCacheManager(BS, 2))._chunk(
+        num_needed, budget)
+
+
+def _engine_chunk_plan(num_tokens, budget, threshold=0):
+    s = Scheduler(SchedulerConfig(budget, long_prefill_token_threshold=threshold),
+                  KVCacheManager(BS, num_tokens // BS + 2, enable_caching=False))
+    s.add_request(req("lone", num_tokens))
+    chunks = []
+    while s.requests["lone"].num_computed_tokens < num_tokens:
+        chunks.append(s.schedule().num_scheduled_tokens["lone"])
+    return chunks
+
+
+NANOENGINE = {"chunk_size": _engine_chunk_size, "chunk_plan": _engine_chunk_plan, "Scheduler": Scheduler}
+
+
+def req(rid, n, priority=0, arrival=0.0, first=0):
+    return Request(rid, list(range(first, first + n)), priority=priority, arrival_time=arrival,
+                   sampling_params=SamplingParams(max_tokens=64, ignore_eos=True))
+
+
+def make(impl, num_blocks=64, budget=64, policy="fcfs", caching=False, **cfg):
+    return impl.Scheduler(SchedulerConfig(budget, policy=policy, **cfg), KVCacheManager(BS, num_blocks, caching))
+
+
+def step(s):
+    """One engine step without a model: schedule, then sample token 1 for every request whose
+    prompt (or decode) is complete. Returns the SchedulerOutput."""
+    so = s.schedule()
+    done = {r: 1 for r in so.num_scheduled_tokens if s.requests[r].num_computed_tokens == s.requests[r].num_tokens}
+    s.update_from_output(so, done)
+    return so
+
+
+def plan(s):
+    so = step(s)
+    return list(so.num_scheduled_tokens.items()), sorted(so.preempted_req_ids)
+
+
+@pytest.mark.task("07.1", "chunk_size and chunk_plan: the budget and the threshold cap each chunk")
+def test_chunks(impl):
+    assert impl.chunk_size(150, 64) == 64 and impl.chunk_size(150, 64, 24) == 24
+    assert impl.chunk_size(5, 64, 16) == 5 and impl.chunk_size(30, 10, 16) == 10
+    assert impl.chunk_plan(150, 64) == [64, 64, 22]
+    assert impl.chunk_plan(150, 64, 24) == [24] * 6 + [6], "the threshold caps every chunk"
+    assert impl.chunk_plan(100, 32, 50) == [32, 32, 32, 4], "a threshold above the budget changes nothing"
+
+
+@pytest.mark.task("07.2", "schedule: running requests first, then newcomers, from one token budget")
+def test_running_first(impl):
+    s = make(impl, budget=10)
+    s.add_request(req("a", 3))
+    assert plan(s) == ([("a", 3)], [])
+    s.add_request(req("b", 20, first=100))
+    so = step(s)
+    assert list(so.num_scheduled_tokens.items()) == [("a", 1), ("b", 9)], "a's decode first, b gets the rest"
+    assert [d.req_id for d in so.scheduled_new_reqs] == ["b"] and so.scheduled_cached_reqs.req_ids == ["a"]
+    assert plan(s) == ([("a", 1), ("b", 9)], []) and plan(s) == ([("a", 1), ("b", 2)], [])
+
+
+@pytest.mark.task("07.2b", "schedule: a long prompt is chunked, and an empty budget stops everyone")
+def test_budget(impl):
+    s = make(impl, budget=8)
+    s.add_request(req("a", 20))
+    assert [plan(s)[0] for _ in range(4)] == [[("a", 8)], [("a", 8)], [("a", 4)], [("a", 1)]]
+    s = make(impl, budget=8)
+    for name in "abc":
+        s.add_request(req(name, 6, first=10 * ord(name)))
+    assert plan(s) == ([("a", 6), ("b", 2)], []), "c waits: the budget is gone"
+    assert plan(s) == ([("a", 1), ("b", 4), ("c", 3)], [])
+
+
+@pytest.mark.task("07.3", "schedule: long_prefill_token_threshold caps running and new requests alike")
+def test_threshold(impl):
+    s = make(impl, budget=64, long_prefill_token_threshold=16)
+    s.add_request(req("a", 40))
+    s.add_request(req("b", 30, first=100))
+    assert plan(s) == ([("a", 16), ("b", 16)], [])
+    assert plan(s) == ([("a", 16), ("b", 14)], [])
+    assert plan(s) == ([("a", 8), ("b", 1)], [])
+
+
+@pytest.mark.task("07.4", "choose_victim: the running list's tail under FCFS, the worst (priority, arrival) otherwise")
+def test_choose_victim(impl):
+    for policy, victim in (("fcfs", "y"), ("priority", "x")):
+        s = make(impl, policy=policy)
+        s.running = [req("old", 1, 0, 1.0), req("x", 1, 0, 5.0), req("y", 1, 0, 3.0)]  # y was readmitted
+        assert s.choose_victim().request_id == victim, f"{policy}: FCFS takes the tail, priority the latest arrival"
+        assert victim not in [r.request_id for r in s.running], "the victim leaves the running list"
+    s = make(impl, policy="priority")
+    s.running = [req("a", 1, 0, 1.0), req("b", 1, 5, 2.0), req("c", 1, 0, 3.0)]
+    assert s.choose_victim().request_id == "b", "the largest priority value is the worst"
+
+
+def _two_decoding(impl, policy, num_blocks):
+    """a (7 tokens, priority 1) runs; b (5 tokens, priority 0) joins at step 1. Returns the plans."""
+    s = make(impl, num_blocks, policy=policy)
+    s.add_request(req("a", 7, 1, 0.0))
+    plans = [plan(s)]
+    s.add_request(req("b", 5, 0, 1.0, first=100))
+    plans += [plan(s) for _ in range(6)]
+    return s, plans
+
+
+@pytest.mark.task("07.5", "schedule: preemption by recompute, the victim's tokens back to the budget")
+def test_preemption(impl):
+    # 6 usable blocks. a holds 3 and b 2 after step 2; at step 6 a's position 12 needs a 4th block,
+    # none is free: FCFS takes the tail, b, and a goes on.
+    s, plans = _two_decoding(impl, "fcfs", 7)
+    assert plans[5] == ([("a", 1), ("b", 1)], [])
+    assert plans[6] == ([("a", 1)], ["b"]), "FCFS preempts the newest running request"
+    assert s.requests["b"].num_computed_tokens == 0 and s.kv_cache_manager.get_block_ids("b") == []
+    # 5 usable blocks, priority: at step 5 a (already scheduled this step) is worse than b, whose
+    # position 8 needs a block. a is preempted and its token goes back to the budget.
+    s, plans = _two_decoding(impl, "priority", 6)
+    assert plans[4] == ([("a", 1), ("b", 1)], [])
+    assert plans[5] == ([("b", 1)], ["a"]), "the victim ran earlier in this step: it must leave the plan"
+    # The requester itself is the victim: it stops, and so does the rest of the running loop.
+    s, plans = _two_decoding(impl, "priority", 7)
+    assert plans[6] == ([], ["a"])
+
+
+@pytest.mark.task("07.6", "schedule: admission gate, max_num_seqs, and no admission in a step that preempted")
+def test_admission(impl):
+    s = make(impl, budget=64, max_num_seqs=2)
+    for name in "abc":
+        s.add_request(req(name, 4, first=10 * ord(name)))
+    assert plan(s) == ([("a", 4), ("b", 4)], []), "max_num_seqs=2: c waits"
+    # The gate: 5 usable blocks, budget 8. a (18 tokens, 5 blocks) gets in; b must wait although its
+    # first chunk would fit, because its whole prompt would not.
+    s = make(impl, num_blocks=6, budget=8)
+    s.add_request(req("a", 18))
+    assert plan(s) == ([("a", 8)], [])
+    s = make(impl, num_blocks=6, budget=16)
+    s.add_request(req("a", 8))
+    s.add_request(req("b", 20, first=100))
+    assert plan(s) == ([("a", 8)], []), "b's first chunk (2 blocks) fits, its whole prompt (5) does not"
+    # Priority: c (priority 0) arrives as a's growth preempts b; c would fit, but nobody is admitted
+    # in a preempting step.
+    s = make(impl, 7, policy="priority")
+    s.add_request(req("a", 7, 1, 0.0))
+    s.add_request(req("b", 7, 1, 1.0, first=100))
+    for _ in range(6):
+        step(s)
+    s.add_request(req("c", 3, 0, 2.0, first=200))
+    assert plan(s) == ([("a", 1)], ["b"]), "a step that preempted admits nobody"
+    assert plan(s) == ([("a", 1), ("c", 3)], [])
+
+
+@pytest.mark.task("07.7", "your scheduler runs the engine: same tokens, same step timeline, through preemption")
+def test_runs_the_engine(impl):
+    from nanoengine import LLM
+    from nanoengine.config import LlamaConfig
+    from nanocourse.timeline import record_run, timeline_text
+    from nanoengine.model import LlamaForCausalLM
+
+    model = LlamaForCausalLM.random(LlamaConfig.tiny(), seed=0, std=0.2)  # outputs that depend on the context
+    params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+    load = {0: [(list(range(10 + 10 * i, 23 + 10 * i)), params) for i in range(3)],
+            2: [(list(range(200, 206)), params)]}
+
+    def run(scheduler_cls, num_blocks):
+        llm = LLM(model, block_size=4, num_gpu_blocks_override=num_blocks,
+                  max_num_batched_tokens=16, scheduler_cls=scheduler_cls)
+        return record_run(llm.engine, load)
+
+    yours, engine, roomy = run(impl.Scheduler, 15), run(Scheduler, 15), run(Scheduler, 64)
+    assert sum(len(r.preempted) for r in yours.records) >= 2, "a 14-block pool forces preemption"
+    assert not any(r.preempted and r.admitted for r in yours.records)
+    tokens = [yours.outputs[i].token_ids for i in yours.req_ids]
+    assert tokens == [roomy.outputs[i].token_ids for i in roomy.req_ids], "recompute must not change the output"
+    assert timeline_text(yours.records) == timeline_text(engine.records)

@@ -1,0 +1,126 @@
+"""Chapter 08 graded tasks: hit rates, TTFT percentiles, multi-turn prompts and hit prediction.
+Run with `make grade CH=08`."""
+
+import statistics
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from nanoengine.core import PrefixCacheStats
+from nanocourse import workloads
+from nanoengine.sampling_params import SamplingParams
+
+CHAPTER = "ch08_end_to_end"
+# One thread: the engine runs tiny prompts here, and two threads on a busy 2-core machine wait on each other.
+torch.set_num_threads(1)
+
+
+def _engine_hit_rate(outputs):
+    """The engine's own counter, fed one admission per output."""
+    stats = PrefixCacheStats()
+    for o in outputs:
+        stats.record(len(o.prompt_token_ids), o.num_cached_tokens, preempted=False)
+    return stats.hit_rate
+
+
+NANOENGINE = {
+    "hit_rate": _engine_hit_rate,
+    "p50": statistics.median,
+    "ttft_reduction": workloads.ttft_reduction,
+    "make_multi_turn": workloads.conversations,
+    "predict_hit_tokens": lambda prompts, block_size=16: [r.hit_tokens for r in workloads.block_rows(prompts, block_size)],
+}
+
+
+def _out(prompt_len, cached):
+    return SimpleNamespace(prompt_token_ids=list(range(prompt_len)), num_cached_tokens=cached)
+
+
+def _engine(request, impl_call):
+    """The shared engine, loaded only once impl_call has run: an unfinished stub fails before the model loads."""
+    impl_call()
+    return request.getfixturevalue("llm")
+
+
+def _run(llm, prompts):
+    """The prompts one at a time from an empty cache, as the chapter measures them."""
+    assert llm.reset_prefix_cache()
+    params = SamplingParams(temperature=0, max_tokens=1)
+    return [llm.generate(prompt_token_ids=list(p), sampling_params=params)[0] for p in prompts]
+
+
+@pytest.mark.task("08.1", "hit_rate sums tokens over requests")
+def test_hit_rate(impl):
+    assert impl.hit_rate([_out(100, 96), _out(20, 0)]) == pytest.approx(0.8), \
+        "96 of 120 prompt tokens were cached: 0.8 (not the mean of per-request ratios, 0.48)"
+    assert impl.hit_rate([_out(10, 0)]) == 0.0
+    assert impl.hit_rate([]) == 0.0, "no requests: 0.0, not a ZeroDivisionError"
+
+
+@pytest.mark.task("08.1b", "hit_rate agrees with the engine's get_stats on a real run")
+def test_hit_rate_matches_engine_stats(impl, request):
+    llm = _engine(request, lambda: impl.hit_rate([]))
+    shared = list(range(1000, 1040))
+    before = llm.get_stats().prefix_cache_queries, llm.get_stats().prefix_cache_hits
+    outs = _run(llm, [shared + [5, 6, 7], shared + [8, 9], list(range(2000, 2030))])
+    stats = llm.get_stats()
+    expected = (stats.prefix_cache_hits - before[1]) / (stats.prefix_cache_queries - before[0])
+    assert impl.hit_rate(outs) == pytest.approx(expected)
+
+
+@pytest.mark.task("08.2", "p50 and ttft_reduction")
+def test_p50_and_reduction(impl):
+    values = [30.0, 10.0, 20.0]
+    assert impl.p50(values) == 20.0
+    assert values == [30.0, 10.0, 20.0], "p50 must not reorder the caller's list"
+    assert impl.p50([4.0, 1.0, 3.0, 2.0]) == 2.5, "an even count takes the mean of the two middle values"
+    assert impl.p50([7.0]) == 7.0
+    assert impl.ttft_reduction([100.0, 110.0, 90.0], [20.0, 100.0, 30.0]) == pytest.approx(0.7)
+    assert impl.ttft_reduction([100.0], [125.0]) == pytest.approx(-0.25), "slower with the cache: negative"
+
+
+@pytest.mark.task("08.3", "make_multi_turn: each turn resends the whole conversation")
+def test_multi_turn_messages(impl):
+    turns = impl.make_multi_turn("Be brief.", ["Hi", "Why?", "Thanks"], ["Hello!", "Because."])
+    assert len(turns) == 3
+    assert [m["role"] for m in turns[2]] == ["system", "user", "assistant", "user", "assistant", "user"]
+    assert [m["content"] for m in turns[2]] == ["Be brief.", "Hi", "Hello!", "Why?", "Because.", "Thanks"]
+    assert turns[0] == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+    for earlier, later in zip(turns, turns[1:]):
+        assert later[: len(earlier)] == earlier, "each turn must start with the previous turn's messages"
+    assert all(a is not b for a, b in zip(turns, turns[1:])), "each turn needs its own list"
+
+
+@pytest.mark.task("08.3b", "make_multi_turn's prompts are token prefixes of each other")
+def test_multi_turn_prompts_share_prefixes(impl, request):
+    llm = _engine(request, lambda: impl.make_multi_turn("s", ["u"], []))
+    tok = llm.tokenizer
+    turns = impl.make_multi_turn("You are a rail help desk.", ["Is the 8:10 off-peak?", "And the 9:40?", "Ok."],
+                                 ["No, it is a peak train.", "Yes."])
+    ids = [tok.encode(tok.apply_chat_template(m)) for m in turns]
+    for earlier, later in zip(ids, ids[1:]):
+        assert later[: len(earlier)] == earlier
+    hits = [o.num_cached_tokens for o in _run(llm, ids)]
+    assert hits[1] == (len(ids[0]) // 16) * 16, "turn 2 must reuse every full block of turn 1"
+
+
+@pytest.mark.task("08.4", "predict_hit_tokens: leading blocks, first miss, last token, all earlier prompts")
+def test_predict_hits(impl):
+    a = list(range(40))
+    assert impl.predict_hit_tokens([a, a + [99] * 10]) == [0, 32], "a's two full blocks are cached"
+    aligned = list(range(48))
+    assert impl.predict_hit_tokens([aligned, aligned]) == [0, 32], "a block-aligned repeat recomputes its last block"
+    b = [7] * 16 + a[16:]
+    assert impl.predict_hit_tokens([a, b, a + [1, 2]]) == [0, 0, 32], \
+        "the cache holds every earlier prompt, not only the previous one"
+    assert impl.predict_hit_tokens([a, a[:20] + [5] * 30]) == [0, 16], "a divergence inside a block loses the block"
+    assert impl.predict_hit_tokens([a, a + [1]], block_size=8) == [0, 40]
+
+
+@pytest.mark.task("08.4b", "predict_hit_tokens matches the engine on a chapter workload")
+def test_prediction_matches_engine(impl, request):
+    llm = _engine(request, lambda: impl.predict_hit_tokens([[1, 2]], 16))
+    work = workloads.code_completion(llm.tokenizer, n=3, context_tokens=16, file_tokens=64)
+    measured = [o.num_cached_tokens for o in _run(llm, work.prompts)]
+    assert impl.predict_hit_tokens(work.prompts, 16) == measured

@@ -1,0 +1,142 @@
+"""Chapter 09 graded tasks: radix tree, frequency-aware eviction, cache-aware routing.
+Run with `make grade CH=09`."""
+
+from collections import Counter
+from types import SimpleNamespace
+
+import pytest
+
+from nanoengine.core import AllBlocksCleared, BlockRemoved, BlockStored
+from nanocourse.beyond import GREEDY_ONE, ModelFreeReplica, hash_map_match
+from nanoengine.policies import (
+    FrequencyAwareBlockPool,
+    RadixTree,
+    ReplicaIndex,
+    longest_common_prefix,
+    route,
+    run_requests,
+)
+
+CHAPTER = "ch09_beyond"
+
+
+def _engine_slru_order(freed, protected_cap):
+    """The engine's own order: a FrequencyAwareBlockPool whose blocks are cached, hit and freed."""
+    n = len(freed)
+    pool = FrequencyAwareBlockPool(n + 1, True, reuse_window=1 << 30)
+    pool.free_block_queue.protected_cap = protected_cap
+    blocks = pool.get_new_blocks(n)
+    request = SimpleNamespace(request_id="r", block_hashes=[i.to_bytes(4, "little") for i in range(n)],
+                              all_token_ids=list(range(n)), lora_name=None)
+    pool.cache_full_blocks(request, blocks, 0, n, 1)
+    by_id = {block_id: block for (block_id, _), block in zip(freed, blocks)}
+    for block_id, reused in freed:
+        if reused:  # a second request hits the block, then finishes
+            pool.touch([by_id[block_id]])
+            pool.free_blocks([by_id[block_id]])
+    for block_id, _ in freed:
+        pool.free_blocks([by_id[block_id]])
+    ids = {block.block_id: block_id for block_id, block in by_id.items()}
+    return [ids[b.block_id] for b in pool.free_block_queue.get_all_free_blocks()]
+
+
+def _engine_apply_events(counts, events):
+    index = ReplicaIndex()
+    index.counts = Counter(counts)
+    index.apply(events)
+    counts.clear()
+    counts.update(index.counts)
+
+
+NANOENGINE = {
+    "longest_common_prefix": longest_common_prefix,
+    "RadixTree": RadixTree,
+    "slru_eviction_order": _engine_slru_order,
+    "route": route,
+    "apply_events": _engine_apply_events,
+}
+
+
+@pytest.mark.task("09.1", "longest_common_prefix counts the shared leading tokens")
+def test_lcp(impl):
+    assert impl.longest_common_prefix([1, 2, 3], [1, 2, 4]) == 2
+    assert impl.longest_common_prefix([1, 2], [1, 2, 3]) == 2, "a prefix of the other shares all of itself"
+    assert impl.longest_common_prefix([5, 6], [5, 6]) == 2
+    assert impl.longest_common_prefix([], [1]) == 0 and impl.longest_common_prefix([9], [8]) == 0
+    assert impl.longest_common_prefix([1, 2, 3, 4], [1, 9, 3, 4]) == 1, "the first difference ends the prefix"
+
+
+@pytest.mark.task("09.2", "RadixTree.match_prefix matches to the token, where the hash map stops at a block")
+def test_radix_match(impl):
+    tree = impl.RadixTree()
+    stored = list(range(1000, 1100))
+    tree.insert(stored)
+    for diverge in (0, 8, 20, 40, 64, 99):
+        query = stored[:diverge] + [7] * (100 - diverge)
+        assert tree.match_prefix(query) == diverge, f"the prompts part ways at token {diverge}"
+        assert hash_map_match(stored, query) == diverge // 16 * 16, "the engine's map serves whole blocks only"
+    assert tree.match_prefix(stored) == 100 and tree.match_prefix(stored[:30]) == 30
+    assert tree.match_prefix([]) == 0 and impl.RadixTree().match_prefix(stored) == 0
+    branched = impl.RadixTree()
+    branched.insert(stored)
+    branched.insert(stored[:40] + [7] * 10)  # an edge of 40 shared tokens, then two children
+    assert branched.match_prefix(stored[:20] + stored[40:60]) == 20, \
+        "a match that ends inside an edge ends there: it may not jump to the edge's children"
+
+
+@pytest.mark.task("09.2b", "RadixTree.insert stores a shared prefix once and splits edges")
+def test_radix_insert(impl):
+    tree = impl.RadixTree()
+    a = list(range(100))
+    assert tree.insert(a) == 100
+    b = a[:40] + [999] * 60
+    assert tree.insert(b) == 60, "only the 60 tokens after the shared 40 are new"
+    assert tree.num_tokens == 160
+    assert tree.insert(a[:10]) == 0 and tree.num_tokens == 160, "a stored prefix adds nothing"
+    assert tree.match_prefix(a) == 100 and tree.match_prefix(b) == 100, "splitting must keep both sequences"
+    assert tree.match_prefix(a[:40] + [5]) == 40
+    c = a[:40] + [999, 1]
+    assert tree.insert(c) == 1 and tree.match_prefix(c) == 42 and tree.match_prefix(b) == 100
+
+
+@pytest.mark.task("09.3", "slru_eviction_order: one-offs go before reused blocks, protected is capped")
+def test_slru_order(impl):
+    plain = [(1, False), (2, False), (3, False)]
+    assert impl.slru_eviction_order(plain, 4) == [1, 2, 3], "without reuse it is plain LRU"
+    mixed = [(1, False), (2, True), (3, False), (4, True)]
+    assert impl.slru_eviction_order(mixed, 4) == [1, 3, 2, 4]
+    assert impl.slru_eviction_order([(1, True), (2, True), (3, True), (4, False)], 2) == [1, 4, 2, 3], \
+        "past the cap the oldest protected block joins probation's newest end"
+    assert impl.slru_eviction_order([(5, True), (6, False), (7, True)], 0) == [5, 6, 7]
+
+
+@pytest.mark.task("09.4", "route: longest cached prefix, then least loaded, then lowest index")
+def test_route(impl):
+    replicas = [{b"a"}, {b"a", b"b"}, {b"b", b"c"}]
+    assert impl.route([b"a", b"b", b"c"], replicas, [0, 9, 0]) == 1, "the longest prefix wins over load"
+    assert impl.route([b"a"], replicas, [3, 2, 0]) == 1, "equal prefixes: the less loaded"
+    assert impl.route([b"x", b"b", b"c"], replicas, [1, 1, 0]) == 2, "no prefix anywhere: least loaded"
+    assert impl.route([b"x", b"b", b"c"], replicas, [0, 0, 0]) == 0, "a hash after a miss does not count"
+    assert impl.route([], [set(), set()], [0, 0]) == 0
+
+
+@pytest.mark.task("09.5", "apply_events counts cached copies and rebuilds a real pool's map from its events")
+def test_apply_events(impl):
+    counts = {}
+    impl.apply_events(counts, [BlockStored([b"a", b"b"], None, [0] * 8, 4), BlockStored([b"a"], None, [0] * 4, 4)])
+    assert counts == {b"a": 2, b"b": 1}
+    impl.apply_events(counts, [BlockRemoved([b"a", b"b"])])
+    assert counts == {b"a": 1}, "one copy of a is still cached; b is gone"
+    impl.apply_events(counts, [AllBlocksCleared(), BlockStored([b"c"], b"a", [0] * 4, 4)])
+    assert counts == {b"c": 1}
+
+    # Two same prompts chunked 4 tokens a step: the second hits block 0, then caches its own copies.
+    replica = ModelFreeReplica(9, block_size=4, long_prefill_token_threshold=4)
+    engine = replica.engine
+    run_requests(engine, [list(range(12)), list(range(12))], GREEDY_ONE)
+    run_requests(engine, [list(range(100, 116))], GREEDY_ONE)  # needs room: evicts one copy
+    counts = {}
+    impl.apply_events(counts, engine.kv_cache_manager.take_events())
+    truth = Counter(h for h, _ in engine.kv_cache_manager.block_pool.cached_block_hash_to_block.items())
+    assert 2 in truth.values() and 1 in truth.values(), "the pool holds one hash twice, another once"
+    assert counts == dict(truth)

@@ -1,0 +1,156 @@
+"""Chapter 12 graded tasks: a sliding-window layer's blocks. Run with `make grade CH=12`."""
+
+import random
+
+import pytest
+
+from nanoengine import LLM, SamplingParams
+from nanoengine.config import LlamaConfig
+from nanoengine.core import BlockPool
+from nanoengine.kv_cache_interface import KVCacheGroupSpec
+from nanoengine.core import SlidingWindowManager as EngineSlidingWindowManager
+from nanocourse.hybrid import cache_blocks_at
+from nanoengine.model import LlamaForCausalLM
+
+CHAPTER = "ch12_hybrid"
+NANOENGINE = {"SlidingWindowManager": EngineSlidingWindowManager}
+BS = 4
+HASHES = [bytes([i]) * 16 for i in range(64)]
+
+
+def manager(impl, window, pool=None, use_eagle=False):
+    pool = pool or BlockPool(80, enable_caching=True)
+    return impl.SlidingWindowManager(KVCacheGroupSpec((0,), window), pool, BS, 0, use_eagle)
+
+
+@pytest.mark.task("12.1", "get_num_skipped_tokens: the tokens before the next query's window")
+def test_skipped_tokens(impl):
+    for window in (4, 7, 8, 24):
+        m = manager(impl, window)
+        got = [m.get_num_skipped_tokens(n) for n in range(3 * window)]
+        # The query at position n sees n - W + 1 .. n, so tokens 0 .. n - W are skipped.
+        assert got == [max(0, n - window + 1) for n in range(3 * window)], \
+            f"W={window}: the query at position n sees n - W + 1 .. n; got {got[:window + 2]} for n = 0..{window + 1}"
+
+
+def held(m, request_id="r"):
+    return m.req_to_blocks[request_id]
+
+
+@pytest.mark.task("12.2", "remove_skipped_blocks: free whole blocks out of the window, null in their places")
+def test_remove_skipped_blocks(impl):
+    for window in (4, 6, 9):
+        check_removal(impl, window)
+
+
+def check_removal(impl, window):
+    m = manager(impl, window)
+    pool = m.block_pool
+    m.allocate_new_computed_blocks("r", [], 0)
+    blocks = list(m.allocate_new_blocks("r", 48))
+    start, expected = pool.get_num_free_blocks(), 0
+    for n in list(range(49)) + [48, 30]:  # then a repeat and a step back: nothing more to free
+        m.remove_skipped_blocks("r", n)
+        expected = max(expected, max(0, n - window + 1) // BS)
+        num_null = sum(b.is_null for b in held(m))
+        assert num_null == expected, \
+            f"W={window}, {n} computed tokens: tokens before {max(0, n - window + 1)} are skipped, so the first " \
+            f"{expected} blocks are null; {num_null} are"
+        assert all(b.is_null for b in held(m)[:num_null]) and held(m)[num_null:] == blocks[num_null:], \
+            "null blocks replace the leading blocks, and the others stay where they were"
+        assert pool.get_num_free_blocks() == start + num_null, "each removed block goes back to the pool once"
+        assert all(b.ref_cnt == 0 for b in blocks[:num_null]) and all(b.ref_cnt == 1 for b in blocks[num_null:])
+    # A request admitted with a short hit holds fewer blocks than the skipped count covers.
+    m.allocate_new_computed_blocks("short", [], 0)
+    m.allocate_new_blocks("short", 4)
+    m.remove_skipped_blocks("short", 40)
+    assert [b.is_null for b in held(m, "short")] == [True], "cap the skipped blocks at the blocks held"
+
+
+def cache(pool, group_id, indices):
+    """A free cached block under HASHES[i] in group_id, for each i: what a finished request leaves."""
+    cache_blocks_at(pool, group_id, indices, HASHES, BS)
+
+
+def expected_hit(patterns, window, num_blocks, eagle):
+    """The longest L whose blocks max(0, L - n) .. L - 1 are cached in every group, n = ceil((W - 1) / 4)
+    (+ 1 with EAGLE, which then drops the last block)."""
+    n = -(-(window - 1) // BS) + eagle
+    for length in range(num_blocks, 0, -1):
+        if all(all(p[max(0, length - n):length]) for p in patterns):
+            return length - eagle
+    return 0
+
+
+@pytest.mark.task("12.3", "find_longest_cache_hit: from the right, a window's worth of cached blocks, EAGLE's one more")
+def test_find_longest_cache_hit(impl):
+    rng = random.Random(12)
+    for case in range(600):
+        eagle = case % 2 == 1
+        window = rng.choice([4, 5, 8, 9, 13, 16])
+        num_groups = rng.choice([1, 2])
+        size = rng.randrange(0, 14)
+        density = rng.choice([0.5, 0.8, 0.95])
+        patterns = [[rng.random() < density for _ in range(size)] for _ in range(num_groups)]
+        pool = BlockPool(80, enable_caching=True)
+        for g, p in enumerate(patterns):
+            cache(pool, g, [i for i, c in enumerate(p) if c])
+        max_length = rng.randrange(0, size * BS + 3)
+        num_blocks = min(max_length // BS, size)
+        hits = manager(impl, window, pool, eagle).find_longest_cache_hit(HASHES[:size], max_length, list(range(num_groups)))
+        expected = expected_hit([p[:num_blocks] for p in patterns], window, num_blocks, eagle)
+        where = f"case {case}: W={window}, cached {['.X'[c] for c in patterns[0]]}, max_length={max_length}"
+        assert len(hits) == num_groups, f"{where}: one list per group"
+        assert [len(h) for h in hits] == [expected] * num_groups, f"{where}: the hit is {expected} blocks"
+        n = -(-(window - 1) // BS)
+        for g, h in enumerate(hits):
+            for i, block in enumerate(h):
+                if i < expected - n:
+                    assert block.is_null, f"{where}: block {i} is before the window, so it is the null block"
+                else:
+                    assert block is pool.get_cached_block(HASHES[i], kv_cache_group_id=g), \
+                        f"{where}: block {i} is the cached block of group {g}"
+
+
+def prompts():
+    rng = random.Random(5)
+    shared = [rng.randrange(3, 256) for _ in range(40)]
+    return [shared + [rng.randrange(3, 256) for _ in range(30 + 9 * i)] for i in range(6)]
+
+
+def serve(model, manager_cls, **kwargs):
+    """Greedy tokens of six prompts, and after every step a check of every sliding group's table."""
+    llm = LLM(model, block_size=8, progress=False, sliding_window_manager_cls=manager_cls, **kwargs)
+    engine, window = llm.engine, model.config.sliding_window
+    for p in prompts():
+        engine.add_request(p, SamplingParams(temperature=0, max_tokens=40, ignore_eos=True))
+    outputs = {}
+    while engine.has_unfinished_requests():
+        outputs.update((o.request_id, o.outputs[0].token_ids) for o in engine.step())
+        for request in engine.scheduler.running:
+            c = request.num_computed_tokens
+            for m in engine.kv_cache_manager.managers[1:]:
+                blocks = m.req_to_blocks[request.request_id]
+                # The last allocate_slots ran for a query at c - 1 or earlier, which saw from c - W on.
+                seen = max(0, c - window) // 8
+                assert not any(b.is_null for b in blocks[seen:]), \
+                    f"a block the query at {c} still sees (window {window}) was freed"
+                if c > request.num_prompt_tokens:  # a decode step has run since the prefill
+                    assert sum(not b.is_null for b in blocks) <= -(-window // 8) + 1, \
+                        "while decoding, a sliding group holds at most ceil(W / block_size) + 1 blocks"
+    pool = engine.kv_cache_manager.block_pool
+    assert pool.get_num_free_blocks() == pool.num_gpu_blocks - 1, "every block is back in the pool at the end"
+    return [outputs[k] for k in sorted(outputs, key=int)], llm.get_stats()
+
+
+@pytest.mark.task("12.4", "your manager serves a hybrid model: the engine's tokens, within the window, no leak")
+def test_your_manager_serves_a_hybrid_model(impl):
+    model = LlamaForCausalLM.random(LlamaConfig.tiny_hybrid(16), seed=3, std=0.2)
+    for engine in (dict(kv_cache_memory_bytes=2**20), dict(num_gpu_blocks_override=64)):  # caching, preempting
+        theirs, _ = serve(model, EngineSlidingWindowManager, **engine)
+        mine, stats = serve(model, impl.SlidingWindowManager, **engine)
+        assert mine == theirs, f"with {engine}: greedy tokens differ from the engine's own manager's"
+        if "num_gpu_blocks_override" in engine:
+            assert stats.num_preemptions > 0
+        else:
+            assert stats.prefix_cache_hits > 0, "the shared 40-token prefix should hit in every group"

@@ -1,0 +1,186 @@
+"""Grade a chapter: run its graded tests against your code and print a scorecard.
+
+    make grade CH=04                          # from the shell
+    make grade CH=all                         # the whole course, one scorecard
+    from nanocourse.grading import grade
+    grade("04")                               # from a notebook cell
+
+Each graded test carries a stable task id (`@pytest.mark.task("04.1", "title")`). The tests run in
+a fresh Python process, so edits to exercises/ are always picked up without restarting the kernel.
+NANOENGINE_IMPL picks what is graded: "exercises" (yours, the default), "solutions" or "nanoengine".
+This module is also the pytest plugin that records the results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+# The graded suites ship inside the package, so grade() works wherever the course is installed. They grade
+# the `exercises` (or `solutions`) package found on the path: the learner's files in a checkout.
+GRADED = Path(__file__).resolve().parent / "graded"
+ROOT = Path(importlib.util.find_spec("exercises").submodule_search_locations[0]).parent
+IMPLS = ("exercises", "solutions", "nanoengine")  # or a folder holding chapter modules
+
+
+@dataclass(slots=True)
+class TaskResult:
+    task: str
+    title: str
+    passed: bool
+    message: str
+    variant: str = ""  # the seeded-bug variant the result belongs to, when variants are graded
+
+
+def chapter_files(chapter: str) -> list[Path]:
+    """The graded test files of one chapter ("04"), or of every chapter ("all")."""
+    pattern = "test_ch*_*.py" if chapter == "all" else f"test_ch{int(chapter):02d}_*.py"
+    files = sorted(GRADED.glob(pattern))
+    if not files:
+        raise ValueError(f"No graded tests for chapter {chapter!r} in {GRADED.name}/.")
+    return files
+
+
+class Scorecard(list):
+    """The TaskResults of one grading run; shown as the ✓/✗ card in a notebook or a shell.
+
+    skipped: the chapters whose graded suite could not run here, with the reason (chapter 03's needs
+    Triton, which publishes wheels for Linux only).
+    """
+
+    def __init__(self, chapter: str, impl: str, results: list[TaskResult], skipped: dict[str, str] | None = None):
+        super().__init__(results)
+        self.chapter, self.impl, self.skipped = chapter, impl, skipped or {}
+
+    def __repr__(self) -> str:
+        if self.chapter != "all":
+            heading = f"Chapter {int(self.chapter):02d} ({self.impl})"
+            if f"{int(self.chapter):02d}" in self.skipped:
+                return f"{heading}: skipped: {self.skipped[f'{int(self.chapter):02d}']}"
+            return "\n".join(self._lines(heading, self))
+        lines = [f"The course ({self.impl}): {sum(r.passed for r in self)}/{len(self)} tasks pass"]
+        for chapter in sorted({r.task.split(".")[0] for r in self} | set(self.skipped)):
+            lines.append("")
+            if chapter in self.skipped:
+                lines.append(f"Chapter {chapter}: skipped: {self.skipped[chapter]}")
+            else:
+                lines += self._lines(f"Chapter {chapter}", [r for r in self if r.task.split(".")[0] == chapter])
+        return "\n".join(lines)
+
+    @staticmethod
+    def _lines(heading: str, results) -> list[str]:
+        lines = [f"{heading}: {sum(r.passed for r in results)}/{len(results)} tasks pass"]
+        for r in results:
+            lines.append(f"  {'✓' if r.passed else '✗'} {r.task:6} {r.title}")
+            if not r.passed:
+                lines.append(f"           {r.message}")
+        return lines
+
+
+def grade(chapter: str, impl: str = "exercises") -> Scorecard:
+    """Run chapter `chapter`'s graded tests ("all": every chapter's, in one process) against `impl`;
+    the result displays as a scorecard."""
+    if impl not in IMPLS and not Path(impl).is_dir():
+        raise ValueError(f"impl must be one of {IMPLS} or a folder of chapter modules, got {impl!r}")
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "report.json"
+        cmd = [sys.executable, "-m", "pytest", *map(str, chapter_files(chapter)), "-q", "-p", "no:cacheprovider",
+               "-p", "nanocourse.grading", f"--grade-report={report}"]
+        # No installed plugin: no graded test needs one, and loading them (nbval's nbformat and jsonschema,
+        # hypothesis's, xdist's, anyio's) took 7 of a grade's 11 s.
+        env = {**os.environ, "NANOENGINE_IMPL": impl, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+        if not report.exists():
+            raise RuntimeError(f"the graded tests did not run:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        data = json.loads(report.read_text())
+        return Scorecard(chapter, impl, [TaskResult(**r) for r in data["results"]], data["skipped"])
+
+
+# ---- the pytest plugin side -------------------------------------------------------------------
+def pytest_addoption(parser):
+    parser.addoption("--grade-report", default=None, help="write graded-task results here as JSON")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "task(id, title): a graded task with a stable id")
+    config._graded = {}
+    config._skipped_chapters = {}
+
+
+def pytest_collectreport(report):
+    """A graded file skipped as a whole (pytest.importorskip at its top) skips its chapter."""
+    if report.skipped and _CONFIG is not None and (name := Path(report.nodeid).name).startswith("test_ch"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        _CONFIG._skipped_chapters[name[7:9]] = reason.removeprefix("Skipped: ")
+
+
+@pytest.hookimpl(trylast=True)  # after conftest deselections: record only what runs
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        marker = item.get_closest_marker("task")
+        if marker is not None:
+            variant = item.callspec.params.get("variant", "") if hasattr(item, "callspec") else ""
+            config._graded[item.nodeid] = TaskResult(*marker.args, passed=False, message="did not run",
+                                                     variant=variant or "")
+
+
+def pytest_runtest_logreport(report):
+    result = _CONFIG._graded.get(report.nodeid) if _CONFIG else None
+    if result is None or report.when == "teardown":
+        return
+    if report.failed:
+        result.passed, result.message = False, _short(report)
+    elif report.when == "call":
+        result.passed, result.message = report.passed, ""
+
+
+def pytest_sessionstart(session):
+    global _CONFIG
+    _CONFIG = session.config
+
+
+def pytest_sessionfinish(session):
+    path = session.config.getoption("--grade-report")
+    if path:
+        results = [
+            {"task": r.task, "title": r.title, "passed": r.passed, "message": r.message, "variant": r.variant}
+            for r in session.config._graded.values()
+        ]
+        Path(path).write_text(json.dumps({"results": results, "skipped": session.config._skipped_chapters}))
+
+
+_CONFIG = None
+
+
+def _short(report) -> str:
+    crash = getattr(report.longrepr, "reprcrash", None)
+    text = crash.message if crash is not None else str(report.longrepr)
+    if "NotImplementedError" in text:
+        return "not implemented yet (the stub still raises NotImplementedError)"
+    return text.strip().splitlines()[0][:300] if text.strip() else "failed"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the scorecard. Open tasks are the learner's normal state, so the exit status is 0 unless
+    --strict (CI's mode) asks for 1 whenever a task fails."""
+    parser = argparse.ArgumentParser(prog="python -m nanocourse.grading")
+    parser.add_argument("chapter", help='a chapter ("04") or "all"')
+    parser.add_argument("impl", nargs="?", default="exercises", help="exercises, solutions, nanoengine or a folder")
+    parser.add_argument("--strict", action="store_true", help="exit 1 when any task fails")
+    args = parser.parse_args(argv)
+    card = grade(args.chapter, args.impl)
+    print(card)
+    return 1 if args.strict and not all(r.passed for r in card) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

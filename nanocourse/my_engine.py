@@ -1,0 +1,234 @@
+"""Your engine: the parts you have finished in exercises/, plugged into a real LLM.
+
+    from nanocourse import my_llm
+    llm = my_llm()            # prints which parts are yours and which are nanoengine's
+
+Each part enters the engine through its own seam (a Protocol beside the engine's implementation,
+listed in LLM's docstring). A part is yours once its chapter's graded tasks all pass; until then
+nanoengine's own part serves, so the course runs from the first chapter.
+
+Everything here reads your file as it is on disk now: an edit takes effect at the next call, with no
+kernel restart (a plain `import exercises.ch04_hash_chains` would keep the first version it loaded).
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import importlib.util
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+from collections.abc import Callable
+
+from nanoengine.attention import triton_available
+from nanocourse.grading import GRADED, ROOT, Scorecard, chapter_files, grade
+
+EXERCISES = ROOT / "exercises"
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """One mechanism the learner builds: where it lives in exercises/ and which LLM argument takes it."""
+
+    chapter: str
+    title: str
+    module: str  # exercises/<module>.py
+    name: str  # the class or function in that module
+    argument: str  # the LLM(...) keyword its seam is
+    instantiate: bool = False  # pass an instance (an attention backend) rather than the class
+
+
+PARTS = (
+    Part("02", "block table and slot mapping", "ch02_paging", "BlockTable", "block_table_cls"),
+    Part("03", "paged-attention kernels", "ch03_triton", "TritonBackend", "attention_backend", instantiate=True),
+    Part("04", "block hash", "ch04_hash_chains", "hash_block_tokens", "hash_block_tokens"),
+    Part("05", "free-block queue", "ch05_free_queue", "FreeKVCacheBlockQueue", "free_queue_cls"),
+    Part("06", "block pool", "ch06_prefix_caching", "BlockPool", "block_pool"),
+    Part("06", "KV cache manager", "ch06_prefix_caching", "KVCacheManager", "kv_cache_manager_cls"),
+    Part("07", "scheduler", "ch07_scheduler", "Scheduler", "scheduler_cls"),
+)
+
+
+def exercise_path(module: str, root: Path = EXERCISES) -> Path:
+    return root / f"{module}.py"
+
+
+def load_exercise(module: str, root: Path = EXERCISES) -> ModuleType:
+    """exercises/<module>.py as it is on disk now, executed afresh.
+
+    The new module replaces `exercises.<module>` in sys.modules, so code that imports it later sees
+    the same version.
+    """
+    path = exercise_path(module, root)
+    name = f"{root.name}.{module}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    fresh = importlib.util.module_from_spec(spec)
+    sys.modules[name] = fresh
+    spec.loader.exec_module(fresh)
+    return fresh
+
+
+def mine_or_worked(module: str, probe: Callable[[ModuleType], object]) -> tuple[ModuleType, str]:
+    """(module, whose): your exercises/<module>.py as it is now if probe(module) runs without
+    NotImplementedError, else the worked solution. For the cells that run your code when it is ready."""
+    mine = load_exercise(module)
+    try:
+        probe(mine)
+    except NotImplementedError:
+        return importlib.import_module(f"solutions.{module}"), "the worked solution's"
+    return mine, "your"
+
+
+def stubs_left(module: str, root: Path = EXERCISES) -> list[str]:
+    """Functions and methods of the file whose body (past the docstring) still only raises
+    NotImplementedError. Read from the source, so nothing is run."""
+    tree = ast.parse(exercise_path(module, root).read_text())
+    left = []
+
+    def visit(node, prefix=""):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef):
+                visit(child, f"{prefix}{child.name}.")
+            elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) and _only_raises(child):
+                left.append(prefix + child.name)
+
+    visit(tree)
+    return left
+
+
+def _only_raises(fn: ast.FunctionDef) -> bool:
+    body = fn.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]  # the docstring
+    if len(body) != 1 or not isinstance(body[0], ast.Raise) or body[0].exc is None:
+        return False
+    exc = body[0].exc
+    exc = exc.func if isinstance(exc, ast.Call) else exc
+    return isinstance(exc, ast.Name) and exc.id == "NotImplementedError"
+
+
+_GRADES: dict[str, Scorecard] = {}
+
+
+def chapter_grade(chapter: str) -> Scorecard:
+    """The chapter's scorecard for your files as they are now; cached on their content, so asking
+    again after no edit costs nothing."""
+    module = next(p.module for p in PARTS if p.chapter == chapter)
+    sources = [exercise_path(module)] + chapter_files(chapter)
+    key = hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()
+    if key not in _GRADES:
+        _GRADES[key] = grade(chapter, "exercises")
+    return _GRADES[key]
+
+
+@dataclass(frozen=True, slots=True)
+class PartStatus:
+    part: Part
+    finished: bool  # its chapter passes
+    used: bool  # it serves in the engine being built (a finished kernel part may sit out on a CPU)
+    why: str  # what decided it, in words
+
+
+SOURCES = {"exercises": EXERCISES, "solutions": ROOT / "solutions"}
+_CPU_KERNELS = ("; on this CPU torch attention serves instead (the Triton interpreter would take "
+                "minutes per request): use_kernels=True forces them")
+
+
+def part_status(part: Part, source: str = "exercises", use_kernels: bool = False) -> PartStatus:
+    """Finished when no stub is left in the chapter's file and every graded task of the chapter
+    passes; a file with stubs left is not graded at all (the answer is already no), which keeps
+    my_llm() instant on an untouched course. The worked solutions count as finished: CI grades them."""
+    if part.instantiate and not triton_available():
+        return PartStatus(part, False, False, "Triton is not installed (it publishes wheels for Linux only): "
+                                              "torch attention serves")
+    if source == "solutions":
+        finished, why = True, "the worked solution"
+    elif left := stubs_left(part.module):
+        left.sort(key=lambda name: not name.startswith(part.name))  # this part's own stubs first
+        return PartStatus(part, False, False, f"stubs left: {', '.join(left[:3])}{' …' if len(left) > 3 else ''}")
+    else:
+        card = chapter_grade(part.chapter)
+        passed = sum(r.passed for r in card)
+        finished = passed == len(card)
+        why = (f"all {passed} graded tasks pass" if finished
+               else f"{passed} of {len(card)} graded tasks pass (make grade CH={part.chapter})")
+    if finished and part.instantiate and not use_kernels:
+        return PartStatus(part, True, False, why + _CPU_KERNELS)
+    return PartStatus(part, finished, finished, why)
+
+
+def my_parts(statuses: list[PartStatus], source: str = "exercises") -> dict[str, Any]:
+    """The LLM keyword arguments that plug in every part the statuses say to use."""
+    loaded: dict[str, ModuleType] = {}
+    kwargs: dict[str, Any] = {}
+    for status in statuses:
+        if status.used:
+            part = status.part
+            if part.instantiate:
+                # Kernels need Triton's interpreter on a CPU, chosen before triton is first imported.
+                importlib.import_module("nanoengine.attention.triton_backend")
+            if part.module not in loaded:
+                loaded[part.module] = load_exercise(part.module, SOURCES[source])
+            obj = getattr(loaded[part.module], part.name)
+            kwargs[part.argument] = obj() if part.instantiate else obj
+    return kwargs
+
+
+def parts_table(statuses: list[PartStatus], source: str = "exercises") -> str:
+    owner = "yours" if source == "exercises" else "worked"
+    used = sum(s.used for s in statuses)
+    title = "Your engine" if source == "exercises" else "The worked solutions' engine"
+    lines = [f"{title}: {used} of {len(statuses)} parts are {owner}, the rest nanoengine's"]
+    for s in statuses:
+        who = owner if s.used else "nanoengine's"
+        lines.append(f"  {s.part.chapter}  {s.part.title:30} {who:13} {s.why}")
+    return "\n".join(lines)
+
+
+def my_llm(model=None, *, source: str = "exercises", use_kernels: bool | None = None, quiet: bool = False,
+           **kwargs):
+    """An LLM built from every part you have finished; nanoengine supplies the rest.
+
+    source="solutions" builds the same engine from the worked solutions. Your Triton kernels serve
+    only on a GPU unless use_kernels=True: on a CPU the interpreter runs them thousands of times
+    slower than torch. Prints which parts are whose (quiet=True does not). Any LLM argument can be
+    given too, and an explicit one wins over a part.
+    """
+    import torch
+
+    from nanoengine.entrypoints.llm import LLM
+
+    if source not in SOURCES:
+        raise ValueError(f"source must be one of {sorted(SOURCES)}, got {source!r}")
+    if use_kernels is None:
+        use_kernels = torch.cuda.is_available()
+    statuses = [part_status(p, source, use_kernels) for p in PARTS]
+    if not quiet:
+        print(parts_table(statuses, source))
+    kwargs.setdefault("progress", False)
+    return LLM(model, **{**my_parts(statuses, source), **kwargs})
+
+
+def seam_owners(llm) -> list[tuple[str, str, str]]:
+    """(chapter, seam, who serves it) for each mechanism of an LLM, read off the engine's public
+    attributes: the module and name of the class (or, for the hash, the function) at each seam."""
+    from nanoengine.core import hash_block_tokens
+
+    engine, kv = llm.engine, llm.engine.kv_cache_manager
+    seams = [
+        ("02", "BlockTableInterface", type(engine.runner.block_table)),
+        ("03", "AttentionBackend", type(llm.backend)),
+        ("04", "BlockTokensHasher", engine.hash_block_tokens or hash_block_tokens),
+        ("05", "FreeBlockQueue", type(kv.block_pool.free_block_queue)),
+        ("06", "BlockPoolInterface", type(kv.block_pool)),
+        ("06", "KVCacheManagerInterface", type(kv)),
+        ("07", "SchedulerInterface", type(engine.scheduler)),
+    ]
+    return [(chapter, seam, f"{obj.__module__}.{obj.__qualname__}") for chapter, seam, obj in seams]
+
+
+__all__ = ["PARTS", "GRADED", "Part", "PartStatus", "chapter_grade", "load_exercise", "mine_or_worked", "my_llm", "my_parts",
+           "part_status", "parts_table", "seam_owners", "stubs_left"]

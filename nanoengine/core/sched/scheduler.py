@@ -1,0 +1,244 @@
+"""The scheduler: which requests run this step, and how many tokens each (vllm/v1/core/sched/scheduler.py).
+
+There is no prefill phase and no decode phase. Every request has `num_computed_tokens` and
+`num_tokens`; a step gives each request some tokens so the first catches up with the second, all
+from one token budget. A 500-token prompt and a one-token decode can share a step; a long prompt
+is split into chunks over several steps (chunked prefill).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nanoengine.core import BlockIds, KVCacheManagerInterface, get_block_ids
+from nanoengine.request import Request, RequestStatus
+from nanoengine.core.sched.output import CachedRequestData, NewRequestData, SchedulerOutput
+from nanoengine.core.sched.request_queue import RequestQueue, SchedulingPolicy, create_request_queue
+
+
+@dataclass(slots=True)
+class SchedulerConfig:
+    """max_num_batched_tokens: the per-step token budget, shared by prefill chunks and decodes.
+    max_num_seqs: the most requests running at once.
+    long_prefill_token_threshold: the largest chunk one request may take in a step (0: no cap).
+    policy: "fcfs" or "priority" (lower priority value first, then earlier arrival).
+    """
+
+    max_num_batched_tokens: int = 2048
+    max_num_seqs: int = 64
+    long_prefill_token_threshold: int = 0
+    policy: str = "fcfs"
+    max_model_len: int = 8192
+
+    def __post_init__(self) -> None:
+        if self.policy not in {p.value for p in SchedulingPolicy}:
+            raise ValueError(f"policy must be 'fcfs' or 'priority', got {self.policy!r}")
+        if self.max_num_batched_tokens < 1 or self.max_num_seqs < 1:
+            raise ValueError("max_num_batched_tokens and max_num_seqs must be >= 1")
+
+
+class Scheduler:
+    """Invariants: every running request holds KV blocks for its computed tokens; a waiting request
+    holds none (preemption frees everything and recomputes, as vLLM v1 does); a finished request is
+    freed at once and reported to the runner in the next SchedulerOutput.
+
+    schedule() is built from small public steps (choose_victim, preempt, admit, finish_length_capped,
+    make_output) that a scheduler of one's own (chapter 07) reuses while writing the policy itself.
+    """
+
+    def __init__(self, config: SchedulerConfig, kv_cache_manager: KVCacheManagerInterface):
+        self.config = config
+        self.policy = SchedulingPolicy(config.policy)
+        self.kv_cache_manager = kv_cache_manager
+        self.block_size = kv_cache_manager.block_size
+        self.requests: dict[str, Request] = {}
+        self.waiting: RequestQueue = create_request_queue(self.policy)
+        self.running: list[Request] = []
+        self.finished_req_ids: set[str] = set()
+        self._capped: list[Request] = []  # finished inside schedule(); reported by update_from_output
+        self.num_preemptions = 0
+
+    def add_request(self, request: Request) -> None:
+        self.requests[request.request_id] = request
+        request.status = RequestStatus.WAITING
+        self.waiting.add_request(request)
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    # ---- scheduling -------------------------------------------------------------------------
+    def schedule(self) -> SchedulerOutput:
+        budget = self.config.max_num_batched_tokens
+        num_scheduled: dict[str, int] = {}
+        new_blocks: dict[str, BlockIds] = {}
+        preempted: list[Request] = []
+        kv = self.kv_cache_manager
+
+        # Running requests first: they already hold blocks, and stalling them wastes those blocks.
+        i = 0
+        while i < len(self.running) and budget > 0:
+            request = self.running[i]
+            n = self._chunk(request.num_tokens - request.num_computed_tokens, budget)
+            while (blocks := kv.allocate_slots(request, n)) is None:
+                if len(self.running) == 1:
+                    # Alone and still out of blocks: the request has outgrown the whole pool.
+                    self.finish_length_capped(request)
+                    break
+                victim = self.choose_victim()
+                if victim.request_id in num_scheduled:  # already scheduled earlier in this step
+                    budget += num_scheduled.pop(victim.request_id)
+                    new_blocks.pop(victim.request_id)
+                    i -= 1
+                self.preempt(victim)
+                preempted.append(victim)
+                if victim is request:
+                    break
+            if blocks is None:
+                break
+            num_scheduled[request.request_id] = n
+            new_blocks[request.request_id] = get_block_ids(blocks)
+            budget -= n
+            i += 1
+
+        new_reqs: list[NewRequestData] = []
+        # Admit waiting requests only in a step without preemption, or they would just evict each other.
+        while not preempted and self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
+            request = self.waiting.peek_request()
+            computed_blocks, num_computed = kv.get_computed_blocks(request, record_stats=False)
+            # Admit only what can hold its whole prompt; a prompt that fits just its first chunk would
+            # be preempted mid-prefill and readmitted over and over (the thrashing vLLM users reported).
+            if kv.get_num_blocks_to_allocate(request, request.num_tokens, computed_blocks) > \
+                    kv.block_pool.get_num_free_blocks():
+                break
+            n = self._chunk(request.num_tokens - num_computed, budget)
+            if kv.allocate_slots(request, n, num_computed, computed_blocks) is None:
+                break
+            new_reqs.append(self.admit(request, num_computed))
+            num_scheduled[request.request_id] = n
+            budget -= n
+        return self.make_output(num_scheduled, new_blocks, new_reqs, preempted)
+
+    def _chunk(self, num_needed: int, budget: int) -> int:
+        """The tokens a request may take now: its need, capped by the threshold (when set) and the budget."""
+        threshold = self.config.long_prefill_token_threshold
+        if 0 < threshold < num_needed:
+            num_needed = threshold
+        return min(num_needed, budget)
+
+    def choose_victim(self) -> Request:
+        """Take the request to preempt out of `running`: under FCFS the newest (the list's tail), under
+        priority the worst (largest priority value, then latest arrival). vLLM keeps this one policy
+        branch inline in schedule()."""
+        if self.policy is SchedulingPolicy.PRIORITY:
+            victim = max(self.running, key=lambda r: (r.priority, r.arrival_time))
+            self.running.remove(victim)
+            return victim
+        return self.running.pop()
+
+    # ---- steps a scheduler reuses -------------------------------------------------------------
+    def preempt(self, request: Request) -> None:
+        """Recompute-style preemption of a request already taken out of `running`: free every block
+        and put it back at the front of the waiting queue (its place, under priority)."""
+        self.kv_cache_manager.free(request)
+        request.num_computed_tokens = 0
+        request.num_preemptions += 1
+        request.status = RequestStatus.PREEMPTED
+        self.num_preemptions += 1
+        self.waiting.prepend_request(request)
+
+    def admit(self, request: Request, num_computed_tokens: int) -> NewRequestData:
+        """Move the waiting queue's head, whose slots allocate_slots has just granted, to `running`:
+        count its prefix-cache lookup once, here, and describe it for the model runner."""
+        if self.waiting.peek_request() is not request:
+            raise ValueError(f"admit: request {request.request_id!r} is not at the head of the waiting queue.")
+        self.waiting.pop_request()
+        self.kv_cache_manager.record_prefix_cache_stats(request, num_computed_tokens)
+        self.running.append(request)
+        request.status = RequestStatus.RUNNING
+        request.num_computed_tokens = num_computed_tokens
+        if request.num_cached_tokens < 0:
+            request.num_cached_tokens = num_computed_tokens
+        return NewRequestData(
+            req_id=request.request_id,
+            token_ids=list(request.all_token_ids),
+            block_ids=self.kv_cache_manager.get_block_ids(request.request_id),
+            num_computed_tokens=num_computed_tokens,
+            request=request,
+        )
+
+    def finish_length_capped(self, request: Request) -> None:
+        """End a running request that cannot grow (the whole pool is too small for it); it is
+        reported as finished by the next update_from_output."""
+        self._finish(request, RequestStatus.FINISHED_LENGTH_CAPPED)
+        self._capped.append(request)
+
+    def make_output(self, num_scheduled: dict[str, int], new_blocks: dict[str, BlockIds],
+                    new_reqs: list[NewRequestData], preempted: list[Request]) -> SchedulerOutput:
+        """Package the step for the model runner and advance each scheduled request's
+        num_computed_tokens, so the next schedule() sees these tokens as computed.
+
+        num_scheduled: tokens per request id this step (running and admitted); new_blocks: the block
+        ids allocate_slots returned for each running one; new_reqs: what admit() returned.
+        """
+        cached = CachedRequestData()
+        admitted = {d.req_id for d in new_reqs}
+        for req_id in num_scheduled:
+            if req_id not in admitted:
+                cached.req_ids.append(req_id)
+                cached.new_block_ids.append(new_blocks[req_id])
+                cached.num_computed_tokens.append(self.requests[req_id].num_computed_tokens)
+        out = SchedulerOutput(
+            scheduled_new_reqs=new_reqs,
+            scheduled_cached_reqs=cached,
+            num_scheduled_tokens=num_scheduled,
+            total_num_scheduled_tokens=sum(num_scheduled.values()),
+            preempted_req_ids={r.request_id for r in preempted},
+            finished_req_ids=self.finished_req_ids,
+        )
+        self.finished_req_ids = set()
+        for req_id, n in num_scheduled.items():
+            self.requests[req_id].num_computed_tokens += n
+        return out
+
+    # ---- results ----------------------------------------------------------------------------
+    def update_from_output(self, scheduler_output: SchedulerOutput, sampled: dict[str, int]) -> list[Request]:
+        """Append each request's sampled token (none for a prompt chunk that is not the last);
+        finish and free the requests that hit EOS, max_tokens or max_model_len."""
+        finished, self._capped = self._capped, []
+        for req_id in scheduler_output.num_scheduled_tokens:
+            request = self.requests.get(req_id)
+            if request is None or request.num_computed_tokens < request.num_tokens:
+                continue
+            request.append_output_token_ids(sampled[req_id])
+            status = self._check_stop(request)
+            if status is not None:
+                self._finish(request, status)
+                finished.append(request)
+        return finished
+
+    def _check_stop(self, request: Request) -> RequestStatus | None:
+        params = request.sampling_params
+        if request.output_token_ids[-1] == request.eos_token_id and not params.ignore_eos:
+            return RequestStatus.FINISHED_STOPPED
+        if len(request.output_token_ids) >= params.max_tokens or request.num_tokens >= self.config.max_model_len:
+            return RequestStatus.FINISHED_LENGTH_CAPPED
+        return None
+
+    def finish_requests(self, request_ids, status: RequestStatus) -> None:
+        """End requests from outside (a stop string matched, or an abort)."""
+        for req_id in request_ids:
+            request = self.requests.get(req_id)
+            if request is not None:
+                self._finish(request, status)
+
+    def _finish(self, request: Request, status: RequestStatus) -> None:
+        # The scheduler lets go first, the KV cache manager last: a manager that raises while freeing
+        # leaves no half-finished request in the queues (the engine frees its blocks again on an abort).
+        request.status = status
+        if request in self.running:
+            self.running.remove(request)
+        elif request in self.waiting:
+            self.waiting.remove_request(request)
+        self.requests.pop(request.request_id, None)
+        self.finished_req_ids.add(request.request_id)
+        self.kv_cache_manager.free(request)

@@ -1,0 +1,284 @@
+"""The engine loop: schedule, run the model, turn tokens into text (vllm/v1/engine/).
+
+One `step()` is one forward pass. Requests join and leave between steps, so a long generation
+never blocks a short one (continuous batching).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass
+from collections.abc import Iterable
+from typing import Protocol
+
+from nanoengine.core import BlockTokensHasher, KVCacheManagerInterface, PrefixCacheStats, get_hash_fn_by_name, get_request_block_hasher
+from nanoengine.errors import EngineStalledError
+from nanoengine.worker.model_runner import ModelRunner
+from nanoengine.outputs import CompletionOutput, Logprob, PromptLogprobs, RequestMetrics, RequestOutput, SampleLogprobs
+from nanoengine.request import Request, RequestStatus
+from nanoengine.sampling_params import SamplingParams
+from nanoengine.core.sched.interface import SchedulerInterface
+from nanoengine.core.sched.output import SchedulerOutput
+from nanoengine.engine.detokenizer import IncrementalDetokenizer
+from nanoengine.model.tokenizer import Tokenizer
+
+_FINISH_REASONS = {
+    RequestStatus.FINISHED_STOPPED: "stop",
+    RequestStatus.FINISHED_LENGTH_CAPPED: "length",
+    RequestStatus.FINISHED_ABORTED: "abort",
+}
+
+
+@dataclass(slots=True)
+class EngineStats:
+    """Totals since the engine started. Hit rate is in tokens, counted at admission, and excludes
+    re-admissions after preemption (their recompute is not a cache win)."""
+
+    num_steps: int = 0
+    num_preemptions: int = 0
+    prefix_cache_queries: int = 0
+    prefix_cache_hits: int = 0
+    kv_cache_usage: float = 0.0
+    num_prefill_tokens: int = 0
+    num_decode_tokens: int = 0
+    num_aborted_requests: int = 0
+
+    @property
+    def prefix_cache_hit_rate(self) -> float:
+        return self.prefix_cache_hits / self.prefix_cache_queries if self.prefix_cache_queries else 0.0
+
+
+@dataclass(slots=True)
+class _OutputState:
+    request: Request
+    prompt: str | None
+    detokenizer: IncrementalDetokenizer | None
+    first_token_time: float | None = None
+    finish_reason: str | None = None
+    stop_reason: str | None = None
+    stop_at: int | None = None  # where a stop string begins: the text ends there
+    logprobs: SampleLogprobs | None = None
+    cumulative_logprob: float | None = None
+    prompt_logprobs: PromptLogprobs | None = None
+
+    @property
+    def text(self) -> str:
+        """The completion so far, cut before a stop string."""
+        return self.detokenizer.text[: self.stop_at] if self.detokenizer else ""
+
+
+class StepObserver(Protocol):
+    """Watches every engine step through public state only (the course's timelines and maps).
+
+    on_schedule runs after schedule() and before the forward pass, while the pool still shows what
+    the scheduler just allocated; running_before lists the running request ids as the step began.
+    on_step runs at the end with the step's finished outputs and its prefix-cache lookups.
+    """
+
+    def on_schedule(self, scheduler: SchedulerInterface, scheduler_output: SchedulerOutput,
+                    running_before: tuple[str, ...]) -> None: ...
+
+    def on_step(self, scheduler_output: SchedulerOutput, finished: list[RequestOutput],
+                prefix_cache_stats: PrefixCacheStats | None, seconds: float) -> None: ...
+
+
+class LLMEngine:
+    def __init__(self, runner: ModelRunner, scheduler: SchedulerInterface, tokenizer: Tokenizer | None,
+                 hash_algo: str = "xxhash", hash_block_tokens: BlockTokensHasher | None = None):
+        self.runner, self.scheduler, self.tokenizer = runner, scheduler, tokenizer
+        self.kv_cache_manager: KVCacheManagerInterface = scheduler.kv_cache_manager
+        self.hash_block_tokens = hash_block_tokens  # None: the engine's own chained hash
+        self.block_hasher = get_request_block_hasher(
+            scheduler.block_size, get_hash_fn_by_name(hash_algo), hash_block=hash_block_tokens
+        )
+        self.outputs: dict[str, _OutputState] = {}
+        self.stats = EngineStats()
+        self.observers: list[StepObserver] = []
+        # The part of the step under way: schedule, execute, update or detokenize; None between steps.
+        # After a step raised it names where, until the next step starts.
+        self.stage: str | None = None
+        self._ids = itertools.count()
+
+    def add_request(self, prompt_token_ids: list[int], params: SamplingParams, prompt: str | None = None,
+                    priority: int = 0, cache_salt: str | None = None) -> str:
+        req_id = str(next(self._ids))
+        request = Request(
+            req_id, prompt_token_ids, sampling_params=params, eos_token_id=self.tokenizer.eos_token_id if self.tokenizer else None,
+            block_hasher=self.block_hasher, cache_salt=cache_salt, priority=priority,
+            arrival_time=time.perf_counter(),
+        )
+        detokenizer = IncrementalDetokenizer(self.tokenizer) if self.tokenizer else None
+        state = self.outputs[req_id] = _OutputState(request, prompt, detokenizer)
+        if params.logprobs is not None:
+            state.logprobs, state.cumulative_logprob = [], 0.0
+        self.scheduler.add_request(request)
+        return req_id
+
+    def has_unfinished_requests(self) -> bool:
+        return self.scheduler.has_unfinished_requests()
+
+    def abort_request(self, request_ids: Iterable[str]) -> None:
+        """End unfinished requests now (vLLM's LLMEngine.abort_request, whose EngineCore.abort_requests calls
+        Scheduler.finish_requests(ids, FINISHED_ABORTED)): they leave the scheduler, their blocks are freed as
+        at any finish (full ones stay cached), the runner forgets them, and stats count them. Ids already
+        finished, or unknown, are skipped."""
+        ids = [i for i in dict.fromkeys(request_ids) if i in self.outputs or i in self.scheduler.requests]
+        if not ids:
+            return
+        requests = [self.scheduler.requests.get(i) or self.outputs[i].request for i in ids]
+        error = None
+        for request in requests:
+            try:
+                self.scheduler.finish_requests([request.request_id], RequestStatus.FINISHED_ABORTED)
+            except BaseException as exc:  # a part raised while letting go: free its blocks once more below
+                error = error or exc
+                self.kv_cache_manager.free(request)  # freeing twice is a no-op (the Protocol's rule)
+        self.runner.remove_requests(ids)
+        for req_id in ids:
+            self.outputs.pop(req_id, None)
+        self.stats.num_aborted_requests += len(ids)
+        recover = getattr(self.kv_cache_manager.block_pool, "recover_free_blocks", None)
+        if recover is not None and not self.scheduler.requests:
+            recover()
+        if error is not None:
+            raise error
+
+    def step(self) -> list[RequestOutput]:
+        """One forward pass. Returns the requests that finished in it.
+
+        A step that raises (any part, or a KeyboardInterrupt) may have left its requests half-updated, so
+        it aborts every unfinished request before the exception goes on. If it raised before its forward
+        pass was done, the blocks it named for tokens not yet computed are evicted first (vLLM's
+        evict_blocks), since their KV was never written; the blocks of tokens computed in earlier steps stay
+        cached. vLLM instead lets the engine core die (EngineDeadError) and the server must restart."""
+        computed = {r.request_id: r.num_computed_tokens for r in self.scheduler.running}
+        try:
+            outputs = self._step()
+        except BaseException:
+            self._recover(computed)
+            raise
+        self.stage = None
+        return outputs
+
+    def _step(self) -> list[RequestOutput]:
+        start = time.perf_counter()
+        running_before = tuple(r.request_id for r in self.scheduler.running) if self.observers else ()
+        self.stage = "schedule"
+        so = self.scheduler.schedule()
+        if not (so.total_num_scheduled_tokens or so.preempted_req_ids) and self.has_unfinished_requests():
+            self._stalled()
+        for observer in self.observers:
+            observer.on_schedule(self.scheduler, so, running_before)
+        self.stage = "execute"
+        sampled = self.runner.execute_model(so)
+        self.stage = "update"
+        self._collect_logprobs(sampled)
+        finished = [r for r in self.scheduler.update_from_output(so, sampled) if r.request_id in self.outputs]
+        now = time.perf_counter()
+        cache_stats = self._record(so)
+        self.stage = "detokenize"
+        stopped = [req_id for req_id in sampled if self._detokenize(req_id, now)]
+        self.scheduler.finish_requests(stopped, RequestStatus.FINISHED_STOPPED)
+        done = finished + [self.outputs[r].request for r in stopped]
+        outputs = [self._finish(r, now) for r in done]
+        for observer in self.observers:
+            observer.on_step(so, outputs, cache_stats, time.perf_counter() - start)
+        return outputs
+
+    def _recover(self, computed: dict[str, int]) -> None:
+        """After a failed step: evict what may hold unwritten KV, then abort every unfinished request.
+
+        computed: each running request's computed tokens as the step began (a request admitted in the step
+        counts from 0, so its hits are evicted too: safe, if a little wasteful)."""
+        kv = self.kv_cache_manager
+        suspect = set()
+        if self.stage in ("schedule", "execute"):
+            for req_id in self.scheduler.requests:
+                first = computed.get(req_id, 0) // self.scheduler.block_size
+                block_ids = kv.get_block_ids(req_id)
+                for group in (block_ids if isinstance(block_ids, tuple) else (block_ids,)):
+                    suspect.update(b for b in group[first:] if b)
+        evict = getattr(kv, "evict_blocks", None)
+        if suspect and evict is not None:
+            evict(suspect)
+        self.abort_request([*self.outputs, *self.scheduler.requests])
+        self.runner.remove_requests(list(self.runner.requests))
+        if suspect and evict is None:
+            # A manager of one's own without evict_blocks: drop the whole cache rather than serve unwritten KV.
+            kv.reset_prefix_cache()
+
+    def _stalled(self) -> None:
+        scheduler = self.scheduler
+        raise EngineStalledError(
+            f"Step {self.stats.num_steps} scheduled no token and preempted nothing, with "
+            f"{len(scheduler.waiting)} requests waiting and {len(scheduler.running)} running: the engine cannot "
+            "make progress. A part plugged in through a seam is the likely cause: every running request needs at "
+            "least one token per step (a prefix hit must leave the last token to compute), and a waiting request "
+            "must be admitted once the pool is free."
+        )
+
+    def _collect_logprobs(self, sampled: dict[str, int]) -> None:
+        """Keep the logprobs the runner computed this step for the requests that asked for them."""
+        for req_id, token in sampled.items():
+            state = self.outputs[req_id]
+            if state.logprobs is not None:
+                entry = self._decoded(self.runner.logprobs[req_id])
+                state.logprobs.append(entry)
+                state.cumulative_logprob += entry[token].logprob
+            if state.request.sampling_params.prompt_logprobs is not None and state.prompt_logprobs is None:
+                # The first sampled token completes the prompt; a recompute after preemption repeats it.
+                state.prompt_logprobs = [None, *map(self._decoded, self.runner.prompt_logprobs[req_id])]
+
+    def _decoded(self, entry: dict[int, Logprob]) -> dict[int, Logprob]:
+        if self.tokenizer is not None:
+            for token, logprob in entry.items():
+                logprob.decoded_token = self.tokenizer.decode([token], skip_special_tokens=False)
+        return entry
+
+    def _detokenize(self, req_id: str, now: float) -> bool:
+        """Update the text; True if a stop string just matched (the scheduler has not finished it)."""
+        state = self.outputs[req_id]
+        request = state.request
+        state.first_token_time = state.first_token_time or now
+        stops = request.sampling_params.stop
+        if state.detokenizer is None or not (new := state.detokenizer.update(request.output_token_ids)) or not stops:
+            return False
+        # No stop string was in the text before this step, so a match ends in the new part: search a
+        # window that starts where the longest stop could begin. Stops stay exact across tokens, and
+        # the earliest match wins.
+        window = state.detokenizer.tail(len(new) + max(map(len, stops)) - 1)
+        matches = [(i, stop) for stop in stops if (i := window.find(stop)) >= 0]
+        if matches:
+            i, stop = min(matches)
+            state.stop_at = state.detokenizer.num_chars - len(window) + i
+            state.finish_reason, state.stop_reason = "stop", stop
+        return state.finish_reason is not None and not RequestStatus.is_finished(request.status)
+
+    def _finish(self, request: Request, now: float) -> RequestOutput:
+        state = self.outputs.pop(request.request_id)
+        completion = CompletionOutput(
+            index=0, text=state.text, token_ids=list(request.output_token_ids),
+            cumulative_logprob=state.cumulative_logprob, logprobs=state.logprobs,
+            finish_reason=state.finish_reason or _FINISH_REASONS[request.status], stop_reason=state.stop_reason,
+        )
+        return RequestOutput(
+            request_id=request.request_id, prompt=state.prompt, prompt_token_ids=request.prompt_token_ids,
+            outputs=[completion], num_cached_tokens=max(request.num_cached_tokens, 0),
+            metrics=RequestMetrics(request.arrival_time, state.first_token_time or now, now),
+            prompt_logprobs=state.prompt_logprobs,
+        )
+
+    def _record(self, so) -> PrefixCacheStats | None:
+        s = self.stats
+        s.num_steps += 1
+        s.num_preemptions = self.scheduler.num_preemptions
+        s.kv_cache_usage = self.kv_cache_manager.usage
+        decodes = sum(n == 1 for n in so.num_scheduled_tokens.values())
+        s.num_decode_tokens += decodes
+        s.num_prefill_tokens += so.total_num_scheduled_tokens - decodes
+        cache_stats = self.kv_cache_manager.make_prefix_cache_stats()
+        if cache_stats is not None:
+            s.prefix_cache_queries += cache_stats.queries
+            s.prefix_cache_hits += cache_stats.hits
+        return cache_stats

@@ -1,0 +1,202 @@
+"""Turn a SchedulerOutput into one forward pass over the paged cache (vllm/v1/worker/gpu_model_runner.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from nanoengine.attention.backend import AttentionMetadata
+from nanoengine.attention.paged import PagedKVCache
+from nanoengine.core import BlockIds
+from nanoengine.worker.block_table import BlockTable, BlockTableInterface
+from nanoengine.worker.cuda_graphs import DecodeGraphs
+from nanoengine.model import LlamaForCausalLM
+from nanoengine.errors import InvalidRequestError
+from nanoengine.outputs import Logprob
+from nanoengine.sample.sampler import compute_logprobs, make_generator, sample
+from nanoengine.sampling_params import SamplingParams
+from nanoengine.core.sched.output import SchedulerOutput
+
+
+@dataclass(slots=True)
+class CachedRequestState:
+    """The runner's own copy of a request's tokens (its blocks are in the BlockTable).
+
+    The runner appends the tokens it samples itself, so the scheduler never resends them.
+    """
+
+    req_id: str
+    token_ids: list[int]
+    num_computed_tokens: int
+    sampling_params: SamplingParams
+    num_prompt_tokens: int
+    # Prompt logprobs gathered chunk by chunk while the prompt is prefilled (when asked for).
+    prompt_logprobs: list[dict[int, Logprob]] = field(default_factory=list)
+
+
+class ModelRunner:
+    def __init__(self, model: LlamaForCausalLM, kv_cache: PagedKVCache, device: torch.device,
+                 block_table_cls: type[BlockTableInterface] = BlockTable, cuda_graphs: DecodeGraphs | None = None):
+        self.model, self.kv_cache, self.device = model, kv_cache, device
+        self.cuda_graphs = cuda_graphs  # None: every step runs eagerly
+        self.block_size = kv_cache.block_size
+        # One table per KV cache group; a hybrid model's block ids come as one list per group.
+        self.block_tables = [block_table_cls(self.block_size) for _ in kv_cache.groups]
+        self.block_table = self.block_tables[0]
+        self.requests: dict[str, CachedRequestState] = {}
+        # Kept across preemption so a seeded request draws the same numbers after recompute.
+        self.generators: dict[str, torch.Generator | None] = {}
+        # This step's logprobs, read by the engine after execute_model (vLLM's ModelRunnerOutput
+        # carries them; here the returned dict stays {req_id: token}, the scheduler's seam).
+        self.logprobs: dict[str, dict[int, Logprob]] = {}
+        self.prompt_logprobs: dict[str, list[dict[int, Logprob]]] = {}
+
+    def remove_requests(self, req_ids, keep_generators: bool = False) -> None:
+        """Forget requests the scheduler no longer runs: their state and block-table rows, and unless they
+        were only preempted (a seeded request draws on after recompute), their generators. Ids the runner
+        does not hold are skipped: an aborted request may never have reached it."""
+        for req_id in req_ids:
+            if self.requests.pop(req_id, None) is not None:
+                for table in self.block_tables:
+                    table.remove_row(req_id)
+            if not keep_generators:
+                self.generators.pop(req_id, None)
+
+    def _update_states(self, so: SchedulerOutput) -> None:
+        self.remove_requests(so.finished_req_ids)
+        self.remove_requests(so.preempted_req_ids, keep_generators=True)
+        for new in so.scheduled_new_reqs:
+            params = new.request.sampling_params
+            if params.prompt_logprobs is not None and new.num_computed_tokens:
+                raise InvalidRequestError(
+                    f"Request {new.req_id} asks for prompt logprobs but was admitted with {new.num_computed_tokens} "
+                    "cached tokens, whose logits are never computed. A KV cache manager must give no prefix hit "
+                    "to a request whose skip_reading_prefix_cache is True (see KVCacheManager.get_computed_blocks)."
+                )
+            self.requests[new.req_id] = CachedRequestState(
+                new.req_id, list(new.token_ids), new.num_computed_tokens, params, new.request.num_prompt_tokens
+            )
+            for table, block_ids in zip(self.block_tables, self._per_group(new.block_ids)):
+                table.add_row(new.req_id, block_ids)
+            if new.req_id not in self.generators:
+                self.generators[new.req_id] = make_generator(params.seed)
+        cached = so.scheduled_cached_reqs
+        for req_id, block_ids, num_computed in zip(cached.req_ids, cached.new_block_ids, cached.num_computed_tokens):
+            self.requests[req_id].num_computed_tokens = num_computed
+            for table, group_block_ids in zip(self.block_tables, self._per_group(block_ids)):
+                table.append_row(req_id, group_block_ids)
+
+    @staticmethod
+    def _per_group(block_ids: BlockIds) -> tuple[list[int], ...]:
+        """The hybrid manager gives one list per group (a one-group sliding model too); KVCacheManager one list."""
+        return block_ids if isinstance(block_ids, tuple) else (block_ids,)
+
+    def _prepare_inputs(self, order: list[str], num_scheduled: dict[str, int]):
+        input_ids, positions, computed, seq_lens, starts = [], [], [], [], [0]
+        for req_id in order:
+            state, n = self.requests[req_id], num_scheduled[req_id]
+            c = state.num_computed_tokens
+            computed.append(c)
+            input_ids += state.token_ids[c : c + n]
+            positions += range(c, c + n)
+            seq_lens.append(c + n)
+            starts.append(starts[-1] + n)
+        dev = self.device
+        query_start_loc = torch.tensor(starts, dtype=torch.int32, device=dev)
+        seq_lens_t = torch.tensor(seq_lens, dtype=torch.int32, device=dev)
+        max_query_len, max_seq_len = max(num_scheduled[r] for r in order), max(seq_lens)
+        num_decodes = sum(num_scheduled[r] == 1 for r in order)
+        metadata = []
+        for table, group in zip(self.block_tables, self.kv_cache.groups):
+            slots = []
+            for req_id, c in zip(order, computed):
+                slots += table.compute_slot_mapping(req_id, c, num_scheduled[req_id])
+            tables = table.get_block_tables(order)
+            metadata.append(AttentionMetadata(
+                slot_mapping=torch.tensor(slots, dtype=torch.int64, device=dev),
+                query_start_loc=query_start_loc,
+                seq_lens=seq_lens_t,
+                block_tables=torch.tensor(tables, dtype=torch.int32, device=dev),
+                max_query_len=max_query_len,
+                max_seq_len=max_seq_len,
+                num_decodes=num_decodes,
+                # Cascade attention serves full attention only: under a window the shared prefix is partly
+                # out of sight (vLLM's SlidingWindowManager reports no common prefix blocks either).
+                num_common_prefix_blocks=0 if group.sliding_window else _common_prefix(tables[:num_decodes]),
+            ))
+        ids = torch.tensor(input_ids, dtype=torch.int64, device=dev)
+        return ids, torch.tensor(positions, dtype=torch.int64, device=dev), metadata, starts
+
+    @torch.inference_mode()
+    def execute_model(self, so: SchedulerOutput) -> dict[str, int]:
+        """Run one step; return the sampled token of every request whose prompt is now complete."""
+        self._update_states(so)
+        self.logprobs, self.prompt_logprobs = {}, {}
+        if not so.num_scheduled_tokens:
+            return {}
+        # Decodes first: the attention backend runs them through its decode kernel in one launch.
+        order = sorted(so.num_scheduled_tokens, key=lambda r: so.num_scheduled_tokens[r] > 1)
+        input_ids, positions, metadata, starts = self._prepare_inputs(order, so.num_scheduled_tokens)
+        graphs = self.cuda_graphs if self.cuda_graphs and self.cuda_graphs.can_replay(metadata[0], len(order)) else None
+        if graphs:  # every request decodes one token, so row i is request i's last token
+            all_logits = graphs.replay(input_ids, positions, metadata[0])
+        else:
+            self.kv_cache.group_metadata = metadata
+            hidden = self.model(input_ids, positions, self.kv_cache)
+
+        def row_logits(rows: list[int]) -> torch.Tensor:
+            index = torch.tensor(rows, device=self.device)
+            return all_logits[index] if graphs else self.model.compute_logits(hidden[index])
+
+        done = []  # requests whose chunk reaches the end of their tokens get a next token
+        for i, req_id in enumerate(order):
+            state = self.requests[req_id]
+            state.num_computed_tokens += so.num_scheduled_tokens[req_id]
+            if state.num_computed_tokens == len(state.token_ids):
+                done.append((i, state))
+        self._gather_prompt_logprobs(order, so.num_scheduled_tokens, starts, row_logits)
+        if not done:
+            return {}
+        logits = row_logits([starts[i + 1] - 1 for i, _ in done])
+        tokens = sample(logits, [s.sampling_params for _, s in done], [self.generators[s.req_id] for _, s in done])
+        asked = [j for j, (_, s) in enumerate(done) if s.sampling_params.logprobs is not None]
+        if asked:
+            entries = compute_logprobs(logits[asked], [tokens[j] for j in asked],
+                                       [done[j][1].sampling_params.logprobs for j in asked])
+            self.logprobs = {done[j][1].req_id: entry for j, entry in zip(asked, entries)}
+        for (_, state), token in zip(done, tokens):
+            state.token_ids.append(token)
+        return {state.req_id: token for (_, state), token in zip(done, tokens)}
+
+    def _gather_prompt_logprobs(self, order, num_scheduled, starts, row_logits) -> None:
+        """For requests that ask for them: the logprob of each prompt token this step's chunk predicts
+        (row p predicts token p + 1), published in self.prompt_logprobs once the prompt is complete."""
+        for i, req_id in enumerate(order):
+            state = self.requests[req_id]
+            if state.sampling_params.prompt_logprobs is None:
+                continue
+            # This step's chunk: execute_model has just advanced num_computed_tokens past it.
+            start = state.num_computed_tokens - num_scheduled[req_id]
+            last = min(state.num_computed_tokens, state.num_prompt_tokens - 1)
+            if start < last:
+                positions = range(start, last)
+                state.prompt_logprobs += compute_logprobs(
+                    row_logits([starts[i] + p - start for p in positions]),
+                    [state.token_ids[p + 1] for p in positions],
+                    [state.sampling_params.prompt_logprobs] * len(positions),
+                )
+            if start < state.num_prompt_tokens <= state.num_computed_tokens:
+                self.prompt_logprobs[req_id] = state.prompt_logprobs
+
+
+def _common_prefix(tables: list[list[int]]) -> int:
+    """How many leading block ids all the given block tables share (0 for fewer than two tables)."""
+    if len(tables) < 2:
+        return 0
+    n = 0
+    for column in zip(*tables):
+        if 0 in column or any(b != column[0] for b in column):
+            break
+        n += 1
+    return n

@@ -1,0 +1,95 @@
+"""Chapter 05's free-queue view: what it draws is the pool's real free queue and ref counts, step by step."""
+
+import re
+
+from nanoengine.core import FreeKVCacheBlockQueue
+from nanocourse.free_queue_view import (
+    STORY,
+    FreeQueueLab,
+    FreeQueueView,
+    free_list,
+    remove_append_ns,
+    time_remove_append,
+)
+from solutions.ch05_free_queue import FreeKVCacheBlockQueue as WorkedQueue
+
+CHIP = re.compile(r"data-block='(\d+)' data-hashed='([01])' data-ref='(\d+)'")
+
+
+def chips(fragment: str) -> list[tuple[int, bool, int]]:
+    return [(int(b), h == "1", int(r)) for b, h, r in CHIP.findall(fragment)]
+
+
+def assert_matches_pool(view: FreeQueueView) -> None:
+    lab = view.lab
+    queue = lab.pool.free_block_queue.get_all_free_blocks()
+    assert chips(view.queue.value) == [(b.block_id, b.block_hash is not None, 0) for b in queue], "queue, head to tail"
+    held = [b for name in lab.running for b in lab.manager.get_blocks(name)]
+    assert chips(view.held.value) == [(b.block_id, b.block_hash is not None, b.ref_cnt) for b in held]
+    assert all(b.ref_cnt > 0 for b in held) and {b.ref_cnt for b in queue} <= {0}
+    assert len(queue) + len({b.block_id for b in held}) == lab.pool.num_gpu_blocks - 1, "every block is somewhere"
+    stars = " ".join(f"{b.block_id}{'*' if b.block_hash is not None else ''}" for b in queue)
+    assert f"hashed): {stars}" in view.text()
+
+
+def test_each_story_step_draws_the_real_queue():
+    view = FreeQueueView()
+    assert_matches_pool(view)
+    for _ in STORY:
+        view.step_button.click()
+        assert_matches_pool(view)
+    events = view.lab.events
+    assert view.num_steps == len(STORY) == len(events)
+    view.step_button.click()
+    assert len(view.lab.events) == len(STORY), "past the end of the story, Step does nothing"
+
+    freed = events[2]
+    assert (freed.to_head, freed.to_tail) == ((4,), (3, 2, 1)), "partial block to the head, chain tail-first to the tail"
+    hit = events[4]
+    assert hit.pulled == ((1, 11), (2, 10)) and hit.popped == (8, 4)
+    assert all(0 < pos < 14 for _, pos in hit.pulled), "the hit removes blocks from the middle of the queue"
+    assert events[5].evicted == (3, 7, 6), "lazy LRU: the oldest cached blocks, each chain's tail first"
+    assert "pulled out of the queue at positions [11, 10]" in events[4].describe()
+
+
+def test_buttons_act_on_the_pool_and_a_refusal_changes_nothing():
+    view = FreeQueueView()
+    view.chat_button.click()
+    view.chat_button.click()  # the first chat still runs: its system-prompt blocks are shared, not pulled
+    shared = view.lab.events[-1]
+    assert shared.shared == (1, 2) and shared.pulled == ()
+    assert [b.ref_cnt for b in view.lab.manager.get_blocks("chat2")[:2]] == [2, 2]
+    assert_matches_pool(view)
+    while not view.lab.events[-1].refused:
+        before = view.lab.text()
+        view.allocate_button.click()
+    assert view.lab.text().splitlines()[1:] == before.splitlines()[1:], "a refused request leaves the pool as it was"
+    assert_matches_pool(view)
+    while view.lab.running:
+        view.free_button.click()
+        assert_matches_pool(view)
+    view.free_button.click()
+    assert "no request is running" in view.log.value
+    view.reset_button.click()
+    assert view.num_steps == 0 and view.lab.events == [] and len(view.lab.free_order()) == 15
+
+
+def test_the_worked_solution_queue_tells_the_same_story():
+    engine = FreeQueueView()
+    worked = FreeQueueView(lambda: FreeQueueLab(free_queue_cls=WorkedQueue))
+    assert not isinstance(worked.lab.pool.free_block_queue, FreeKVCacheBlockQueue)
+    for _ in STORY:
+        engine.step()
+        worked.step()
+        assert worked.text() == engine.text()
+
+
+def test_deque_baseline_does_the_same_work():
+    linked, blocks = free_list(1000)
+    ids, _ = free_list(1000, use_deque=True)
+    picks = range(250, 750, 7)
+    assert time_remove_append(linked, [blocks[i] for i in picks]) > 0
+    assert time_remove_append(ids, list(picks)) > 0
+    assert [b.block_id for b in linked.get_all_free_blocks()] == list(ids)
+    assert list(ids)[-len(picks):] == list(picks), "each moved block ends at the tail"
+    assert remove_append_ns(1000, 50, repeats=1) > 0 and remove_append_ns(1000, 50, use_deque=True, repeats=1) > 0

@@ -1,0 +1,149 @@
+"""The graded exercises are honest: every task passes on the solutions and on the engine, every task
+fails on the untouched stubs with NotImplementedError, every task rejects at least two seeded bugs
+(nanocourse/bugs/), and stubs and solutions have the same public functions, classes and method signatures."""
+
+import ast
+import importlib
+import inspect
+import runpy
+
+import pytest
+
+from nanoengine.attention import triton_available
+from nanocourse.grading import GRADED, grade
+
+CHAPTERS = sorted({p.name.split("_")[1][2:] for p in GRADED.glob("test_ch*_*.py")})
+MODULES = sorted(p.stem for p in (GRADED.parents[1] / "solutions").glob("ch*.py"))
+BUGS = GRADED.parent / "bugs"
+
+
+@pytest.fixture(scope="module")
+def cards() -> dict:
+    """The whole course graded once per implementation, each in one process (tens of processes would
+    cost minutes of interpreter and model start-up)."""
+    return {impl: grade("all", impl) for impl in ("solutions", "nanoengine", "exercises")}
+
+
+@pytest.fixture(scope="module")
+def bug_results(tmp_path_factory) -> list:
+    """Every chapter's seeded bugs, graded in one process: each variant runs only the task it targets."""
+    root = tmp_path_factory.mktemp("bugs")
+    for module in MODULES:
+        source = (GRADED.parents[1] / "solutions" / f"{module}.py").read_text()
+        for k, (task, mistake, old, new) in enumerate(_bugs(module)):
+            assert source.count(old) == 1, f"{module}, {mistake}: the text to replace must occur once in the solution"
+            folder = root / f"{module[:4]}_bug{k:02d}"
+            folder.mkdir()
+            (folder / f"{module}.py").write_text(source.replace(old, new))
+            (folder / "TASK").write_text(task)
+    return grade("all", str(root))
+
+
+def _bugs(module: str) -> list:
+    return runpy.run_path(str(BUGS / f"{module}.py"))["BUGS"]
+
+
+def _chapter(card, chapter: str) -> list:
+    if chapter in card.skipped:  # chapter 03 where Triton is not installed: the scorecard says why
+        pytest.skip(f"chapter {chapter}'s graded suite was skipped: {card.skipped[chapter]}")
+    return [r for r in card if r.task.split(".")[0] == chapter]
+
+
+def _importable(module: str) -> None:
+    if module == "ch03_triton" and not triton_available():
+        pytest.skip("chapter 03's exercises import triton, which is not installed (Linux-only wheels)")
+
+
+def test_scorecard_shows_each_task_and_why_it_failed(cards):
+    card = cards["exercises"]
+    text = repr(card)
+    assert text.startswith(f"The course (exercises): 0/{len(card)} tasks pass")
+    assert text.count("✗") == len(card) and "not implemented yet" in text
+    assert all(f"Chapter {ch}: skipped: " in text for ch in card.skipped)
+    assert f"Chapter {CHAPTERS[0]}: 0/{len(_chapter(card, CHAPTERS[0]))} tasks pass" in text
+
+
+def test_every_chapter_module_has_a_graded_suite_and_seeded_bugs():
+    assert CHAPTERS and MODULES
+    assert sorted(m[2:4] for m in MODULES) == CHAPTERS
+    assert sorted(p.stem for p in BUGS.glob("ch*.py")) == MODULES
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+@pytest.mark.parametrize("impl", ["solutions", "nanoengine"])
+def test_every_task_passes(cards, chapter, impl):
+    results = _chapter(cards[impl], chapter)
+    assert results, "no graded task ran"
+    assert [r.task for r in results if not r.passed] == [], [r.message for r in results if not r.passed]
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_every_task_fails_on_the_stubs_with_not_implemented(cards, chapter):
+    results = _chapter(cards["exercises"], chapter)
+    assert results and [r.task for r in results if r.passed] == []
+    assert all("not implemented yet" in r.message for r in results), [r.message for r in results]
+    ids = [r.task for r in results]
+    assert len(ids) == len(set(ids)), "task ids must be unique"
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_every_task_rejects_two_seeded_bugs(cards, bug_results, module):
+    _importable(module)
+    bugs = _bugs(module)
+    caught = {r.variant for r in bug_results if not r.passed and "not implemented" not in r.message}
+    missed = [f"{task} {mistake}" for k, (task, mistake, _, _) in enumerate(bugs)
+              if f"{module[:4]}_bug{k:02d}" not in caught]
+    assert missed == [], f"seeded bugs that pass their task: {missed}"
+    per_task = {r.task: sum(b[0] == r.task for b in bugs) for r in _chapter(cards["solutions"], module[2:4])}
+    assert all(n >= 2 for n in per_task.values()), f"every task needs two seeded bugs: {per_task}"
+
+
+def _public(module) -> dict:
+    return {n: o for n, o in vars(module).items()
+            if not n.startswith("_") and callable(o) and getattr(o, "__module__", None) == module.__name__}
+
+
+def _methods(cls) -> dict:
+    """The public methods (and __init__) a class defines itself."""
+    return {n: o for n, o in vars(cls).items() if callable(o) and (not n.startswith("_") or n == "__init__")}
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_stub_and_solution_signatures_match(module):
+    _importable(module)
+    stub, solution = (importlib.import_module(f"{pkg}.{module}") for pkg in ("exercises", "solutions"))
+    assert _public(stub).keys() == _public(solution).keys()
+    for name, obj in _public(stub).items():
+        other = _public(solution)[name]
+        if inspect.isclass(obj):
+            assert _methods(obj).keys() == _methods(other).keys(), name
+            for method, fn in _methods(obj).items():
+                assert inspect.signature(fn) == inspect.signature(_methods(other)[method]), f"{name}.{method}"
+        else:
+            assert inspect.signature(obj) == inspect.signature(other), name
+
+
+def _imported_names(path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {alias.asname or alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            names |= {alias.asname or alias.name for alias in node.names}
+    return names
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_stubs_import_what_their_solutions_need(module):
+    """A learner who pastes a worked function body into the stub must not meet a NameError."""
+    root = GRADED.parents[1]
+    missing = _imported_names(root / "solutions" / f"{module}.py") - _imported_names(root / "exercises" / f"{module}.py")
+    assert not missing, f"exercises/{module}.py lacks imports its solution uses: {sorted(missing)}"
+
+
+def test_the_learners_grade_command_exits_0_with_open_tasks_and_strict_mode_does_not():
+    from nanocourse.grading import main
+
+    assert main(["00"]) == 0  # the stubs: every task open, a scorecard, no "Error 1" from make
+    assert main(["00", "exercises", "--strict"]) == 1
+    assert main(["00", "solutions", "--strict"]) == 0

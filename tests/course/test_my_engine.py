@@ -1,0 +1,87 @@
+"""my_llm(): the learner's finished parts become the engine, each through its own seam."""
+
+import pytest
+
+from nanoengine import LLM, SamplingParams
+from nanoengine.attention import AttentionBackend, triton_available
+from nanoengine.core import BlockPoolInterface, FreeBlockQueue, KVCacheManagerInterface
+from nanocourse import workloads as W
+from nanocourse.beyond import hit_rate
+from nanocourse.my_engine import (
+    PARTS,
+    load_exercise,
+    mine_or_worked,
+    my_llm,
+    part_status,
+    seam_owners,
+    stubs_left,
+)
+from nanoengine.worker.block_table import BlockTableInterface
+from nanoengine.core.sched.interface import SchedulerInterface
+
+pytestmark = pytest.mark.model
+KV_BYTES = 64 * 2**20
+
+
+def _serve(llm, prompts):
+    params = SamplingParams(temperature=0, max_tokens=12)
+    return [llm.generate(prompt_token_ids=list(p), sampling_params=params)[0] for p in prompts]
+
+
+def test_untouched_stubs_leave_every_part_to_the_engine_and_it_serves(capsys):
+    assert all(stubs_left(p.module) for p in PARTS), "every exercise file ships with stubs"
+    llm = my_llm(kv_cache_memory_bytes=KV_BYTES)
+    table = capsys.readouterr().out
+    # Where Triton is missing (macOS), the kernel part says so instead of listing its stubs.
+    no_triton = table.count("Triton is not installed")
+    assert no_triton == (0 if triton_available() else 1)
+    assert table.startswith("Your engine: 0 of 7 parts are yours") and table.count("stubs left") == len(PARTS) - no_triton
+    assert all(owner.startswith("nanoengine.") for _, _, owner in seam_owners(llm))
+    out = llm.generate(prompt_token_ids=[[1, 2, 3, 4, 5]], sampling_params=SamplingParams(max_tokens=3))[0]
+    assert len(out.token_ids) == 3
+
+
+def test_worked_solutions_engine_equals_nanoengine_on_the_chatbot_workload(llm, capsys):
+    worked = my_llm(source="solutions", kv_cache_memory_bytes=KV_BYTES)
+    assert "6 of 7 parts are worked" in capsys.readouterr().out, "all but the kernels, which sit out on a CPU"
+    owners = dict(((c, s), o) for c, s, o in seam_owners(worked))
+    assert all(o.startswith("solutions.") for (c, _), o in owners.items() if c != "03"), owners
+    engine = worked.engine
+    for obj, protocol in ((engine.runner.block_table, BlockTableInterface), (worked.backend, AttentionBackend),
+                          (engine.kv_cache_manager.block_pool.free_block_queue, FreeBlockQueue),
+                          (engine.kv_cache_manager.block_pool, BlockPoolInterface),
+                          (engine.kv_cache_manager, KVCacheManagerInterface), (engine.scheduler, SchedulerInterface)):
+        if protocol is not AttentionBackend:  # a plain Protocol, not runtime-checkable
+            assert isinstance(obj, protocol), (obj, protocol)
+    prompts = W.chatbot(llm.tokenizer, n=5).prompts
+    reference = LLM(progress=False, kv_cache_memory_bytes=KV_BYTES)
+    theirs, ours = _serve(worked, prompts), _serve(reference, prompts)
+    assert [o.token_ids for o in theirs] == [o.token_ids for o in ours]
+    assert [o.num_cached_tokens for o in theirs] == [o.num_cached_tokens for o in ours]
+    assert hit_rate(theirs) == hit_rate(ours) > 0.5
+    assert worked.get_stats().prefix_cache_hit_rate == reference.get_stats().prefix_cache_hit_rate
+    pool = engine.kv_cache_manager.block_pool
+    assert pool.get_num_free_blocks() == pool.num_gpu_blocks - 1, "no block leaks"
+
+
+def test_an_edit_takes_effect_without_a_restart(tmp_path):
+    path = tmp_path / "ch04_hash_chains.py"
+    path.write_text("def hash_block_tokens(parent, tokens, extra_keys=None):\n    raise NotImplementedError\n")
+    assert stubs_left("ch04_hash_chains", tmp_path) == ["hash_block_tokens"]
+    with pytest.raises(NotImplementedError):
+        load_exercise("ch04_hash_chains", tmp_path).hash_block_tokens(None, [1])
+    path.write_text("def hash_block_tokens(parent, tokens, extra_keys=None):\n    return b'x' * 16\n")
+    assert stubs_left("ch04_hash_chains", tmp_path) == []
+    assert load_exercise("ch04_hash_chains", tmp_path).hash_block_tokens(None, [1]) == b"x" * 16
+
+
+def test_mine_or_worked_falls_back_while_the_stub_raises():
+    module, who = mine_or_worked("ch04_hash_chains", lambda m: m.hash_block_tokens(None, [1, 2, 3]))
+    assert who == "the worked solution's" and module.__name__ == "solutions.ch04_hash_chains"
+
+
+@pytest.mark.skipif(not triton_available(), reason="Triton is not installed (it publishes wheels for Linux only)")
+def test_a_finished_kernel_part_sits_out_on_a_cpu_unless_forced():
+    kernels = next(p for p in PARTS if p.argument == "attention_backend")
+    assert not part_status(kernels, "solutions", use_kernels=False).used
+    assert part_status(kernels, "solutions", use_kernels=True).used

@@ -1,0 +1,110 @@
+"""The scheduler on its own (no model): vLLM v1's budget, chunking, admission and preemption rules."""
+
+from nanoengine.core import KVCacheManager, get_request_block_hasher
+from nanoengine.request import Request, RequestStatus
+from nanoengine.sampling_params import SamplingParams
+from nanoengine.core.sched.scheduler import Scheduler, SchedulerConfig
+
+BS = 4
+HASHER = get_request_block_hasher(BS)
+
+
+def make(num_blocks=64, **cfg) -> Scheduler:
+    return Scheduler(SchedulerConfig(**cfg), KVCacheManager(BS, num_blocks))
+
+
+def req(rid, n, priority=0, arrival=0.0, max_tokens=8, first=0):
+    return Request(rid, list(range(first, first + n)), sampling_params=SamplingParams(max_tokens=max_tokens),
+                   eos_token_id=None, block_hasher=HASHER, priority=priority, arrival_time=arrival)
+
+
+def run_step(s: Scheduler, token=1):
+    out = s.schedule()
+    done = {r: token for r, n in out.num_scheduled_tokens.items()
+            if s.requests[r].num_computed_tokens == s.requests[r].num_tokens}
+    return out, s.update_from_output(out, done)
+
+
+def test_one_budget_mixes_prefill_chunks_and_decodes():
+    s = make(max_num_batched_tokens=10, long_prefill_token_threshold=6)
+    s.add_request(req("a", 3))
+    out, _ = run_step(s)
+    assert out.num_scheduled_tokens == {"a": 3}
+    s.add_request(req("b", 20, first=100))
+    out, _ = run_step(s)
+    # Running first: a's decode (1 token), then b's first chunk, capped by the threshold.
+    assert out.num_scheduled_tokens == {"a": 1, "b": 6}
+    assert [d.req_id for d in out.scheduled_new_reqs] == ["b"] and out.scheduled_cached_reqs.req_ids == ["a"]
+    out, _ = run_step(s)
+    assert out.num_scheduled_tokens == {"a": 1, "b": 6} and out.total_num_scheduled_tokens <= 10
+
+
+def test_budget_splits_a_long_prompt_without_threshold():
+    s = make(max_num_batched_tokens=8)
+    s.add_request(req("a", 20))
+    chunks = [run_step(s)[0].num_scheduled_tokens["a"] for _ in range(4)]
+    assert chunks == [8, 8, 4, 1]  # the 4th step is the first decode
+
+
+def test_prefix_hit_at_admission_sets_computed_tokens():
+    s = make()
+    s.add_request(req("a", 10, max_tokens=1))
+    run_step(s)  # a finishes after one token; its two full blocks stay cached
+    s.add_request(req("b", 10, max_tokens=1))
+    out, _ = run_step(s)
+    new = out.scheduled_new_reqs[0]
+    assert new.num_computed_tokens == 8 and out.num_scheduled_tokens["b"] == 2
+    assert new.request.num_cached_tokens == 8
+
+
+def test_fcfs_preempts_the_newest_and_admits_nobody_that_step():
+    s = make(num_blocks=6)  # 5 usable blocks of 4 tokens
+    s.add_request(req("old", 8, arrival=1.0, max_tokens=20))
+    s.add_request(req("new", 8, arrival=2.0, max_tokens=20, first=50))
+    run_step(s)
+    s.add_request(req("late", 4, arrival=3.0, first=90))
+    preempted = []
+    for _ in range(6):
+        out, _ = run_step(s)
+        if out.preempted_req_ids:
+            preempted = out.preempted_req_ids
+            assert not out.scheduled_new_reqs, "no admission in a step that preempted"
+            break
+    assert preempted == {"new"}
+    assert s.waiting[0].request_id == "new" and s.waiting[0].status == RequestStatus.PREEMPTED
+    assert s.requests["new"].num_computed_tokens == 0
+
+
+def test_priority_policy_preempts_the_lowest_priority():
+    s = make(num_blocks=6, policy="priority")
+    s.add_request(req("vip", 8, priority=0, arrival=2.0, max_tokens=20))
+    s.add_request(req("bulk", 8, priority=5, arrival=1.0, max_tokens=20, first=50))
+    run_step(s)
+    for _ in range(6):
+        out, _ = run_step(s)
+        if out.preempted_req_ids:
+            assert out.preempted_req_ids == {"bulk"}
+            return
+    raise AssertionError("expected a preemption")
+
+
+def test_max_num_seqs_and_finished_requests_are_reported_and_freed():
+    s = make(max_num_seqs=2)
+    for i in range(3):
+        s.add_request(req(f"r{i}", 4, max_tokens=1, first=10 * i))
+    out, finished = run_step(s)
+    assert set(out.num_scheduled_tokens) == {"r0", "r1"} and len(s.waiting) == 1
+    assert {r.request_id for r in finished} == {"r0", "r1"}
+    out, _ = run_step(s)
+    assert out.finished_req_ids == {"r0", "r1"} and set(out.num_scheduled_tokens) == {"r2"}
+    assert s.kv_cache_manager.get_block_ids("r0") == []
+
+
+def test_hit_stats_count_each_admission_once_not_each_lookup():
+    s = make(num_blocks=4)  # 3 usable blocks
+    s.add_request(req("big", 8, max_tokens=5))
+    run_step(s)
+    s.add_request(req("held", 8, first=40))  # needs 2 blocks while big holds 2 or 3: held at the gate
+    for _ in range(3):
+        run_step(s)
+    assert s.kv_cache_manager.make_prefix_cache_stats().queries == 8, "only big's admission is counted"

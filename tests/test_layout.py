@@ -1,0 +1,111 @@
+"""The repository's boundaries: the engine alone in nanoengine/ (laid out as vLLM v1), the course in nanocourse/,
+an import graph with no cycle, and every module importable where Triton is not (CI's no-triton pass)."""
+
+import ast
+import importlib
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+COURSE_ONLY = ("nanocourse", "ipywidgets", "matplotlib", "jupyterlab", "ipykernel", "IPython")
+# vLLM 0.33's file for each engine file (vllm/v1/ dropped): a learner who knows one tree finds the other's file.
+VLLM_PATHS = {
+    "core/block_pool.py": "vllm/v1/core/block_pool.py",
+    "core/kv_cache_utils.py": "vllm/v1/core/kv_cache_utils.py",
+    "core/kv_cache_manager.py": "vllm/v1/core/kv_cache_manager.py",
+    "core/kv_cache_coordinator.py": "vllm/v1/core/kv_cache_coordinator.py",
+    "core/single_type_kv_cache_manager.py": "vllm/v1/core/single_type_kv_cache_manager.py",
+    "core/sched/scheduler.py": "vllm/v1/core/sched/scheduler.py",
+    "core/sched/output.py": "vllm/v1/core/sched/output.py",
+    "core/sched/interface.py": "vllm/v1/core/sched/interface.py",
+    "core/sched/request_queue.py": "vllm/v1/core/sched/request_queue.py",
+    "kv_cache_interface.py": "vllm/v1/kv_cache_interface.py",
+    "request.py": "vllm/v1/request.py",
+    "worker/model_runner.py": "vllm/v1/worker/gpu_model_runner.py",
+    "worker/block_table.py": "vllm/v1/worker/block_table.py",
+    "sample/sampler.py": "vllm/v1/sample/sampler.py",
+    "engine/llm_engine.py": "vllm/v1/engine/llm_engine.py",
+    "engine/detokenizer.py": "vllm/v1/engine/detokenizer.py",
+    "entrypoints/llm.py": "vllm/entrypoints/llm.py",
+    "sampling_params.py": "vllm/sampling_params.py",
+    "outputs.py": "vllm/outputs.py",
+}
+
+
+def _modules(package: str) -> list[str]:
+    root = importlib.import_module(package)
+    return [package] + [m.name for m in pkgutil.walk_packages(root.__path__, package + ".")]
+
+
+def _imports(module: str) -> set[str]:
+    """The modules `module` imports, at any depth of its source (lazy imports inside functions count)."""
+    spec = importlib.util.find_spec(module)
+    tree = ast.parse(Path(spec.origin).read_text())
+    package = module if spec.submodule_search_locations else module.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            found.add(base)
+            found |= {f"{base}.{a.name}" for a in node.names}
+    return found
+
+
+def test_engine_files_sit_where_vllm_keeps_theirs():
+    missing = [ours for ours in VLLM_PATHS if not (ROOT / "nanoengine" / ours).is_file()]
+    assert missing == [], f"engine files missing from their vLLM-mirroring place: {missing}"
+
+
+def test_no_engine_module_imports_the_course_or_its_libraries():
+    offenders = {m: sorted(i for i in _imports(m) if i.split(".")[0] in COURSE_ONLY) for m in _modules("nanoengine")}
+    assert {m: i for m, i in offenders.items() if i} == {}
+
+
+def test_importing_the_engine_pulls_in_no_course_library():
+    code = ("import sys, nanoengine, nanoengine.entrypoints.llm; "
+            f"print([m for m in sys.modules if m.split('.')[0] in {COURSE_ONLY!r}])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]", f"`import nanoengine` imported {out.strip()}"
+
+
+def test_the_engine_import_graph_has_no_cycle():
+    modules = set(_modules("nanoengine"))
+    graph = {m: {i for i in _imports(m) if i in modules and i != m} for m in modules}
+    state: dict[str, int] = {}
+
+    def visit(m, path):
+        state[m] = 1
+        for n in sorted(graph[m]):
+            if state.get(n) == 1:
+                pytest.fail(f"import cycle: {' -> '.join(path[path.index(n):] + [n])}")
+            if n not in state:
+                visit(n, path + [n])
+        state[m] = 2
+
+    for m in sorted(modules):
+        if m not in state:
+            visit(m, [m])
+
+
+@pytest.mark.triton
+def test_every_module_imports_where_triton_may_be_missing():
+    """Under CI's no-triton pass (tests/no_triton) only the kernel modules may fail, and they must say why."""
+    kernels = {"nanoengine.attention.triton_backend", "nanoengine.attention.triton_kernels", "nanocourse.kernel_lab"}
+    for module in _modules("nanoengine") + _modules("nanocourse"):
+        if module.startswith("nanocourse.graded") or module.startswith("nanocourse.bugs"):
+            continue
+        if module in kernels:
+            try:
+                importlib.import_module(module)
+            except ImportError as e:
+                assert "triton" in str(e).lower(), f"{module}: {e}"
+            continue
+        importlib.import_module(module)
