@@ -15,6 +15,7 @@ content hash means a changed file can never be served stale weights.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib.util
 import json
@@ -165,6 +166,7 @@ def _unpack_gguf(source: Path, folder: Path, progress: bool) -> None:
     meta["_num_tokens"] = len(reader.fields["tokenizer.ggml.tokens"].data)
     names = {t.name for t in reader.tensors}
     config = LlamaConfig.from_gguf_metadata(meta, has_output_weight="output.weight" in names)
+    config = dataclasses.replace(config, **_sliding_windows(reader, config.num_hidden_layers))
 
     state_dict = {}
     bar = tqdm(reader.tensors, desc=f"Unpacking {source.name} (first load only)", unit="tensor", disable=not progress)
@@ -191,6 +193,78 @@ def _unpack_gguf(source: Path, folder: Path, progress: bool) -> None:
             raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _sliding_windows(reader, num_layers: int) -> dict:
+    """LlamaConfig's sliding_window and layer_types from llama.cpp's keys, or {} for full attention.
+
+    `<arch>.attention.sliding_window` counts the keys a query sees, its own included: llama.cpp masks key
+    p0 for query p1 when p1 - p0 >= n_swa, as Hugging Face's Mistral and LlamaConfig do, so it is taken
+    as is. `<arch>.attention.sliding_window_pattern`, where present, holds one bool per layer, true for
+    a sliding layer (gguf's GGUFWriter.add_sliding_window_pattern); a window without it makes every layer
+    slide, as in Mistral. Anything else raises UnsupportedModelError naming the key: served as full
+    attention, a windowed model would quietly attend past its window.
+    """
+    import gguf
+
+    arch = reader.fields[gguf.Keys.General.ARCHITECTURE].contents()
+    window_key = gguf.Keys.Attention.SLIDING_WINDOW.format(arch=arch)
+    pattern_key = gguf.Keys.Attention.SLIDING_WINDOW_PATTERN.format(arch=arch)
+    window = _read_window(reader.fields.get(window_key), window_key)
+    pattern = _read_pattern(reader.fields.get(pattern_key), pattern_key, num_layers)
+    if window is None:
+        if pattern is not None and any(pattern):
+            raise UnsupportedModelError(
+                f"{pattern_key} marks sliding layers but the file has no {window_key}, so their window is "
+                f"unknown. Add the window to the file (gguf-new-metadata can), or re-convert the model."
+            )
+        return {}
+    layer_types = None if pattern is None else [
+        "sliding_attention" if sliding else "full_attention" for sliding in pattern
+    ]
+    return {"sliding_window": window, "layer_types": layer_types}
+
+
+def _read_window(field, key: str) -> int | None:
+    """The window in tokens, None if the file has no such key."""
+    import gguf
+
+    if field is None:
+        return None
+    integers = {gguf.GGUFValueType.UINT8, gguf.GGUFValueType.INT8, gguf.GGUFValueType.UINT16,
+                gguf.GGUFValueType.INT16, gguf.GGUFValueType.UINT32, gguf.GGUFValueType.INT32,
+                gguf.GGUFValueType.UINT64, gguf.GGUFValueType.INT64}
+    value = field.contents()
+    if field.types[0] not in integers or value < 1:
+        raise UnsupportedModelError(
+            f"{key} is {value!r}; a sliding window must be a positive integer, the number of tokens each "
+            "sliding layer's query sees. Fix the key (gguf-set-metadata can), or re-convert the model."
+        )
+    return int(value)
+
+
+def _read_pattern(field, key: str, num_layers: int) -> list[bool] | None:
+    """One bool per layer, true for sliding; None if the file has no such key."""
+    import gguf
+
+    if field is None:
+        return None
+    if field.types != [gguf.GGUFValueType.ARRAY, gguf.GGUFValueType.BOOL]:
+        # llama.cpp also takes one integer n here, but which layer of every n is full attention differs
+        # by architecture there (set_swa_pattern's dense_first), so guessing could serve wrong windows.
+        kind = "/".join(t.name for t in field.types)
+        raise UnsupportedModelError(
+            f"{key} is {field.contents()!r} ({kind}); nanoengine reads its "
+            "per-layer form only, one bool per layer, true for sliding, as llama.cpp's converter writes it "
+            "from Hugging Face's layer_types. Re-convert the model with that form."
+        )
+    pattern = field.contents()
+    if len(pattern) != num_layers:
+        raise UnsupportedModelError(
+            f"{key} has {len(pattern)} entries but the model has {num_layers} layers; it must hold one bool "
+            "per layer. The file is inconsistent: re-convert the model."
+        )
+    return pattern
 
 
 def _hf_name(gguf_name: str) -> str:

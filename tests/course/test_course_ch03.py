@@ -5,6 +5,7 @@ import pytest
 import torch
 
 pytest.importorskip("triton", reason="Triton is not installed (it publishes wheels for Linux only)")
+pytestmark = pytest.mark.triton
 
 from nanoengine.attention.backend import TorchBackend  # noqa: E402
 from nanocourse import kernel_lab as kl  # noqa: E402

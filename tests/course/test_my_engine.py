@@ -28,6 +28,7 @@ def _serve(llm, prompts):
     return [llm.generate(prompt_token_ids=list(p), sampling_params=params)[0] for p in prompts]
 
 
+@pytest.mark.triton
 def test_untouched_stubs_leave_every_part_to_the_engine_and_it_serves(capsys):
     assert all(stubs_left(p.module) for p in PARTS), "every exercise file ships with stubs"
     llm = my_llm(kv_cache_memory_bytes=KV_BYTES)
@@ -80,6 +81,7 @@ def test_mine_or_worked_falls_back_while_the_stub_raises():
     assert who == "the worked solution's" and module.__name__ == "solutions.ch04_hash_chains"
 
 
+@pytest.mark.triton
 @pytest.mark.skipif(not triton_available(), reason="Triton is not installed (it publishes wheels for Linux only)")
 def test_a_finished_kernel_part_sits_out_on_a_cpu_unless_forced():
     kernels = next(p for p in PARTS if p.argument == "attention_backend")

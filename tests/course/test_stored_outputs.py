@@ -6,6 +6,8 @@ import pytest
 
 from nanocourse import stored_outputs
 
+pytestmark = pytest.mark.triton
+
 NOTEBOOKS = ["03_paged_attention_triton.ipynb", "10_your_engine.ipynb", "11_on_a_gpu.ipynb"]
 
 

@@ -90,6 +90,7 @@ def test_kv_budget_below_one_block():
         LLM(progress=False, num_gpu_blocks_override=1)
 
 
+@pytest.mark.triton
 def test_the_triton_backend_where_triton_is_missing_is_a_clear_error(monkeypatch):
     """As on macOS, where triton has no wheels: asking for the kernels says what to do instead."""
     import sys

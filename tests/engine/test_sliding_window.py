@@ -174,6 +174,7 @@ def test_a_model_whose_every_layer_slides_matches_ministral():
 
 @pytest.mark.parametrize("window", [1, 13, 16, 40, None])
 @pytest.mark.parametrize("splits", [1, 3])
+@pytest.mark.triton
 def test_triton_kernels_take_the_window(window, splits):
     """The kernels in the interpreter against the torch reference, with unowned slots holding NaN."""
     pytest.importorskip("triton", reason="Triton publishes wheels for Linux only")
@@ -211,6 +212,7 @@ def test_chapter_03_style_kernels_refuse_a_window_clearly():
 
 
 @pytest.mark.reference
+@pytest.mark.triton
 def test_hybrid_engine_on_the_triton_kernels_matches_torch_attention():
     pytest.importorskip("triton", reason="Triton publishes wheels for Linux only")
     model = LlamaForCausalLM.random(LlamaConfig.tiny_hybrid(WINDOW, head_dim=16, hidden_size=96), seed=5, std=0.2)

@@ -1,6 +1,7 @@
 """Write small llama GGUF files for tests, the way llama.cpp's converter lays them out."""
 
 from pathlib import Path
+from typing import Callable
 
 import gguf
 import numpy as np
@@ -43,7 +44,10 @@ def _permute(w: np.ndarray, n_heads: int) -> np.ndarray:
     return w.reshape(n_heads, 2, w.shape[0] // n_heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def write_tiny_llama_gguf(path: Path, config: LlamaConfig, state_dict: dict, arch: str = "llama") -> Path:
+def write_tiny_llama_gguf(path: Path, config: LlamaConfig, state_dict: dict, arch: str = "llama",
+                          extra_metadata: Callable[[gguf.GGUFWriter], None] | None = None) -> Path:
+    """config's sliding window and layer types go in as llama.cpp's converter writes them; extra_metadata(writer)
+    adds keys LlamaConfig itself would refuse, such as a window of 0."""
     w = gguf.GGUFWriter(str(path), arch)
     w.add_block_count(config.num_hidden_layers)
     w.add_context_length(config.max_position_embeddings)
@@ -54,6 +58,10 @@ def write_tiny_llama_gguf(path: Path, config: LlamaConfig, state_dict: dict, arc
     w.add_rope_freq_base(config.rope_theta)
     w.add_layer_norm_rms_eps(config.rms_norm_eps)
     w.add_vocab_size(config.vocab_size)
+    if config.sliding_window is not None:
+        w.add_sliding_window(config.sliding_window)
+    if config.layer_types is not None:
+        w.add_sliding_window_pattern([t == "sliding_attention" for t in config.layer_types])
     tokens = tiny_vocab()
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("smollm")
@@ -64,6 +72,8 @@ def write_tiny_llama_gguf(path: Path, config: LlamaConfig, state_dict: dict, arc
     w.add_eos_token_id(2)
     w.add_add_bos_token(False)
     w.add_chat_template(CHAT_TEMPLATE)
+    if extra_metadata is not None:
+        extra_metadata(w)
     names = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight"}
     layer = {
         "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("triton", reason="Triton is not installed (it publishes wheels for Linux only)")
+pytestmark = pytest.mark.triton
 
 ROOT = Path(__file__).resolve().parents[3]
 COMMITTED = ROOT / "bench" / "results" / "kernels_offline.json"

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 triton = pytest.importorskip("triton", reason="Triton is not installed (it publishes wheels for Linux only)")
+pytestmark = pytest.mark.triton
 tl = triton.language
 from hypothesis import given, settings
 from hypothesis import strategies as st
