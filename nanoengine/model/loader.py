@@ -216,7 +216,7 @@ def _sliding_windows(reader, num_layers: int) -> dict:
         if pattern is not None and any(pattern):
             raise UnsupportedModelError(
                 f"{pattern_key} marks sliding layers but the file has no {window_key}, so their window is "
-                f"unknown. Add the window to the file (gguf-new-metadata can), or re-convert the model."
+                "unknown. Re-convert the model with its sliding window."
             )
         return {}
     layer_types = None if pattern is None else [
@@ -227,20 +227,15 @@ def _sliding_windows(reader, num_layers: int) -> dict:
 
 def _read_window(field, key: str) -> int | None:
     """The window in tokens, None if the file has no such key."""
-    import gguf
-
     if field is None:
         return None
-    integers = {gguf.GGUFValueType.UINT8, gguf.GGUFValueType.INT8, gguf.GGUFValueType.UINT16,
-                gguf.GGUFValueType.INT16, gguf.GGUFValueType.UINT32, gguf.GGUFValueType.INT32,
-                gguf.GGUFValueType.UINT64, gguf.GGUFValueType.INT64}
-    value = field.contents()
-    if field.types[0] not in integers or value < 1:
+    value = field.contents()  # an int for every integer type; a bool, float, str or list otherwise
+    if type(value) is not int or value < 1:  # `type`, not isinstance: a bool is an int to isinstance
         raise UnsupportedModelError(
             f"{key} is {value!r}; a sliding window must be a positive integer, the number of tokens each "
             "sliding layer's query sees. Fix the key (gguf-set-metadata can), or re-convert the model."
         )
-    return int(value)
+    return value
 
 
 def _read_pattern(field, key: str, num_layers: int) -> list[bool] | None:

@@ -56,13 +56,12 @@ def _importable(module: str) -> None:
 
 @pytest.mark.triton
 def test_chapter_03_is_graded_where_triton_is_and_skipped_with_its_reason_where_not():
-    """grade() alone, without the whole course's cards: CI's no-triton pass runs this (the cards take minutes)."""
-    card = grade("03", "solutions")
+    """CI's no-triton pass runs this instead of the whole course's cards, which take minutes."""
     if triton_available():
-        assert card and all(r.passed for r in card) and not card.skipped, repr(card)
-    else:
-        assert list(card) == [] and "Triton" in card.skipped["03"], repr(card)
-        assert repr(card).startswith("Chapter 03 (solutions): skipped: ")
+        pytest.skip("with Triton, chapter 03 is graded with the whole course (test_every_task_passes)")
+    card = grade("03", "solutions")
+    assert list(card) == [] and "Triton" in card.skipped["03"], repr(card)
+    assert repr(card).startswith("Chapter 03 (solutions): skipped: ")
 
 
 def test_scorecard_shows_each_task_and_why_it_failed(cards):

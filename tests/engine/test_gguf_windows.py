@@ -7,6 +7,7 @@ import torch
 from tiny_gguf import hf_state_dict, tiny_vocab, write_tiny_llama_gguf
 
 from nanoengine.config import LlamaConfig
+from nanoengine.core.kv_cache_manager import KVCacheManager
 from nanoengine.core.single_type_kv_cache_manager import SlidingWindowManager
 from nanoengine.entrypoints.llm import LLM
 from nanoengine.errors import UnsupportedModelError
@@ -95,13 +96,14 @@ def test_a_file_without_a_window_stays_full_attention(tmp_path):
     assert (config.sliding_window, config.layer_types) == (None, None)
     llm = LLM(model=path, block_size=8, kv_cache_memory_bytes=2**20, progress=False)
     assert len(llm.kv_cache.groups) == 1
-    assert not hasattr(llm.engine.kv_cache_manager, "managers")  # the plain KVCacheManager
+    assert type(llm.engine.kv_cache_manager) is KVCacheManager  # not the hybrid one
 
 
 @pytest.mark.parametrize("window, extra, key, message", [
     (None, lambda w: w.add_sliding_window(0), WINDOW_KEY, "is 0; .*positive integer"),
     (None, lambda w: w.add_float32(WINDOW_KEY, 16.0), WINDOW_KEY, "is 16.0; .*positive integer"),
-    (WINDOW, lambda w: w.add_sliding_window_pattern([True] * 3), PATTERN_KEY, "has 3 entries but the model has 2 layers"),
+    (WINDOW, lambda w: w.add_sliding_window_pattern([True] * 3), PATTERN_KEY,
+     "has 3 entries but the model has 2 layers"),
     (WINDOW, lambda w: w.add_sliding_window_pattern(2), PATTERN_KEY, "is 2 .*per-layer form only"),
     (None, lambda w: w.add_sliding_window_pattern([True, False]), PATTERN_KEY,
      f"marks sliding layers but the file has no {WINDOW_KEY}"),
