@@ -32,6 +32,7 @@ from nanoengine.policies import (
     prefix_match,
     run_requests,
 )
+from nanoengine.outputs import ModelRunnerOutput
 from nanoengine.request import Request
 from nanoengine.sampling_params import SamplingParams
 from nanoengine.core.sched.scheduler import Scheduler, SchedulerConfig
@@ -54,9 +55,10 @@ class _ModelFreeRunner:
     def __init__(self, scheduler: Scheduler) -> None:
         self.scheduler = scheduler
 
-    def execute_model(self, so) -> dict[str, int]:
+    def execute_model(self, so) -> ModelRunnerOutput:
         reqs = self.scheduler.requests
-        return {r: 0 for r in so.num_scheduled_tokens if reqs[r].num_computed_tokens >= reqs[r].num_tokens}
+        return ModelRunnerOutput({r: 0 for r in so.num_scheduled_tokens
+                                  if reqs[r].num_computed_tokens >= reqs[r].num_tokens})
 
 
 class ModelFreeReplica:

@@ -33,6 +33,7 @@ from nanoengine.core import (
 )
 from nanoengine.kv_cache_interface import KVCacheGroupSpec
 from nanocourse.live import show_view
+from nanoengine.outputs import ModelRunnerOutput
 from nanoengine.request import Request, RequestStatus
 from nanoengine.sampling_params import SamplingParams
 from nanoengine.core.sched.scheduler import Scheduler, SchedulerConfig
@@ -114,7 +115,7 @@ def replay_hit_rate(prompts: Sequence[Sequence[int]], pool: BlockPool, block_siz
         out = scheduler.schedule()
         if not out.num_scheduled_tokens:  # nothing runs and the next prompt cannot fit: it never will
             raise ValueError(f"the pool ({pool.num_gpu_blocks} blocks) cannot hold the next prompt; give it more blocks")
-        scheduler.update_from_output(out, dict.fromkeys(out.num_scheduled_tokens, 0))
+        scheduler.update_from_output(out, ModelRunnerOutput(dict.fromkeys(out.num_scheduled_tokens, 0)))
     return manager.make_prefix_cache_stats().hit_rate
 
 

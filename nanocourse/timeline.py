@@ -144,8 +144,8 @@ class _Recorder:
         self.draft = dict(
             budget=scheduler.config.max_num_batched_tokens,
             slices=tuple(slices),
-            admitted=tuple(Admission(d.req_id, d.request.num_tokens, d.num_computed_tokens,
-                                     d.request.num_preemptions > 0) for d in so.scheduled_new_reqs),
+            admitted=tuple(Admission(d.req_id, len(d.prefill_token_ids), d.num_computed_tokens,
+                                     scheduler.requests[d.req_id].num_preemptions > 0) for d in so.scheduled_new_reqs),
             preempted=tuple(sorted(so.preempted_req_ids, key=_id_order)),
             running_before=running_before,
             waiting_after=tuple(r.request_id for r in scheduler.waiting),  # in the order they will be admitted

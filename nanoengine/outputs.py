@@ -28,6 +28,24 @@ PromptLogprobs = list[dict[int, Logprob] | None]
 
 
 @dataclass(slots=True)
+class ModelRunnerOutput:
+    """What one forward pass produced (vllm/v1/outputs.py), which the engine hands to
+    Scheduler.update_from_output and then reads the logprobs from.
+
+    sampled_token_ids: the token sampled for each request whose scheduled tokens reached its end (a prompt
+    chunk that is not the last samples nothing). vLLM keeps a list per request with req_ids beside it, since
+    speculative decoding can accept several tokens a step; one token a step, a dict says the same.
+    logprobs: for those of them that asked, the sampled token's and the top-k logprobs.
+    prompt_logprobs_dict: for a request that asked, every prompt token's, once its prompt is complete.
+    Invariant: logprobs' and prompt_logprobs_dict's keys are keys of sampled_token_ids.
+    """
+
+    sampled_token_ids: dict[str, int] = field(default_factory=dict)
+    logprobs: dict[str, dict[int, Logprob]] = field(default_factory=dict)
+    prompt_logprobs_dict: dict[str, list[dict[int, Logprob]]] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
 class CompletionOutput:
     """One completion of a request, vLLM's field names.
 

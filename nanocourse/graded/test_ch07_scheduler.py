@@ -8,6 +8,7 @@ The last task runs the whole engine on your scheduler with a pool small enough t
 import pytest
 
 from nanoengine.core import KVCacheManager
+from nanoengine.outputs import ModelRunnerOutput
 from nanoengine.request import Request
 from nanoengine.sampling_params import SamplingParams
 from nanoengine.core.sched.scheduler import Scheduler, SchedulerConfig
@@ -48,7 +49,7 @@ def step(s):
     prompt (or decode) is complete. Returns the SchedulerOutput."""
     so = s.schedule()
     done = {r: 1 for r in so.num_scheduled_tokens if s.requests[r].num_computed_tokens == s.requests[r].num_tokens}
-    s.update_from_output(so, done)
+    s.update_from_output(so, ModelRunnerOutput(done))
     return so
 
 

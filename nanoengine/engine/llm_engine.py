@@ -15,7 +15,8 @@ from typing import Protocol
 from nanoengine.core import BlockTokensHasher, KVCacheManagerInterface, PrefixCacheStats, get_hash_fn_by_name, get_request_block_hasher
 from nanoengine.errors import EngineStalledError
 from nanoengine.worker.model_runner import ModelRunner
-from nanoengine.outputs import CompletionOutput, Logprob, PromptLogprobs, RequestMetrics, RequestOutput, SampleLogprobs
+from nanoengine.outputs import (CompletionOutput, Logprob, ModelRunnerOutput, PromptLogprobs, RequestMetrics, RequestOutput,
+                                SampleLogprobs)
 from nanoengine.request import Request, RequestStatus
 from nanoengine.sampling_params import SamplingParams
 from nanoengine.core.sched.interface import SchedulerInterface
@@ -171,14 +172,14 @@ class LLMEngine:
         for observer in self.observers:
             observer.on_schedule(self.scheduler, so, running_before)
         self.stage = "execute"
-        sampled = self.runner.execute_model(so)
+        output = self.runner.execute_model(so)
         self.stage = "update"
-        self._collect_logprobs(sampled)
-        finished = [r for r in self.scheduler.update_from_output(so, sampled) if r.request_id in self.outputs]
+        self._collect_logprobs(output)
+        finished = [r for r in self.scheduler.update_from_output(so, output) if r.request_id in self.outputs]
         now = time.perf_counter()
         cache_stats = self._record(so)
         self.stage = "detokenize"
-        stopped = [req_id for req_id in sampled if self._detokenize(req_id, now)]
+        stopped = [req_id for req_id in output.sampled_token_ids if self._detokenize(req_id, now)]
         self.scheduler.finish_requests(stopped, RequestStatus.FINISHED_STOPPED)
         done = finished + [self.outputs[r].request for r in stopped]
         outputs = [self._finish(r, now) for r in done]
@@ -218,17 +219,17 @@ class LLMEngine:
             "must be admitted once the pool is free."
         )
 
-    def _collect_logprobs(self, sampled: dict[str, int]) -> None:
+    def _collect_logprobs(self, output: ModelRunnerOutput) -> None:
         """Keep the logprobs the runner computed this step for the requests that asked for them."""
-        for req_id, token in sampled.items():
+        for req_id, token in output.sampled_token_ids.items():
             state = self.outputs[req_id]
             if state.logprobs is not None:
-                entry = self._decoded(self.runner.logprobs[req_id])
+                entry = self._decoded(output.logprobs[req_id])
                 state.logprobs.append(entry)
                 state.cumulative_logprob += entry[token].logprob
             if state.request.sampling_params.prompt_logprobs is not None and state.prompt_logprobs is None:
                 # The first sampled token completes the prompt; a recompute after preemption repeats it.
-                state.prompt_logprobs = [None, *map(self._decoded, self.runner.prompt_logprobs[req_id])]
+                state.prompt_logprobs = [None, *map(self._decoded, output.prompt_logprobs_dict[req_id])]
 
     def _decoded(self, entry: dict[int, Logprob]) -> dict[int, Logprob]:
         if self.tokenizer is not None:

@@ -13,7 +13,7 @@ from nanoengine.worker.block_table import BlockTable, BlockTableInterface
 from nanoengine.worker.cuda_graphs import DecodeGraphs
 from nanoengine.model import LlamaForCausalLM
 from nanoengine.errors import InvalidRequestError
-from nanoengine.outputs import Logprob
+from nanoengine.outputs import Logprob, ModelRunnerOutput
 from nanoengine.sample.sampler import compute_logprobs, make_generator, sample
 from nanoengine.sampling_params import SamplingParams
 from nanoengine.core.sched.output import SchedulerOutput
@@ -47,10 +47,6 @@ class ModelRunner:
         self.requests: dict[str, CachedRequestState] = {}
         # Kept across preemption so a seeded request draws the same numbers after recompute.
         self.generators: dict[str, torch.Generator | None] = {}
-        # This step's logprobs, read by the engine after execute_model (vLLM's ModelRunnerOutput
-        # carries them; here the returned dict stays {req_id: token}, the scheduler's seam).
-        self.logprobs: dict[str, dict[int, Logprob]] = {}
-        self.prompt_logprobs: dict[str, list[dict[int, Logprob]]] = {}
 
     def remove_requests(self, req_ids, keep_generators: bool = False) -> None:
         """Forget requests the scheduler no longer runs: their state and block-table rows, and unless they
@@ -67,7 +63,7 @@ class ModelRunner:
         self.remove_requests(so.finished_req_ids)
         self.remove_requests(so.preempted_req_ids, keep_generators=True)
         for new in so.scheduled_new_reqs:
-            params = new.request.sampling_params
+            params = new.sampling_params
             if params.prompt_logprobs is not None and new.num_computed_tokens:
                 raise InvalidRequestError(
                     f"Request {new.req_id} asks for prompt logprobs but was admitted with {new.num_computed_tokens} "
@@ -75,7 +71,7 @@ class ModelRunner:
                     "to a request whose skip_reading_prefix_cache is True (see KVCacheManager.get_computed_blocks)."
                 )
             self.requests[new.req_id] = CachedRequestState(
-                new.req_id, list(new.token_ids), new.num_computed_tokens, params, new.request.num_prompt_tokens
+                new.req_id, list(new.prefill_token_ids), new.num_computed_tokens, params, len(new.prompt_token_ids)
             )
             for table, block_ids in zip(self.block_tables, self._per_group(new.block_ids)):
                 table.add_row(new.req_id, block_ids)
@@ -129,12 +125,13 @@ class ModelRunner:
         return ids, torch.tensor(positions, dtype=torch.int64, device=dev), metadata, starts
 
     @torch.inference_mode()
-    def execute_model(self, so: SchedulerOutput) -> dict[str, int]:
-        """Run one step; return the sampled token of every request whose prompt is now complete."""
+    def execute_model(self, so: SchedulerOutput) -> ModelRunnerOutput:
+        """Run one step: the sampled token of every request whose scheduled tokens are now all computed,
+        with the logprobs asked for."""
         self._update_states(so)
-        self.logprobs, self.prompt_logprobs = {}, {}
+        output = ModelRunnerOutput()
         if not so.num_scheduled_tokens:
-            return {}
+            return output
         # Decodes first: the attention backend runs them through its decode kernel in one launch.
         order = sorted(so.num_scheduled_tokens, key=lambda r: so.num_scheduled_tokens[r] > 1)
         input_ids, positions, metadata, starts = self._prepare_inputs(order, so.num_scheduled_tokens)
@@ -155,23 +152,25 @@ class ModelRunner:
             state.num_computed_tokens += so.num_scheduled_tokens[req_id]
             if state.num_computed_tokens == len(state.token_ids):
                 done.append((i, state))
-        self._gather_prompt_logprobs(order, so.num_scheduled_tokens, starts, row_logits)
+        output.prompt_logprobs_dict = self._gather_prompt_logprobs(order, so.num_scheduled_tokens, starts, row_logits)
         if not done:
-            return {}
+            return output
         logits = row_logits([starts[i + 1] - 1 for i, _ in done])
         tokens = sample(logits, [s.sampling_params for _, s in done], [self.generators[s.req_id] for _, s in done])
         asked = [j for j, (_, s) in enumerate(done) if s.sampling_params.logprobs is not None]
         if asked:
             entries = compute_logprobs(logits[asked], [tokens[j] for j in asked],
                                        [done[j][1].sampling_params.logprobs for j in asked])
-            self.logprobs = {done[j][1].req_id: entry for j, entry in zip(asked, entries)}
+            output.logprobs = {done[j][1].req_id: entry for j, entry in zip(asked, entries)}
         for (_, state), token in zip(done, tokens):
             state.token_ids.append(token)
-        return {state.req_id: token for (_, state), token in zip(done, tokens)}
+        output.sampled_token_ids = {state.req_id: token for (_, state), token in zip(done, tokens)}
+        return output
 
-    def _gather_prompt_logprobs(self, order, num_scheduled, starts, row_logits) -> None:
+    def _gather_prompt_logprobs(self, order, num_scheduled, starts, row_logits) -> dict[str, list[dict[int, Logprob]]]:
         """For requests that ask for them: the logprob of each prompt token this step's chunk predicts
-        (row p predicts token p + 1), published in self.prompt_logprobs once the prompt is complete."""
+        (row p predicts token p + 1); returned for the requests whose prompt this step completes."""
+        complete = {}
         for i, req_id in enumerate(order):
             state = self.requests[req_id]
             if state.sampling_params.prompt_logprobs is None:
@@ -187,7 +186,8 @@ class ModelRunner:
                     [state.sampling_params.prompt_logprobs] * len(positions),
                 )
             if start < state.num_prompt_tokens <= state.num_computed_tokens:
-                self.prompt_logprobs[req_id] = state.prompt_logprobs
+                complete[req_id] = state.prompt_logprobs
+        return complete
 
 
 def _common_prefix(tables: list[list[int]]) -> int:

@@ -2,7 +2,6 @@
 mid-step, a stream left early. After each, the same LLM holds no request, has every block free, and
 answers with the same greedy tokens as before."""
 
-import time
 
 import pytest
 

@@ -1,6 +1,7 @@
 """The scheduler on its own (no model): vLLM v1's budget, chunking, admission and preemption rules."""
 
 from nanoengine.core import KVCacheManager, get_request_block_hasher
+from nanoengine.outputs import ModelRunnerOutput
 from nanoengine.request import Request, RequestStatus
 from nanoengine.sampling_params import SamplingParams
 from nanoengine.core.sched.scheduler import Scheduler, SchedulerConfig
@@ -22,7 +23,7 @@ def run_step(s: Scheduler, token=1):
     out = s.schedule()
     done = {r: token for r, n in out.num_scheduled_tokens.items()
             if s.requests[r].num_computed_tokens == s.requests[r].num_tokens}
-    return out, s.update_from_output(out, done)
+    return out, s.update_from_output(out, ModelRunnerOutput(done))
 
 
 def test_one_budget_mixes_prefill_chunks_and_decodes():
@@ -50,11 +51,11 @@ def test_prefix_hit_at_admission_sets_computed_tokens():
     s = make()
     s.add_request(req("a", 10, max_tokens=1))
     run_step(s)  # a finishes after one token; its two full blocks stay cached
-    s.add_request(req("b", 10, max_tokens=1))
+    s.add_request(b := req("b", 10, max_tokens=1))
     out, _ = run_step(s)
     new = out.scheduled_new_reqs[0]
     assert new.num_computed_tokens == 8 and out.num_scheduled_tokens["b"] == 2
-    assert new.request.num_cached_tokens == 8
+    assert b.num_cached_tokens == 8
 
 
 def test_fcfs_preempts_the_newest_and_admits_nobody_that_step():

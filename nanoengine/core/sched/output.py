@@ -3,20 +3,42 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from nanoengine.core import BlockIds
-from nanoengine.request import Request
+from nanoengine.sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    from nanoengine.request import Request
 
 
 @dataclass(slots=True)
 class NewRequestData:
-    """A request the model runner has not seen (or dropped at preemption): everything it needs."""
+    """A request the model runner has not seen (or dropped at preemption): everything it needs, as plain
+    values. The scheduler's live Request never crosses to the runner, so nothing the runner does can change
+    the scheduler's state.
+
+    prefill_token_ids: every token to compute, the prompt and, for a request resumed after preemption, the
+    output tokens it had (vLLM's v2 runner field of that name); prompt_token_ids is its first part.
+    """
 
     req_id: str
-    token_ids: list[int]
+    prompt_token_ids: list[int]
+    prefill_token_ids: list[int]
+    sampling_params: SamplingParams
     block_ids: BlockIds
     num_computed_tokens: int
-    request: Request
+
+    @classmethod
+    def from_request(cls, request: Request, block_ids: BlockIds) -> NewRequestData:
+        return cls(
+            req_id=request.request_id,
+            prompt_token_ids=list(request.prompt_token_ids),
+            prefill_token_ids=list(request.all_token_ids),
+            sampling_params=request.sampling_params,
+            block_ids=block_ids,
+            num_computed_tokens=request.num_computed_tokens,
+        )
 
 
 @dataclass(slots=True)

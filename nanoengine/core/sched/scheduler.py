@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from nanoengine.core import BlockIds, KVCacheManagerInterface, get_block_ids
+from nanoengine.outputs import ModelRunnerOutput
 from nanoengine.request import Request, RequestStatus
 from nanoengine.core.sched.output import CachedRequestData, NewRequestData, SchedulerOutput
 from nanoengine.core.sched.request_queue import RequestQueue, SchedulingPolicy, create_request_queue
@@ -158,13 +159,7 @@ class Scheduler:
         request.num_computed_tokens = num_computed_tokens
         if request.num_cached_tokens < 0:
             request.num_cached_tokens = num_computed_tokens
-        return NewRequestData(
-            req_id=request.request_id,
-            token_ids=list(request.all_token_ids),
-            block_ids=self.kv_cache_manager.get_block_ids(request.request_id),
-            num_computed_tokens=num_computed_tokens,
-            request=request,
-        )
+        return NewRequestData.from_request(request, self.kv_cache_manager.get_block_ids(request.request_id))
 
     def finish_length_capped(self, request: Request) -> None:
         """End a running request that cannot grow (the whole pool is too small for it); it is
@@ -201,7 +196,8 @@ class Scheduler:
         return out
 
     # ---- results ----------------------------------------------------------------------------
-    def update_from_output(self, scheduler_output: SchedulerOutput, sampled: dict[str, int]) -> list[Request]:
+    def update_from_output(self, scheduler_output: SchedulerOutput, model_runner_output: ModelRunnerOutput
+                           ) -> list[Request]:
         """Append each request's sampled token (none for a prompt chunk that is not the last);
         finish and free the requests that hit EOS, max_tokens or max_model_len."""
         finished, self._capped = self._capped, []
@@ -209,7 +205,7 @@ class Scheduler:
             request = self.requests.get(req_id)
             if request is None or request.num_computed_tokens < request.num_tokens:
                 continue
-            request.append_output_token_ids(sampled[req_id])
+            request.append_output_token_ids(model_runner_output.sampled_token_ids[req_id])
             status = self._check_stop(request)
             if status is not None:
                 self._finish(request, status)
