@@ -219,7 +219,7 @@ def seam_owners(llm) -> list[tuple[str, str, str]]:
 
     engine, kv = llm.engine, llm.engine.kv_cache_manager
     seams = [
-        ("02", "BlockTableInterface", type(engine.runner.block_table)),
+        ("02", "BlockTableInterface", type(engine.runner.input_block_table[0])),
         ("03", "AttentionBackend", type(llm.backend)),
         ("04", "BlockTokensHasher", engine.hash_block_tokens or hash_block_tokens),
         ("05", "FreeBlockQueue", type(kv.block_pool.free_block_queue)),

@@ -69,11 +69,13 @@ class PagedKVCache:
         return out
 
     @staticmethod
-    def bytes_per_block(config: LlamaConfig, block_size: int, dtype: torch.dtype) -> int:
-        """One block id's memory: block_size tokens in every layer slot (all layers, for one group)."""
+    def bytes_per_block(config: LlamaConfig, block_size: int, dtype: torch.dtype,
+                        groups: list[KVCacheGroupSpec] | None = None) -> int:
+        """One block id's memory: block_size tokens in every layer slot (all layers, for one group).
+        groups: the model's KV cache groups, where the caller has them already."""
         per_token_per_layer = config.kv_bytes_per_token(torch.empty((), dtype=dtype).element_size()) // \
             config.num_hidden_layers
-        return block_size * num_layer_slots(kv_cache_groups(config)) * per_token_per_layer
+        return block_size * num_layer_slots(groups or kv_cache_groups(config)) * per_token_per_layer
 
 
 def kv_cache_groups(config: LlamaConfig) -> list[KVCacheGroupSpec]:

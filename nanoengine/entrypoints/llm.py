@@ -287,7 +287,8 @@ class LLM:
                 f"max_model_len={max_model_len} exceeds the model's {limit} positions (max_position_embeddings); "
                 f"give at most {limit}, or None for the model's own.", parameter="max_model_len", value=max_model_len)
         self.max_model_len = max_model_len or limit
-        groups = kv_cache_groups(self.config)
+        # Computed once here and passed to the paged cache, the KV cache manager and (through the cache) the runner.
+        self.kv_cache_groups = groups = kv_cache_groups(self.config)
         hybrid = any(g.sliding_window for g in groups)
         if hybrid:
             self._check_windows(groups, block_size, block_pool, kv_cache_manager_cls, scheduler_cls, block_table_cls)
@@ -364,7 +365,7 @@ class LLM:
 
     @property
     def _bytes_per_block(self) -> int:
-        return PagedKVCache.bytes_per_block(self.config, self.block_size, self.dtype)
+        return PagedKVCache.bytes_per_block(self.config, self.block_size, self.dtype, self.kv_cache_groups)
 
     def _num_kv_blocks(self, budget: int | None, utilization: float, override: int | None = None) -> int:
         if override is not None:

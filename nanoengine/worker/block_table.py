@@ -47,3 +47,33 @@ class BlockTable:
         """The rows of req_ids, in that order, padded with the null block to the longest."""
         width = max(len(self.rows[r]) for r in req_ids)
         return [self.rows[r] + [0] * (width - len(self.rows[r])) for r in req_ids]
+
+
+class MultiGroupBlockTable:
+    """One block table per KV cache group (vLLM's MultiGroupBlockTable, vllm/v1/worker/block_table.py).
+
+    A request's block ids arrive as one list per group, and each group's table keeps that group's rows: a hybrid
+    model's full-attention and sliding layers index different blocks for the same tokens. Every group's table is
+    of one class, the engine's BlockTable or the one given through LLM(block_table_cls=...).
+    """
+
+    def __init__(self, block_size: int, num_groups: int, block_table_cls: type[BlockTableInterface] = BlockTable):
+        self.block_tables = [block_table_cls(block_size) for _ in range(num_groups)]
+
+    def __getitem__(self, group_id: int) -> BlockTableInterface:
+        return self.block_tables[group_id]
+
+    def __iter__(self):
+        return iter(self.block_tables)
+
+    def add_row(self, req_id: str, block_ids: tuple[list[int], ...]) -> None:
+        for table, group_block_ids in zip(self.block_tables, block_ids, strict=True):
+            table.add_row(req_id, group_block_ids)
+
+    def append_row(self, req_id: str, block_ids: tuple[list[int], ...]) -> None:
+        for table, group_block_ids in zip(self.block_tables, block_ids, strict=True):
+            table.append_row(req_id, group_block_ids)
+
+    def remove_row(self, req_id: str) -> None:
+        for table in self.block_tables:
+            table.remove_row(req_id)

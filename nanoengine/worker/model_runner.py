@@ -9,7 +9,7 @@ import torch
 from nanoengine.attention.backend import AttentionMetadata
 from nanoengine.attention.paged import PagedKVCache
 from nanoengine.core import BlockIds
-from nanoengine.worker.block_table import BlockTable, BlockTableInterface
+from nanoengine.worker.block_table import BlockTable, BlockTableInterface, MultiGroupBlockTable
 from nanoengine.worker.cuda_graphs import DecodeGraphs
 from nanoengine.model import LlamaForCausalLM
 from nanoengine.errors import InvalidRequestError
@@ -41,9 +41,7 @@ class ModelRunner:
         self.model, self.kv_cache, self.device = model, kv_cache, device
         self.cuda_graphs = cuda_graphs  # None: every step runs eagerly
         self.block_size = kv_cache.block_size
-        # One table per KV cache group; a hybrid model's block ids come as one list per group.
-        self.block_tables = [block_table_cls(self.block_size) for _ in kv_cache.groups]
-        self.block_table = self.block_tables[0]
+        self.input_block_table = MultiGroupBlockTable(self.block_size, len(kv_cache.groups), block_table_cls)
         self.requests: dict[str, CachedRequestState] = {}
         # Kept across preemption so a seeded request draws the same numbers after recompute.
         self.generators: dict[str, torch.Generator | None] = {}
@@ -54,8 +52,7 @@ class ModelRunner:
         does not hold are skipped: an aborted request may never have reached it."""
         for req_id in req_ids:
             if self.requests.pop(req_id, None) is not None:
-                for table in self.block_tables:
-                    table.remove_row(req_id)
+                self.input_block_table.remove_row(req_id)
             if not keep_generators:
                 self.generators.pop(req_id, None)
 
@@ -73,15 +70,13 @@ class ModelRunner:
             self.requests[new.req_id] = CachedRequestState(
                 new.req_id, list(new.prefill_token_ids), new.num_computed_tokens, params, len(new.prompt_token_ids)
             )
-            for table, block_ids in zip(self.block_tables, self._per_group(new.block_ids)):
-                table.add_row(new.req_id, block_ids)
+            self.input_block_table.add_row(new.req_id, self._per_group(new.block_ids))
             if new.req_id not in self.generators:
                 self.generators[new.req_id] = make_generator(params.seed)
         cached = so.scheduled_cached_reqs
         for req_id, block_ids, num_computed in zip(cached.req_ids, cached.new_block_ids, cached.num_computed_tokens):
             self.requests[req_id].num_computed_tokens = num_computed
-            for table, group_block_ids in zip(self.block_tables, self._per_group(block_ids)):
-                table.append_row(req_id, group_block_ids)
+            self.input_block_table.append_row(req_id, self._per_group(block_ids))
 
     @staticmethod
     def _per_group(block_ids: BlockIds) -> tuple[list[int], ...]:
@@ -104,7 +99,7 @@ class ModelRunner:
         max_query_len, max_seq_len = max(num_scheduled[r] for r in order), max(seq_lens)
         num_decodes = sum(num_scheduled[r] == 1 for r in order)
         metadata = []
-        for table, group in zip(self.block_tables, self.kv_cache.groups):
+        for table, group in zip(self.input_block_table, self.kv_cache.groups):
             slots = []
             for req_id, c in zip(order, computed):
                 slots += table.compute_slot_mapping(req_id, c, num_scheduled[req_id])

@@ -48,7 +48,7 @@ def test_worked_solutions_engine_equals_nanoengine_on_the_chatbot_workload(llm, 
     owners = dict(((c, s), o) for c, s, o in seam_owners(worked))
     assert all(o.startswith("solutions.") for (c, _), o in owners.items() if c != "03"), owners
     engine = worked.engine
-    for obj, protocol in ((engine.runner.block_table, BlockTableInterface), (worked.backend, AttentionBackend),
+    for obj, protocol in ((engine.runner.input_block_table[0], BlockTableInterface), (worked.backend, AttentionBackend),
                           (engine.kv_cache_manager.block_pool.free_block_queue, FreeBlockQueue),
                           (engine.kv_cache_manager.block_pool, BlockPoolInterface),
                           (engine.kv_cache_manager, KVCacheManagerInterface), (engine.scheduler, SchedulerInterface)):
