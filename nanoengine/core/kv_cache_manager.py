@@ -145,7 +145,7 @@ class KVCacheManager:
         A request that skips reading the cache (it wants prompt logprobs) gets no hit and is not
         counted in the stats, as in vLLM; the blocks it computes are still cached for others.
         """
-        if not self.enable_caching or getattr(request, "skip_reading_prefix_cache", False):
+        if not self.prefix_cache_lookup_enabled(request):
             return [], 0
         max_num_blocks = (request.num_tokens - 1) // self.block_size
         blocks = self._find_longest_cache_hit(request, max_num_blocks)
@@ -154,11 +154,17 @@ class KVCacheManager:
             self.record_prefix_cache_stats(request, num_hit_tokens)
         return blocks, num_hit_tokens
 
+    def prefix_cache_lookup_enabled(self, request: Request) -> bool:
+        """Whether the request looks the prefix cache up at all (vLLM's method of the same name): not with
+        caching off, nor for a request that skips reading it."""
+        return self.enable_caching and not getattr(request, "skip_reading_prefix_cache", False)
+
     def record_prefix_cache_stats(self, request: Request, num_hit_tokens: int) -> None:
-        """Count one admission's lookup. A scheduler that may hold a request back after looking it up
-        passes record_stats=False above and calls this once the request is admitted, so a request
+        """Count one admission's lookup; a request that made none (caching off, or it skips reading the
+        cache) is not counted, as in vLLM 0.33. A scheduler that may hold a request back after looking it
+        up passes record_stats=False above and calls this once the request is admitted, so a request
         waiting at the gate is not counted again at every step."""
-        if self.prefix_cache_stats is not None and not getattr(request, "skip_reading_prefix_cache", False):
+        if self.prefix_cache_stats is not None and self.prefix_cache_lookup_enabled(request):
             self.prefix_cache_stats.record(request.num_tokens, num_hit_tokens, request.num_preemptions > 0)
 
     def _find_longest_cache_hit(

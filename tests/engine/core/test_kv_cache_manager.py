@@ -199,6 +199,16 @@ def test_prefix_cache_stats_count_tokens_at_admission(manager, make_request, run
     assert (fresh.requests, fresh.queries, fresh.hits) == (0, 0, 0)
 
 
+def test_no_lookup_is_counted_without_prefix_caching(make_request, run_step):
+    """vLLM 0.33's record_prefix_cache_stats counts only requests whose lookup ran (prefix_cache_lookup_enabled)."""
+    manager = KVCacheManager(4, 11, enable_caching=False)
+    for name in "AB":
+        manager.record_prefix_cache_stats(request := make_request(name, range(9)), 0)
+        run_step(manager, request)
+    stats = manager.make_prefix_cache_stats()
+    assert (stats.requests, stats.queries, stats.hits) == (0, 0, 0)
+
+
 def test_preempted_recompute_is_not_counted_as_hits(manager, make_request, run_step):
     a = make_request("A", range(13))
     run_step(manager, a)
