@@ -7,10 +7,12 @@ Your Scheduler subclasses the engine's, so the bookkeeping is there to reuse and
 | you have | what it does |
 |---|---|
 | `self.config` | `max_num_batched_tokens` (the budget), `max_num_seqs`, `long_prefill_token_threshold` |
+| `self.long_prefill_threshold()` | this step's chunk cap: the threshold, or 0 while one request is alone (vLLM 0.33) |
 | `self.running` | the running requests, in admission order (a list) |
 | `self.waiting` | a RequestQueue: `peek_request()`, `bool(self.waiting)`; FCFS or priority order already |
 | `self.kv_cache_manager` | `allocate_slots(...)`, `get_computed_blocks(...)`, `block_pool.get_num_free_blocks()` |
 | `self.policy` | `SchedulingPolicy.FCFS` or `SchedulingPolicy.PRIORITY` |
+| `request.status` | `RequestStatus.RUNNING`, `PREEMPTED` (after `self.preempt`), ... |
 | `self.preempt(r)` | frees r's blocks, resets its progress, puts it back in the waiting queue |
 | `self.admit(r, n)` | moves the queue's head r (slots already allocated, n tokens cached) to running |
 | `self.finish_length_capped(r)` | ends a lone running request that the whole pool cannot hold |
@@ -21,7 +23,7 @@ A request has `request_id`, `num_tokens`, `num_computed_tokens`, `priority` and 
 
 from __future__ import annotations
 
-from nanoengine.request import Request
+from nanoengine.request import Request, RequestStatus  # noqa: F401  (schedule reads a status)
 from nanoengine.core.sched.request_queue import SchedulingPolicy  # noqa: F401  (choose_victim needs it)
 from nanoengine.core.sched.output import NewRequestData, SchedulerOutput  # noqa: F401  (schedule builds these)
 from nanoengine.core.sched.scheduler import Scheduler as EngineScheduler
@@ -55,13 +57,16 @@ class Scheduler(EngineScheduler):
         """Tasks 07.2, 07.3, 07.5 and 07.6: plan one step, vLLM v1's way.
 
         1. Running requests first, in order, from one budget (config.max_num_batched_tokens): each gets
-           chunk_size(what it still needs, budget left, threshold) tokens; stop when the budget is 0.
+           chunk_size(what it still needs, budget left, threshold) tokens, with threshold =
+           self.long_prefill_threshold() for the whole step; stop when the budget is 0.
            kv_cache_manager.allocate_slots(request, n) returns its new blocks, or None when the pool
            is out of blocks.
         2. On None, preempt: victim = self.choose_victim(); self.preempt(victim). If the victim was
            already scheduled in this step, give its tokens back to the budget and forget its entry
            (and step back one place in the running list, which just lost an earlier entry). Retry
-           until the allocation succeeds; if the victim is the request itself, it no longer runs.
+           until the allocation succeeds; if the victim is the request itself, it no longer runs: under
+           FCFS that ends the loop, under priority the loop goes on with the next running request (it
+           ranks higher and may fit in the freed blocks; vLLM 0.33 does the same).
            If the request is the only one running and still does not fit, finish_length_capped(it).
         3. Then admit waiting requests, but only in a step that preempted nobody, while budget is left
            and fewer than config.max_num_seqs requests run. For the queue's head:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nanoengine.request import Request
+from nanoengine.request import Request, RequestStatus
 from nanoengine.core.sched.request_queue import SchedulingPolicy
 from nanoengine.core.sched.output import NewRequestData, SchedulerOutput
 from nanoengine.core.sched.scheduler import Scheduler as EngineScheduler
@@ -29,7 +29,7 @@ class Scheduler(EngineScheduler):
 
     def schedule(self) -> SchedulerOutput:
         budget = self.config.max_num_batched_tokens
-        threshold = self.config.long_prefill_token_threshold
+        threshold = self.long_prefill_threshold()  # 0 while one request is alone: nobody to starve
         kv = self.kv_cache_manager
         num_scheduled: dict[str, int] = {}
         new_blocks: dict[str, list[int]] = {}
@@ -56,6 +56,8 @@ class Scheduler(EngineScheduler):
                     break
                 blocks = kv.allocate_slots(request, n)
             if blocks is None:
+                if self.policy is SchedulingPolicy.PRIORITY and request.status is RequestStatus.PREEMPTED:
+                    continue  # it preempted itself: the higher-ranked requests after it may still fit
                 break
             num_scheduled[request.request_id] = n
             new_blocks[request.request_id] = [b.block_id for b in blocks]

@@ -18,17 +18,19 @@ BS = 4
 
 
 def _engine_chunk_size(num_needed, budget, threshold=0):
-    return Scheduler(SchedulerConfig(budget, long_prefill_token_threshold=threshold), KVCacheManager(BS, 2))._chunk(
-        num_needed, budget)
+    return Scheduler._chunk(num_needed, budget, threshold)
 
 
 def _engine_chunk_plan(num_tokens, budget, threshold=0):
-    s = Scheduler(SchedulerConfig(budget, long_prefill_token_threshold=threshold),
+    """The engine's chunks of one prompt while another request waits (max_num_seqs=1 keeps it waiting): alone,
+    a prompt takes no threshold (nobody to starve), and chunk_plan is the busy case."""
+    s = Scheduler(SchedulerConfig(budget, max_num_seqs=1, long_prefill_token_threshold=threshold),
                   KVCacheManager(BS, num_tokens // BS + 2, enable_caching=False))
-    s.add_request(req("lone", num_tokens))
+    s.add_request(req("prompt", num_tokens))
+    s.add_request(req("waiting", 1))
     chunks = []
-    while s.requests["lone"].num_computed_tokens < num_tokens:
-        chunks.append(s.schedule().num_scheduled_tokens["lone"])
+    while s.requests["prompt"].num_computed_tokens < num_tokens:
+        chunks.append(s.schedule().num_scheduled_tokens["prompt"])
     return chunks
 
 
@@ -91,7 +93,7 @@ def test_budget(impl):
     assert plan(s) == ([("a", 1), ("b", 4), ("c", 3)], [])
 
 
-@pytest.mark.task("07.3", "schedule: long_prefill_token_threshold caps running and new requests alike")
+@pytest.mark.task("07.3", "schedule: long_prefill_token_threshold caps running and new requests alike, not one alone")
 def test_threshold(impl):
     s = make(impl, budget=64, long_prefill_token_threshold=16)
     s.add_request(req("a", 40))
@@ -99,6 +101,12 @@ def test_threshold(impl):
     assert plan(s) == ([("a", 16), ("b", 16)], [])
     assert plan(s) == ([("a", 16), ("b", 14)], [])
     assert plan(s) == ([("a", 8), ("b", 1)], [])
+    s = make(impl, budget=64, long_prefill_token_threshold=16)
+    s.add_request(req("alone", 40))
+    assert plan(s) == ([("alone", 40)], []), \
+        "one request running or waiting: nobody to starve, so no threshold (self.long_prefill_threshold() is 0)"
+    s.add_request(req("next", 30, first=100))
+    assert plan(s) == ([("alone", 1), ("next", 16)], []), "two requests: the threshold caps again"
 
 
 @pytest.mark.task("07.4", "choose_victim: the running list's tail under FCFS, the worst (priority, arrival) otherwise")
@@ -123,7 +131,7 @@ def _two_decoding(impl, policy, num_blocks):
     return s, plans
 
 
-@pytest.mark.task("07.5", "schedule: preemption by recompute, the victim's tokens back to the budget")
+@pytest.mark.task("07.5", "schedule: preemption by recompute, the victim's tokens back, a self-preempted priority request lets the loop go on")
 def test_preemption(impl):
     # 6 usable blocks. a holds 3 and b 2 after step 2; at step 6 a's position 12 needs a 4th block,
     # none is free: FCFS takes the tail, b, and a goes on.
@@ -136,9 +144,10 @@ def test_preemption(impl):
     s, plans = _two_decoding(impl, "priority", 6)
     assert plans[4] == ([("a", 1), ("b", 1)], [])
     assert plans[5] == ([("b", 1)], ["a"]), "the victim ran earlier in this step: it must leave the plan"
-    # The requester itself is the victim: it stops, and so does the rest of the running loop.
+    # The requester itself is the victim: it stops, and the running loop goes on, as vLLM 0.33's does: the
+    # requests after it rank higher and may fit in the blocks it freed.
     s, plans = _two_decoding(impl, "priority", 7)
-    assert plans[6] == ([], ["a"])
+    assert plans[6] == ([("b", 1)], ["a"]), "a preempted itself; b, after it, still runs in a's freed blocks"
 
 
 @pytest.mark.task("07.6", "schedule: admission gate, max_num_seqs, and no admission in a step that preempted")

@@ -153,7 +153,7 @@ def _check_engine_args(args: dict) -> None:
     if args["dtype"] is not None and not any(args["dtype"] is d for d in _FLOAT_DTYPES):
         raise err(f"dtype must be None (the device's default) or one of {_FLOAT_DTYPES}, got {args['dtype']!r}.",
                   parameter="dtype", value=args["dtype"])
-    for name in ("enable_prefix_caching", "enforce_eager", "progress"):
+    for name in ("enable_prefix_caching", "enforce_eager", "progress", "long_prefill_token_threshold_adaptive"):
         check_bool(err, name, args[name])
     check_int(err, "block_size", args["block_size"], low=1, hint="16 is vLLM's default.")
     check_int(err, "max_num_seqs", args["max_num_seqs"], low=1)
@@ -195,6 +195,9 @@ class LLM:
     `gpu_memory_utilization` of the memory left after loading the weights. `num_gpu_blocks_override`
     (vLLM's name) gives the pool's block count instead, null block included, whatever the dtype.
     Engines of the same checkpoint, device and dtype share one read-only model; each has its own KV pool.
+    `long_prefill_token_threshold` caps one request's chunk while another runs or waits (alone, a request takes
+    the whole budget); `long_prefill_token_threshold_adaptive` floors the cap at the budget's fair share, as
+    vLLM 0.33's scheduler options of those names do.
     A model with sliding-window layers (`config.layer_types`) runs on `core.HybridKVCacheManager`: its layers
     form KV cache groups, each with its own block table, and a sliding group frees the blocks that leave its
     window while the request runs.
@@ -204,13 +207,13 @@ class LLM:
 
     | argument | seam (Protocol) | chapter |
     |---|---|---|
-    | `block_table_cls` | `model_runner.BlockTableInterface`: slot mapping and block tables | 02 |
+    | `block_table_cls` | `worker.block_table.BlockTableInterface`: slot mapping and block tables | 02 |
     | `attention_backend` | `attention.AttentionBackend`: store, decode and prefill kernels, or "torch"/"triton" | 03 |
     | `hash_block_tokens` | `core.BlockTokensHasher`: the chained block hash | 04 |
     | `free_queue_cls` | `core.FreeBlockQueue`: the free-block queue | 05 |
     | `block_pool` | `core.BlockPoolInterface`, built as `factory(num_blocks, enable_caching)`, plus `free_queue_cls=` when one is given | 06, 09 |
     | `kv_cache_manager_cls` | `core.KVCacheManagerInterface`, built as `cls(block_size, pool)` | 06 |
-    | `scheduler_cls` | `scheduler.SchedulerInterface`, built as `cls(SchedulerConfig, kv_cache_manager)` | 07 |
+    | `scheduler_cls` | `core.sched.interface.SchedulerInterface`, built as `cls(SchedulerConfig, kv_cache_manager)` | 07 |
     | `sliding_window_manager_cls` | `core.SlidingWindowManager` (a subclass): a sliding group's blocks, for models with windows | 12 |
 
     `nanocourse.my_llm()` fills them from the parts a learner has finished.
@@ -237,6 +240,7 @@ class LLM:
         max_num_seqs: int = 64,
         max_num_batched_tokens: int = 2048,
         long_prefill_token_threshold: int = 0,
+        long_prefill_token_threshold_adaptive: bool = False,
         kv_cache_memory_bytes: int | None = None,
         num_gpu_blocks_override: int | None = None,
         gpu_memory_utilization: float = 0.9,
@@ -315,7 +319,7 @@ class LLM:
             kv_manager = _build(_given("kv_cache_manager_cls", kv_cache_manager_cls), kv_cache_manager_cls,
                                 KVCacheManagerInterface, "(block_size, block_pool)", block_size, pool)
         config = SchedulerConfig(max_num_batched_tokens, max_num_seqs, long_prefill_token_threshold,
-                                 scheduling_policy, self.max_model_len)
+                                 scheduling_policy, self.max_model_len, long_prefill_token_threshold_adaptive)
         scheduler = _build(_given("scheduler_cls", scheduler_cls), scheduler_cls, SchedulerInterface,
                            "(SchedulerConfig, kv_cache_manager)", config, kv_manager)
         _build(_given("block_table_cls", block_table_cls), block_table_cls, BlockTableInterface, "(block_size)", block_size)

@@ -109,3 +109,34 @@ def test_hit_stats_count_each_admission_once_not_each_lookup():
     for _ in range(3):
         run_step(s)
     assert s.kv_cache_manager.make_prefix_cache_stats().queries == 8, "only big's admission is counted"
+
+
+def test_the_threshold_spares_a_lone_request_and_caps_once_another_waits():
+    """vLLM 0.33: the threshold stops a long prompt starving others, so alone there is no cap."""
+    s = make(max_num_batched_tokens=10, long_prefill_token_threshold=6)
+    s.add_request(req("a", 20))
+    assert run_step(s)[0].num_scheduled_tokens == {"a": 10}
+    s.add_request(req("b", 20, first=100))
+    assert run_step(s)[0].num_scheduled_tokens == {"a": 6, "b": 4}
+
+
+def test_the_adaptive_threshold_never_caps_below_a_fair_share_of_the_budget():
+    s = make(max_num_batched_tokens=16, long_prefill_token_threshold=4, long_prefill_token_threshold_adaptive=True)
+    for name in "ab":
+        s.add_request(req(name, 20, first=100 * (name == "b")))
+    assert run_step(s)[0].num_scheduled_tokens == {"a": 8, "b": 8}  # max(4, 16 // 2)
+    s = make(max_num_batched_tokens=16, long_prefill_token_threshold=4)
+    for name in "ab":
+        s.add_request(req(name, 20, first=100 * (name == "b")))
+    assert run_step(s)[0].num_scheduled_tokens == {"a": 4, "b": 4}
+
+
+def test_a_priority_request_that_preempts_itself_lets_the_running_loop_go_on():
+    """vLLM 0.33 continues: the requests after the worst one rank higher and may fit in the blocks it freed."""
+    s = make(num_blocks=7, policy="priority")
+    s.add_request(req("a", 7, priority=1, arrival=0.0, max_tokens=64))
+    run_step(s)
+    s.add_request(req("b", 5, priority=0, arrival=1.0, max_tokens=64, first=100))
+    outs = [run_step(s)[0] for _ in range(6)]
+    assert outs[-2].num_scheduled_tokens == {"a": 1, "b": 1}
+    assert outs[-1].num_scheduled_tokens == {"b": 1} and outs[-1].preempted_req_ids == {"a"}

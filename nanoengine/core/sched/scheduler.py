@@ -21,8 +21,11 @@ from nanoengine.core.sched.request_queue import RequestQueue, SchedulingPolicy, 
 class SchedulerConfig:
     """max_num_batched_tokens: the per-step token budget, shared by prefill chunks and decodes.
     max_num_seqs: the most requests running at once.
-    long_prefill_token_threshold: the largest chunk one request may take in a step (0: no cap).
+    long_prefill_token_threshold: the largest chunk one request may take in a step (0: no cap), while
+    another request is running or waiting.
     policy: "fcfs" or "priority" (lower priority value first, then earlier arrival).
+    long_prefill_token_threshold_adaptive: never cap below a fair share of the budget,
+    max_num_batched_tokens // (requests running and waiting) (vLLM 0.33's option; off by default).
     """
 
     max_num_batched_tokens: int = 2048
@@ -30,6 +33,7 @@ class SchedulerConfig:
     long_prefill_token_threshold: int = 0
     policy: str = "fcfs"
     max_model_len: int = 8192
+    long_prefill_token_threshold_adaptive: bool = False
 
     def __post_init__(self) -> None:
         if self.policy not in {p.value for p in SchedulingPolicy}:
@@ -70,6 +74,7 @@ class Scheduler:
     # ---- scheduling -------------------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:
         budget = self.config.max_num_batched_tokens
+        threshold = self.long_prefill_threshold()
         num_scheduled: dict[str, int] = {}
         new_blocks: dict[str, BlockIds] = {}
         preempted: list[Request] = []
@@ -79,7 +84,7 @@ class Scheduler:
         i = 0
         while i < len(self.running) and budget > 0:
             request = self.running[i]
-            n = self._chunk(request.num_tokens - request.num_computed_tokens, budget)
+            n = self._chunk(request.num_tokens - request.num_computed_tokens, budget, threshold)
             while (blocks := kv.allocate_slots(request, n)) is None:
                 if len(self.running) == 1:
                     # Alone and still out of blocks: the request has outgrown the whole pool.
@@ -95,6 +100,10 @@ class Scheduler:
                 if victim is request:
                     break
             if blocks is None:
+                if self.policy is SchedulingPolicy.PRIORITY and request.status is RequestStatus.PREEMPTED:
+                    # It was the worst running request and preempted itself: the requests after it rank
+                    # higher and may still fit in the blocks it just freed (vLLM 0.33 goes on too).
+                    continue
                 break
             num_scheduled[request.request_id] = n
             new_blocks[request.request_id] = get_block_ids(blocks)
@@ -111,7 +120,7 @@ class Scheduler:
             if kv.get_num_blocks_to_allocate(request, request.num_tokens, computed_blocks) > \
                     kv.block_pool.get_num_free_blocks():
                 break
-            n = self._chunk(request.num_tokens - num_computed, budget)
+            n = self._chunk(request.num_tokens - num_computed, budget, threshold)
             if kv.allocate_slots(request, n, num_computed, computed_blocks) is None:
                 break
             new_reqs.append(self.admit(request, num_computed))
@@ -119,9 +128,19 @@ class Scheduler:
             budget -= n
         return self.make_output(num_scheduled, new_blocks, new_reqs, preempted)
 
-    def _chunk(self, num_needed: int, budget: int) -> int:
+    def long_prefill_threshold(self) -> int:
+        """This step's cap on one request's chunk (0: none). The threshold keeps a long prompt from starving
+        the others of the budget, so with one request running or waiting there is nobody to starve and no
+        cap; the adaptive option floors it at a fair share of the budget (vLLM 0.33's schedule())."""
+        num_eligible = len(self.running) + len(self.waiting)
+        threshold = self.config.long_prefill_token_threshold if num_eligible > 1 else 0
+        if threshold and self.config.long_prefill_token_threshold_adaptive:
+            threshold = max(threshold, self.config.max_num_batched_tokens // num_eligible)
+        return threshold
+
+    @staticmethod
+    def _chunk(num_needed: int, budget: int, threshold: int) -> int:
         """The tokens a request may take now: its need, capped by the threshold (when set) and the budget."""
-        threshold = self.config.long_prefill_token_threshold
         if 0 < threshold < num_needed:
             num_needed = threshold
         return min(num_needed, budget)
