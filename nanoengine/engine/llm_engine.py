@@ -214,9 +214,9 @@ class LLMEngine:
         raise EngineStalledError(
             f"Step {self.stats.num_steps} scheduled no token and preempted nothing, with "
             f"{len(scheduler.waiting)} requests waiting and {len(scheduler.running)} running: the engine cannot "
-            "make progress. A part plugged in through a seam is the likely cause: every running request needs at "
-            "least one token per step (a prefix hit must leave the last token to compute), and a waiting request "
-            "must be admitted once the pool is free."
+            "make progress. A part plugged in through a seam is the likely cause: while requests are unfinished, a "
+            "step must schedule some token or preempt some request (a prefix hit must leave the last token to "
+            "compute, and a waiting request must be admitted once the pool is free)."
         )
 
     def _collect_logprobs(self, output: ModelRunnerOutput) -> None:

@@ -15,7 +15,9 @@ Invariants:
   Every op is row-wise, so padding rows never touch live ones, and their logits are dropped.
 - The block table is max_model_len / block_size wide, so the decode kernel chooses its split-K
   factor once for the longest context; block ids past a row's seq_len are never read.
-- Only pure-decode steps replay: a prefill's token count varies too much to capture.
+- Only pure-decode steps replay (vLLM's non-default FULL_DECODE_ONLY mode): graphing a prefill as vLLM's default
+  FULL_AND_PIECEWISE does needs the model cut at attention into pieces, which vLLM's torch.compile pass does and
+  nanoengine has no compiler for.
 """
 
 from __future__ import annotations
