@@ -42,11 +42,15 @@ class TaskResult:
 
 
 def chapter_files(chapter: str) -> list[Path]:
-    """The graded test files of one chapter ("04"), or of every chapter ("all")."""
-    pattern = "test_ch*_*.py" if chapter == "all" else f"test_ch{int(chapter):02d}_*.py"
-    files = sorted(GRADED.glob(pattern))
-    if not files:
-        raise ValueError(f"No graded tests for chapter {chapter!r} in {GRADED.name}/.")
+    """The graded test files of one chapter ("04"), of several ("02,04"), or of every chapter ("all")."""
+    if chapter == "all":
+        return sorted(GRADED.glob("test_ch*_*.py"))
+    files = []
+    for one in chapter.split(","):
+        found = sorted(GRADED.glob(f"test_ch{int(one):02d}_*.py"))
+        if not found:
+            raise ValueError(f"No graded tests for chapter {one!r} in {GRADED.name}/.")
+        files += found
     return files
 
 
@@ -62,12 +66,13 @@ class Scorecard(list):
         self.chapter, self.impl, self.skipped = chapter, impl, skipped or {}
 
     def __repr__(self) -> str:
-        if self.chapter != "all":
+        if self.chapter != "all" and "," not in self.chapter:
             heading = f"Chapter {int(self.chapter):02d} ({self.impl})"
             if f"{int(self.chapter):02d}" in self.skipped:
                 return f"{heading}: skipped: {self.skipped[f'{int(self.chapter):02d}']}"
             return "\n".join(self._lines(heading, self))
-        lines = [f"The course ({self.impl}): {sum(r.passed for r in self)}/{len(self)} tasks pass"]
+        subject = "The course" if self.chapter == "all" else f"Chapters {self.chapter.replace(',', ', ')}"
+        lines = [f"{subject} ({self.impl}): {sum(r.passed for r in self)}/{len(self)} tasks pass"]
         for chapter in sorted({r.task.split(".")[0] for r in self} | set(self.skipped)):
             lines.append("")
             if chapter in self.skipped:
@@ -87,8 +92,8 @@ class Scorecard(list):
 
 
 def grade(chapter: str, impl: str = "exercises") -> Scorecard:
-    """Run chapter `chapter`'s graded tests ("all": every chapter's, in one process) against `impl`;
-    the result displays as a scorecard."""
+    """Run chapter `chapter`'s graded tests against `impl`, in one process however many chapters: "04", "02,04",
+    or "all"; the result displays as a scorecard."""
     if impl not in IMPLS and not Path(impl).is_dir():
         raise ValueError(f"impl must be one of {IMPLS} or a folder of chapter modules, got {impl!r}")
     with tempfile.TemporaryDirectory() as tmp:

@@ -14,8 +14,10 @@ kernel restart (a plain `import exercises.ch04_hash_chains` would keep the first
 from __future__ import annotations
 
 import ast
+import dataclasses
 import hashlib
 import importlib.util
+import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +26,7 @@ from typing import Any
 from collections.abc import Callable
 
 from nanoengine.attention import triton_available
-from nanocourse.grading import GRADED, ROOT, Scorecard, chapter_files, grade
+from nanocourse.grading import GRADED, ROOT, Scorecard, TaskResult, chapter_files, grade
 
 EXERCISES = ROOT / "exercises"
 
@@ -113,15 +115,56 @@ def _only_raises(fn: ast.FunctionDef) -> bool:
 _GRADES: dict[str, Scorecard] = {}
 
 
-def chapter_grade(chapter: str) -> Scorecard:
-    """The chapter's scorecard for your files as they are now; cached on their content, so asking
-    again after no edit costs nothing."""
+def grades_dir() -> Path:
+    """Where scorecards are kept between kernels: beside the unpacked model, in the user's cache."""
+    from nanoengine.model.loader import cache_root
+
+    return cache_root() / "grades"
+
+
+def _grade_key(chapter: str) -> str:
+    """The content a chapter's grade depends on: your file, the chapter's graded tests and their conftest."""
     module = next(p.module for p in PARTS if p.chapter == chapter)
-    sources = [exercise_path(module)] + chapter_files(chapter)
-    key = hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()
-    if key not in _GRADES:
-        _GRADES[key] = grade(chapter, "exercises")
-    return _GRADES[key]
+    sources = [exercise_path(module), *chapter_files(chapter), GRADED / "conftest.py"]
+    return hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()
+
+
+def _cached_grade(chapter: str, key: str) -> Scorecard | None:
+    if key in _GRADES:
+        return _GRADES[key]
+    path = grades_dir() / f"{key}.json"
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    card = _GRADES[key] = Scorecard(chapter, "exercises", [TaskResult(**r) for r in data["results"]], data["skipped"])
+    return card
+
+
+def chapter_grades(chapters) -> dict[str, Scorecard]:
+    """Each chapter's scorecard for your files as they are now. Cached on their content, in memory and on disk,
+    so asking again after no edit costs nothing, in a new kernel too; the chapters not cached yet are graded
+    together, in one process."""
+    chapters = sorted(set(chapters))
+    keys = {chapter: _grade_key(chapter) for chapter in chapters}
+    todo = [chapter for chapter in chapters if _cached_grade(chapter, keys[chapter]) is None]
+    if todo:
+        print(f"Grading chapter{'s' if len(todo) > 1 else ''} {', '.join(todo)} on your files as they are now "
+              "(a few seconds a chapter; again only after you edit them)...", flush=True)
+        card = grade(",".join(todo), "exercises")
+        grades_dir().mkdir(parents=True, exist_ok=True)
+        for chapter in todo:
+            results = [r for r in card if r.task.split(".")[0] == chapter]
+            skipped = {chapter: card.skipped[chapter]} if chapter in card.skipped else {}
+            _GRADES[keys[chapter]] = Scorecard(chapter, "exercises", results, skipped)
+            data = {"results": [dataclasses.asdict(r) for r in results], "skipped": skipped}
+            (grades_dir() / f"{keys[chapter]}.json").write_text(json.dumps(data))
+    return {chapter: _GRADES[keys[chapter]] for chapter in chapters}
+
+
+def chapter_grade(chapter: str) -> Scorecard:
+    """The chapter's scorecard for your files as they are now (see chapter_grades)."""
+    return chapter_grades([chapter])[chapter]
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +248,9 @@ def my_llm(model=None, *, source: str = "exercises", use_kernels: bool | None = 
         raise ValueError(f"source must be one of {sorted(SOURCES)}, got {source!r}")
     if use_kernels is None:
         use_kernels = torch.cuda.is_available()
+    if source == "exercises":  # every finished file's chapter graded at once, in one process, before the table
+        chapter_grades(p.chapter for p in PARTS
+                       if not stubs_left(p.module) and not (p.instantiate and not triton_available()))
     statuses = [part_status(p, source, use_kernels) for p in PARTS]
     if not quiet:
         print(parts_table(statuses, source))
@@ -230,5 +276,5 @@ def seam_owners(llm) -> list[tuple[str, str, str]]:
     return [(chapter, seam, f"{obj.__module__}.{obj.__qualname__}") for chapter, seam, obj in seams]
 
 
-__all__ = ["PARTS", "GRADED", "Part", "PartStatus", "chapter_grade", "load_exercise", "mine_or_worked", "my_llm", "my_parts",
+__all__ = ["PARTS", "GRADED", "Part", "PartStatus", "chapter_grade", "chapter_grades", "grades_dir", "load_exercise", "mine_or_worked", "my_llm", "my_parts",
            "part_status", "parts_table", "seam_owners", "stubs_left"]

@@ -1,7 +1,10 @@
 """my_llm(): the learner's finished parts become the engine, each through its own seam."""
 
+import time
+
 import pytest
 
+from nanocourse import my_engine
 from nanoengine import LLM, SamplingParams
 from nanoengine.attention import AttentionBackend, triton_available
 from nanoengine.core import BlockPoolInterface, FreeBlockQueue, KVCacheManagerInterface
@@ -9,6 +12,7 @@ from nanocourse import workloads as W
 from nanocourse.beyond import hit_rate
 from nanocourse.my_engine import (
     PARTS,
+    chapter_grades,
     load_exercise,
     mine_or_worked,
     my_llm,
@@ -87,3 +91,22 @@ def test_a_finished_kernel_part_sits_out_on_a_cpu_unless_forced():
     kernels = next(p for p in PARTS if p.argument == "attention_backend")
     assert not part_status(kernels, "solutions", use_kernels=False).used
     assert part_status(kernels, "solutions", use_kernels=True).used
+
+
+def test_grades_are_batched_into_one_process_and_kept_on_disk(monkeypatch, tmp_path):
+    """my_llm() grades every finished chapter at once, and a new kernel (an empty memory cache) grades nothing
+    again until a file changes: its second call answers in well under the 5 s a learner would wait."""
+    monkeypatch.setenv("NANOENGINE_CACHE", str(tmp_path))
+    monkeypatch.setattr(my_engine, "_GRADES", {})
+    calls, real = [], my_engine.grade
+    monkeypatch.setattr(my_engine, "grade", lambda chapter, impl: calls.append(chapter) or real(chapter, impl))
+    first = chapter_grades(["05", "04", "05"])
+    assert calls == ["04,05"], "the chapters not cached yet are graded together, once each"
+    assert first["04"] and all(r.task.startswith("04.") for r in first["04"])
+    assert first["05"] and all(r.task.startswith("05.") for r in first["05"])
+    my_engine._GRADES.clear()  # as a new kernel starts
+    start = time.perf_counter()
+    second = chapter_grades(["04", "05"])
+    assert calls == ["04,05"] and time.perf_counter() - start < 1, "no edit since: read from disk, not graded"
+    assert {ch: [(r.task, r.passed, r.message) for r in card] for ch, card in second.items()} == \
+        {ch: [(r.task, r.passed, r.message) for r in card] for ch, card in first.items()}
