@@ -55,11 +55,12 @@ class HybridKVCacheCoordinator:
     type shortens it: a fixed point. All groups share one block size here, so a hit in whole blocks
     suits every group (vLLM aligns hits to the lcm of the groups' block sizes).
 
-    With use_eagle each type searches one block past the candidate length and its manager drops the
-    last hit block, as in current vLLM: a type never returns more than the candidate, so the fixed
-    point cannot spiral down a block per round (vLLM issue #32802), and full attention plus a window
-    loses one block, not two. vLLM skips the drop for a type already checked at the current length; here
-    every round searches the same way, which differs only for two or more sliding types.
+    With use_eagle each type searches one block past the candidate length, up to the request's last full
+    block, and its manager drops the last hit block, as vLLM 0.33's coordinator does: a type never returns
+    more than the candidate, so the fixed point cannot spiral down a block per round (vLLM issue #32802),
+    full attention plus a window loses one block, not two, and a block-aligned prompt loses none beyond the
+    one the last-token rule gives back. vLLM skips the drop for a type already checked at the current length;
+    here every round searches the same way, which differs only for two or more sliding types.
     """
 
     def __init__(self, groups: Sequence[KVCacheGroupSpec], block_pool: BlockPool, block_size: int,
@@ -91,7 +92,9 @@ class HybridKVCacheCoordinator:
                 if window is None and searched_full:
                     continue  # any prefix of a full-attention hit is a hit: its first search serves
                 # EAGLE's managers drop the last hit block: one block more to search keeps the candidate reachable.
-                limit = min(length + self.block_size, max_length) if self.use_eagle else length
+                # As in vLLM 0.33, that block may be any full block the request has, past max_length too: a
+                # block-aligned prompt, whose last block the last-token rule already gave back, loses no more.
+                limit = min(length + self.block_size, len(block_hashes) * self.block_size) if self.use_eagle else length
                 found = self.managers[group_ids[0]].find_longest_cache_hit(block_hashes, limit, group_ids)
                 searched_full |= window is None
                 length = len(found[0]) * self.block_size

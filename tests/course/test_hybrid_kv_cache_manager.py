@@ -158,6 +158,18 @@ def test_eagle_costs_one_block_whatever_the_attention_types():
         assert length == expected * BS, (windows, eagle)
 
 
+def test_eagle_may_search_every_full_block_of_a_block_aligned_prompt():
+    """vLLM 0.33 caps EAGLE's one-block-further search at the request's full blocks (len(block_hashes) *
+    block_size), not at the last-token cap: a 32-token prompt with blocks 0-7 cached hits 28 tokens, since
+    the last block, given back for the last token, is the one EAGLE drops (before vLLM's rule here: 24)."""
+    pool = BlockPool(60, enable_caching=True)
+    for group_id in range(2):
+        cache(pool, group_id, range(8))
+    for windows in ([None], [9], [None, 9]):
+        _, length = coordinator(windows, pool, use_eagle=True).find_longest_cache_hit(HASHES[:8], 7 * BS)
+        assert length == 7 * BS, windows
+
+
 def test_eagle_hit_is_one_every_type_serves_one_block_further():
     """Full attention caches blocks 0-7, window 9 all but block 4, window 13 all but block 6. A window
     needs ceil((W - 1) / 4) cached blocks before a hit's end, one more with EAGLE, which it then drops."""
