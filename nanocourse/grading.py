@@ -138,6 +138,29 @@ def pytest_collection_modifyitems(config, items):
                                                      variant=variant or "")
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Name the learner's function an exception came out of, while the traceback is still at hand."""
+    outcome = yield
+    report = outcome.get_result()
+    if call.excinfo is not None and not call.excinfo.errisinstance(NotImplementedError):
+        report.learner_location = _learner_location(call.excinfo)
+
+
+def _learner_location(excinfo) -> str:
+    """"your Scheduler.schedule (exercises/ch07_scheduler.py, line 88)" for the innermost frame of the graded
+    code (exercises/, solutions/ or a variant folder) the exception passed through; "" if it passed through none."""
+    impl = os.environ.get("NANOENGINE_IMPL", "exercises")
+    folders = [ROOT / "exercises", ROOT / "solutions"] + ([Path(impl).resolve()] if os.path.isdir(impl) else [])
+    for entry in reversed(excinfo.traceback):
+        path = Path(str(entry.path)).resolve()
+        if any(path.is_relative_to(folder) for folder in folders):
+            name = getattr(entry.frame.code.raw, "co_qualname", entry.name)
+            where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name
+            return f"your {name} ({where}, line {entry.lineno + 1})"
+    return ""
+
+
 def pytest_runtest_logreport(report):
     result = _CONFIG._graded.get(report.nodeid) if _CONFIG else None
     if result is None or report.when == "teardown":
@@ -171,7 +194,10 @@ def _short(report) -> str:
     text = crash.message if crash is not None else str(report.longrepr)
     if "NotImplementedError" in text:
         return "not implemented yet (the stub still raises NotImplementedError)"
-    return text.strip().splitlines()[0][:300] if text.strip() else "failed"
+    first = text.strip().splitlines()[0] if text.strip() else "failed"
+    if location := getattr(report, "learner_location", ""):  # it came out of the learner's code: say where
+        first = f"{first}, raised in {location}"
+    return first[:300]
 
 
 def main(argv: list[str] | None = None) -> int:

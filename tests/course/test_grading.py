@@ -157,3 +157,15 @@ def test_the_learners_grade_command_exits_0_with_open_tasks_and_strict_mode_does
     assert main(["00"]) == 0  # the stubs: every task open, a scorecard, no "Error 1" from make
     assert main(["00", "exercises", "--strict"]) == 1
     assert main(["00", "solutions", "--strict"]) == 0
+
+
+def test_an_exception_from_the_learners_code_names_their_method(tmp_path):
+    """A crash inside the learner's code says where: their method, file and line, not the grader's."""
+    source = (GRADED.parents[1] / "solutions" / "ch05_free_queue.py").read_text()
+    line = "        _link(block.prev_free_block, block.next_free_block)\n"
+    assert source.count(line) == 1, "the probe edits one line of the worked solution's remove"
+    (tmp_path / "ch05_free_queue.py").write_text(source.replace(line, "        {}[block.block_id]\n"))
+    lineno = source[: source.index(line)].count("\n") + 1
+    messages = {r.message for r in grade("05", str(tmp_path)) if not r.passed}
+    assert f"KeyError: 0, raised in your FreeKVCacheBlockQueue.remove (ch05_free_queue.py, line {lineno})" in messages, \
+        messages
