@@ -1,6 +1,8 @@
 """Chapter 07 exercises: the scheduler. You write vLLM v1's schedule(); once it passes, it runs the engine.
 
 Check your work with:   make grade CH=07
+Stuck? In the notebook, `from nanocourse import hint; hint("07")` lists this chapter's hints, from a nudge to
+close-to-code; open them one at a time with hint("07", n).
 
 Your Scheduler subclasses the engine's, so the bookkeeping is there to reuse and you write the policy:
 
@@ -32,20 +34,20 @@ from nanoengine.core.sched.scheduler import Scheduler as EngineScheduler
 def chunk_size(num_needed: int, budget: int, threshold: int = 0) -> int:
     """Task 07.1: the tokens a request that still needs num_needed tokens may take in this step.
 
-    Its need, but never more than `threshold` (long_prefill_token_threshold) when threshold > 0, and
-    never more than the budget that is left. chunk_size(150, 64) == 64; chunk_size(150, 64, 24) == 24;
-    chunk_size(5, 64, 16) == 5.
+    Contract: the need, capped by `threshold` when it is above 0 and by the budget left; never more than any
+    of the three. (vLLM 0.33: the `num_new_tokens` lines of Scheduler.schedule.)
+    Example: chunk_size(150, 64) == 64; chunk_size(150, 64, 24) == 24; chunk_size(5, 64, 16) == 5.
     """
     raise NotImplementedError
 
 
 def chunk_plan(num_tokens: int, budget: int, threshold: int = 0) -> list[int]:
-    """Task 07.1: the chunk sizes a lone request's prompt gets, one per step, until it is computed.
+    """Task 07.1: the chunk sizes a prompt of num_tokens gets, one per step, until it is computed, when it has
+    each step's whole budget and other requests wait (so the threshold applies).
 
-    Alone, the request may take the whole budget each step. chunk_plan(150, 64) == [64, 64, 22];
-    chunk_plan(150, 64, 24) == [24] * 6 + [6].
-
-    Hints: keep a `remaining` count; each chunk is chunk_size(remaining, budget, threshold).
+    Contract: every chunk is chunk_size of what remains; the chunks sum to num_tokens; a budget below 1 can
+    never finish a prompt, so it raises ValueError.
+    Example: chunk_plan(150, 64) == [64, 64, 22]; chunk_plan(150, 64, 24) == [24] * 6 + [6].
     """
     raise NotImplementedError
 
@@ -54,46 +56,43 @@ class Scheduler(EngineScheduler):
     """Your scheduler. LLM(scheduler_cls=Scheduler) runs it; my_llm() does once chapter 07 passes."""
 
     def schedule(self) -> SchedulerOutput:
-        """Tasks 07.2, 07.3, 07.5 and 07.6: plan one step, vLLM v1's way.
+        """Tasks 07.2, 07.3, 07.5 and 07.6: plan one step as vLLM 0.33's Scheduler.schedule does
+        (vllm/v1/core/sched/scheduler.py; read it beside this), and return
+        self.make_output(num_scheduled, new_blocks, new_reqs, preempted).
 
-        1. Running requests first, in order, from one budget (config.max_num_batched_tokens): each gets
-           chunk_size(what it still needs, budget left, threshold) tokens, with threshold =
-           self.long_prefill_threshold() for the whole step; stop when the budget is 0.
-           kv_cache_manager.allocate_slots(request, n) returns its new blocks, or None when the pool
-           is out of blocks.
-        2. On None, preempt: victim = self.choose_victim(); self.preempt(victim). If the victim was
-           already scheduled in this step, give its tokens back to the budget and forget its entry
-           (and step back one place in the running list, which just lost an earlier entry). Retry
-           until the allocation succeeds; if the victim is the request itself, it no longer runs: under
-           FCFS that ends the loop, under priority the loop goes on with the next running request (it
-           ranks higher and may fit in the freed blocks; vLLM 0.33 does the same).
-           If the request is the only one running and still does not fit, finish_length_capped(it).
-        3. Then admit waiting requests, but only in a step that preempted nobody, while budget is left
-           and fewer than config.max_num_seqs requests run. For the queue's head:
-           hits, num_hit_tokens = kv_cache_manager.get_computed_blocks(request, record_stats=False)
-           (admit() records the stats once). The gate: admit only if the WHOLE prompt fits now, i.e.
-           ceil(num_tokens / block_size) - len(hits) new blocks, plus one for each hit with
-           ref_cnt == 0 (it leaves the free queue), fit in block_pool.get_num_free_blocks(). Then
-           allocate_slots(request, n, num_hit_tokens, hits) for its first chunk n, and
-           self.admit(request, num_hit_tokens). Stop at the first request that does not get in.
-        4. return self.make_output(num_scheduled, new_blocks, new_reqs, preempted), where
-           num_scheduled maps request ids to tokens (running ones first, in order, then admitted
-           ones), new_blocks maps each RUNNING request's id to [b.block_id for b in its new blocks],
-           new_reqs lists what admit() returned and preempted lists the victims.
+        What the plan must satisfy:
+        - Budget: the planned tokens sum to at most config.max_num_batched_tokens. Each planned request takes
+          chunk_size(what it still needs, budget left, self.long_prefill_threshold()), the threshold read once
+          at the start of the step (it caps nobody while one request alone runs or waits).
+        - Running first: the running requests are planned in self.running's order before any waiting one;
+          the step stops planning when the budget is spent.
+        - Memory: a running request is planned only with the blocks kv_cache_manager.allocate_slots grants it.
+          When the pool is short, choose_victim() and preempt() free room until the allocation succeeds. A
+          victim already planned this step leaves the plan and gives its tokens back. A request that
+          preempts itself is not planned: under FCFS that ends the running requests' turn, under priority
+          the next running request still gets its turn (it ranks higher and may fit in the freed blocks).
+          A request running alone that still does not fit is finish_length_capped().
+        - Admission: only in a step that preempted nobody, while budget is left and fewer than
+          config.max_num_seqs run, the waiting queue's head is admitted (self.admit) if its whole sequence
+          (num_tokens) fits in the free blocks now, counting each cached hit with ref_cnt 0 as a block taken
+          from the free queue; its lookup is get_computed_blocks(request, record_stats=False), counted once by
+          admit(). The first request that does not get in ends admission.
+        - Output: num_scheduled maps each planned request id to its tokens (running ones in order, then
+          admitted ones); new_blocks maps each planned running request to the ids of the blocks
+          allocate_slots just gave it; new_reqs lists admit()'s results; preempted lists the victims.
 
-        Hints:
-        - Use a while loop with an index over self.running: preemption shrinks the list under you.
-        - `-(-a // b)` is ceil(a / b) for ints.
+        Example: budget 64, no threshold, a decoding (1 token) and b waiting with a 150-token prompt that
+        fits: the step plans {a: 1, b: 63}; the next plans {a: 1, b: 63}; then {a: 1, b: 24}.
+        Stuck? hint("07") lists the hints; hint("07", 2) starts on schedule().
         """
         raise NotImplementedError
 
     def choose_victim(self) -> Request:
         """Task 07.4: remove the request to preempt from self.running and return it.
 
-        FCFS (self.policy is SchedulingPolicy.FCFS): the newest admitted, i.e. the running list's tail
-        (not the latest arrival: a preempted request is readmitted at the tail). PRIORITY: the worst,
-        i.e. the largest priority value, ties broken by the latest arrival_time.
-
-        Hints: list.pop(); max with a key of (priority, arrival_time), then list.remove.
+        Contract (vLLM 0.33's Scheduler.schedule, the "Preempt the lowest-priority request" lines): under FCFS
+        the newest admitted, the running list's tail (not the latest arrival: a readmitted request sits at
+        the tail); under PRIORITY the worst, the largest (priority, arrival_time).
+        Example: running [old (arrived 1.0), x (5.0), y (3.0, readmitted)]: FCFS takes y, priority takes x.
         """
         raise NotImplementedError

@@ -1,5 +1,7 @@
-"""Course tooling: quizzes, the grader, the widgets each chapter uses to show engine state, and
-my_llm(), the engine built from the learner's own finished parts."""
+"""Course tooling: quizzes, the grader, the widgets each chapter uses to show engine state, the hints a
+learner opens on purpose, and my_llm(), the engine built from the learner's own finished parts."""
+
+from nanocourse.hints import hint
 
 
 def my_llm(*args, **kwargs):
@@ -14,3 +16,6 @@ def load_exercise(module: str):
     from nanocourse.my_engine import load_exercise as load
 
     return load(module)
+
+
+__all__ = ["hint", "load_exercise", "my_llm"]

@@ -16,7 +16,9 @@ def chunk_size(num_needed: int, budget: int, threshold: int = 0) -> int:
 
 
 def chunk_plan(num_tokens: int, budget: int, threshold: int = 0) -> list[int]:
-    """Task 07.1: the chunk sizes a lone request's prompt gets, one per step."""
+    """Task 07.1: the chunk sizes a prompt gets, one per step, with the whole budget and others waiting."""
+    if budget < 1:
+        raise ValueError(f"budget={budget} can never finish a prompt: give at least 1 token per step")
     chunks = []
     while num_tokens > 0:
         chunks.append(chunk_size(num_tokens, budget, threshold))

@@ -6,6 +6,7 @@ BUGS = [
     ("07.1", "the threshold caps only prompts longer than the budget",
      "if 0 < threshold < num_needed:", "if 0 < threshold < num_needed and num_needed > budget:"),
     ("07.1", "chunk_plan never leaves the loop's last chunk", "while num_tokens > 0:", "while num_tokens > budget:"),
+    ("07.1", "chunk_plan without a budget loops forever", "    if budget < 1:\n", "    if False:\n"),
     ("07.2", "newcomers before running requests", "        i = 0\n        while i < len(self.running) and budget > 0:",
      "        i = len(self.running) if self.waiting else 0\n        while i < len(self.running) and budget > 0:"),
     ("07.2", "a running request takes its whole need, not what the budget has left",

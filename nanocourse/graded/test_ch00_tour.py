@@ -35,6 +35,14 @@ def _engine_cached_tokens(prompt_len, shared_prefix_tokens, block_size):
     return kv.get_computed_blocks(second)[1]
 
 
+def _first_difference(got, want: str) -> str:
+    """Where two renderings part, shown as the few characters each has from there (for a failure message)."""
+    if not isinstance(got, str):
+        return f"got a {type(got).__name__}, not a str: {got!r:.80}"
+    at = next((i for i, (x, y) in enumerate(zip(got, want)) if x != y), min(len(got), len(want)))
+    return f"they part at character {at}: expected {want[at:at + 30]!r}, got {got[at:at + 30]!r}"
+
+
 NANOENGINE = {
     "render_chatml": lambda messages: _tokenizer().apply_chat_template(messages),
     "shared_prefix_blocks": _engine_shared_blocks,
@@ -53,21 +61,35 @@ def test_chatml(impl):
         [{"role": "system", "content": "Be terse."}, {"role": "user", "content": "Hi"},
          {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "Bye"}],
     ):
-        assert impl.render_chatml(messages) == tok.apply_chat_template(messages)
+        got, want = impl.render_chatml(messages), tok.apply_chat_template(messages)
+        assert got == want, (f"render_chatml(roles {[m['role'] for m in messages]}) must match SmolLM2's chat "
+                             f"template (apply_chat_template): {_first_difference(got, want)}")
 
 
 @pytest.mark.task("00.2", "shared_prefix_blocks counts identical leading full blocks")
 def test_shared_blocks(impl):
     a = list(range(50))
-    assert impl.shared_prefix_blocks(a, a, 16) == 3
-    assert impl.shared_prefix_blocks(a, a[:40] + [0] * 10, 16) == 2
-    assert impl.shared_prefix_blocks(a, [99] + a[1:], 16) == 0
+    got = impl.shared_prefix_blocks(a, a, 16)
+    assert got == 3, (f"shared_prefix_blocks(a, a, 16) with a = tokens 0..49 must be 3: the 50 tokens hold 3 full "
+                      f"blocks of 16, and the partial 4th block (tokens 48, 49) does not count; got {got}")
+    got = impl.shared_prefix_blocks(a, a[:40] + [0] * 10, 16)
+    assert got == 2, (f"shared_prefix_blocks(a, a[:40] + [0] * 10, 16) must be 2: the sequences part at token 40, "
+                      f"inside block 2 (tokens 32..47), so only blocks 0 and 1 are identical; got {got}")
+    got = impl.shared_prefix_blocks(a, [99] + a[1:], 16)
+    assert got == 0, (f"shared_prefix_blocks(a, [99] + a[1:], 16) must be 0: token 0 differs, so block 0 differs "
+                      f"and the count stops there, even though blocks 1 and 2 are equal again; got {got}")
     assert impl.shared_prefix_blocks(a, a[:20], 16) == 1, "only full blocks count"
 
 
 @pytest.mark.task("00.3", "expected_cached_tokens follows whole blocks and the last-token rule")
 def test_expected_cached(impl):
-    assert impl.expected_cached_tokens(100, 60, 16) == 48
+    got = impl.expected_cached_tokens(100, 60, 16)
+    assert got == 48, (f"expected_cached_tokens(100, 60, 16) must be 48: 60 shared tokens fill 3 whole blocks of 16, "
+                       f"and the 12 shared tokens of the partial 4th block are computed again; got {got}")
     assert impl.expected_cached_tokens(64, 64, 16) == 48, "a fully cached aligned prompt recomputes its last block"
-    assert impl.expected_cached_tokens(65, 64, 16) == 64
-    assert impl.expected_cached_tokens(40, 10, 16) == 0
+    got = impl.expected_cached_tokens(65, 64, 16)
+    assert got == 64, (f"expected_cached_tokens(65, 64, 16) must be 64: all 4 shared blocks are reused, since the "
+                       f"prompt's last token (position 64) lies past them, (65 - 1) // 16 = 4; got {got}")
+    got = impl.expected_cached_tokens(40, 10, 16)
+    assert got == 0, (f"expected_cached_tokens(40, 10, 16) must be 0: 10 shared tokens fill no whole block of 16, "
+                      f"and only whole blocks are reused; got {got}")

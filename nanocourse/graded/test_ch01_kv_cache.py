@@ -58,7 +58,9 @@ def test_bytes_per_token(impl):
 @pytest.mark.task("01.2", "kv_bytes_per_block: the blog post's 5,242,880-byte Llama-70B block")
 def test_bytes_per_block(impl):
     block = impl.kv_bytes_per_block(16, 80, 8, 128, 2)
-    assert block == 5_242_880
+    assert block == 5_242_880, (
+        f"kv_bytes_per_block(16, 80, 8, 128, 2), Llama-70B in fp16, must be 16 tokens x 327,680 bytes per token "
+        f"(2 x 80 layers x 8 KV heads x 128 x 2 bytes) = 5,242,880; got {block}")
     assert block == 5 * 2**20, "5.24 MB (powers of 10) is exactly 5 MiB (powers of 2)"
     assert impl.kv_bytes_per_block(16, 30, 3, 64, 4) == 737_280, "SmolLM2 fp32, the engine's CPU block"
     assert impl.kv_bytes_per_block(32, 30, 3, 64, 4) == 2 * 737_280, "twice the tokens, twice the bytes"
@@ -93,13 +95,17 @@ def test_decode_attention_matches_sdpa(impl):
     for heads, kv_heads, seq_len in [(9, 3, 37), (4, 4, 5), (8, 2, 1), (9, 3, 300)]:
         q, k, v = _random_qkv(heads, kv_heads, seq_len)
         out = impl.decode_attention(q, k, v)
-        assert out.shape == (heads, 64) and out.dtype == q.dtype
+        assert out.shape == (heads, 64) and out.dtype == q.dtype, (
+            f"decode_attention must return [num_heads, head_dim] = [{heads}, 64] in q's dtype {q.dtype} "
+            f"({heads} query heads, {kv_heads} KV heads, {seq_len} cached tokens): got {list(out.shape)} {out.dtype}")
         torch.testing.assert_close(out, _sdpa(q, k, v), rtol=1e-4, atol=1e-5,
                                    msg=f"{heads} query heads over {kv_heads} KV heads, {seq_len} cached tokens")
     q, k, v = _random_qkv(9, 3, 50, seed=1)
     huge = impl.decode_attention(q * 1000, k, v)
     assert torch.isfinite(huge).all(), "large scores must not overflow the softmax (subtract the max)"
-    torch.testing.assert_close(huge, _sdpa(q * 1000, k, v), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(huge, _sdpa(q * 1000, k, v), rtol=1e-4, atol=1e-4,
+                               msg=lambda m: f"with q scaled 1000x (9 query heads over 3 KV heads, 50 cached tokens) "
+                                             f"decode_attention differs from torch SDPA: {m}")
 
 
 class _DecodeWith:

@@ -103,7 +103,10 @@ def test_slot_mapping(impl):
 def test_slot_mapping_runs_the_model(impl, tiny):
     _, hidden = run_paged(tiny, impl.slot_mapping)
     assert not hidden.isnan().any(), "attention read a slot that was never written: check the mapping"
-    torch.testing.assert_close(hidden, tiny.hidden, rtol=0, atol=1e-5)
+    torch.testing.assert_close(hidden, tiny.hidden, rtol=0, atol=1e-5,
+                               msg=lambda m: f"hidden states of the paged run (your slot_mapping, block table "
+                                             f"{TABLE}, chunks of {CHUNKS} tokens) differ from the contiguous "
+                                             f"cache's: {m}")
 
 
 @pytest.mark.task("02.3", "gather_kv reads the right blocks in table order and stops at seq_len")
@@ -113,8 +116,12 @@ def test_gather_kv(impl):
     for block in (5, 2, 7):
         cache[block] = torch.randn(4, 2, 3, generator=torch.Generator().manual_seed(block))
     out = impl.gather_kv(cache, table, 10)
-    assert out.shape == (10, 2, 3)
-    torch.testing.assert_close(out, torch.cat([cache[5], cache[2], cache[7, :2]]), rtol=0, atol=0)
+    assert out.shape == (10, 2, 3), (
+        f"gather_kv(cache, table [5, 2, 7, 0, 0], seq_len=10) with 4-token blocks must return [seq_len, num_kv_heads, "
+        f"head_dim] = [10, 2, 3]: read ceil(10 / 4) = 3 blocks, then cut at seq_len; got {list(out.shape)}")
+    torch.testing.assert_close(out, torch.cat([cache[5], cache[2], cache[7, :2]]), rtol=0, atol=0,
+                               msg=lambda m: "gather_kv(cache, [5, 2, 7, 0, 0], 10) must be blocks 5, 2, 7 in table "
+                                             f"order, the last cut to its first 2 tokens: {m}")
     assert impl.gather_kv(cache, table, 8).shape == (8, 2, 3), "a length that ends on a block boundary"
 
 
@@ -123,16 +130,24 @@ def test_gather_kv_reads_the_engine_cache(impl, tiny):
     cache, _ = run_paged(tiny, _engine_slot_mapping)
     table, n = torch.tensor(TABLE + [0, 0], dtype=torch.int32), len(tiny.tokens)
     for layer in range(tiny.config.num_hidden_layers):
-        torch.testing.assert_close(impl.gather_kv(cache.k_caches[layer], table, n), tiny.reference.k[layer], rtol=0, atol=1e-5)
-        torch.testing.assert_close(impl.gather_kv(cache.v_caches[layer], table, n), tiny.reference.v[layer], rtol=0, atol=1e-5)
+        for name, paged, contiguous in (("K", cache.k_caches, tiny.reference.k),
+                                        ("V", cache.v_caches, tiny.reference.v)):
+            torch.testing.assert_close(
+                impl.gather_kv(paged[layer], table, n), contiguous[layer], rtol=0, atol=1e-5,
+                msg=lambda m: f"layer {layer} {name}: gather_kv(cache, {table.tolist()}, {n}) over the engine's paged "
+                              f"cache differs from the contiguous cache's {name}: {m}")
 
 
 @pytest.mark.task("02.4", "wasted_slots counts only the empty tail of each request's last block")
 def test_wasted_slots(impl):
-    assert impl.wasted_slots([16, 17, 1, 40], 16) == 0 + 15 + 15 + 8
+    got = impl.wasted_slots([16, 17, 1, 40], 16)
+    assert got == 0 + 15 + 15 + 8, (f"wasted_slots([16, 17, 1, 40], 16) must be 0 + 15 + 15 + 8 = 38: each request "
+                                    f"wastes only the empty tail of its last block (blocks x 16 - length); got {got}")
     assert impl.wasted_slots([16, 17, 1, 40], 1) == 0, "one-token blocks waste nothing"
-    assert impl.wasted_slots([1000], 256) == 24
-    assert impl.wasted_slots([], 16) == 0
+    got = impl.wasted_slots([1000], 256)
+    assert got == 24, f"wasted_slots([1000], 256) must be 24: 1000 tokens hold 4 blocks = 1024 slots; got {got}"
+    got = impl.wasted_slots([], 16)
+    assert got == 0, f"wasted_slots([], 16) must be 0: no requests, no blocks, no waste; got {got}"
 
 
 @pytest.mark.task("02.5", "BlockTable keeps one growing row per request and maps positions to slots")
@@ -148,7 +163,9 @@ def test_block_table(impl):
         "rows in the asked order, padded with the null block 0"
     table.remove_row("a")
     table.remove_row("never-added")
-    assert [list(r) for r in table.get_block_tables(["b"])] == [[5]]
+    rows = [list(r) for r in table.get_block_tables(["b"])]
+    assert rows == [[5]], (f"after remove_row('a'), get_block_tables(['b']) must be [[5]]: b's row, padded only to "
+                           f"the longest of the rows asked for; got {rows}")
     with pytest.raises(KeyError):
         table.get_block_tables(["a"])  # a removed row is gone
     table.add_row("a", [3])

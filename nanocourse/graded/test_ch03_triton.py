@@ -115,7 +115,8 @@ def test_decode_reference(impl):
     expected = _decode_reference(b)
     for i in range(4):
         out = impl.paged_decode_reference(b.q[i], b.k_cache, b.v_cache, b.block_tables[i], int(b.seq_lens[i]), b.scale)
-        assert out.shape == b.q[i].shape
+        assert out.shape == b.q[i].shape, (f"request {i}: paged_decode_reference must return [num_heads, head_dim] = "
+                                           f"{list(b.q[i].shape)}, the shape of q; got {list(out.shape)}")
         assert not out.isnan().any(), f"request {i}: NaN, so a slot past seq_len (or of another request) was read"
         torch.testing.assert_close(out, expected[i], atol=TOL, rtol=TOL, msg=lambda m: f"request {i}: {m}")
 
@@ -166,7 +167,9 @@ def test_decode_kernel_empty_context(impl):
     out = impl.paged_decode(b.q, b.k_cache, b.v_cache, b.block_tables, b.seq_lens, b.scale)
     assert out is not None and torch.equal(out[0], torch.zeros_like(out[0])), \
         "seq_len 0: l stays 0, so guard the final division (acc / l)"
-    torch.testing.assert_close(out[1], _decode_reference(b)[1], atol=TOL, rtol=TOL)
+    torch.testing.assert_close(out[1], _decode_reference(b)[1], atol=TOL, rtol=TOL,
+                               msg=lambda m: f"request 1 (9 tokens, batched with an empty request 0) differs from "
+                                             f"TorchBackend.decode: {m}")
 
 
 @pytest.mark.task("03.5", "paged_prefill: chunks attend causally over their cached prefix, in Triton")
@@ -177,9 +180,13 @@ def test_prefill(impl):
     out, ran = _traced(impl, lambda: impl.paged_prefill(b.q, b.k_cache, b.v_cache, b.block_tables, b.query_start_loc,
                                                         b.seq_lens, b.max_query_len, b.scale))
     assert ran is None or ran, "paged_prefill must run a Triton kernel of its own module, not torch"
-    assert out is not None and out.shape == b.q.shape
+    assert out is not None and out.shape == b.q.shape, (
+        f"paged_prefill must return [T, Hq, D] = {list(b.q.shape)}, the shape of q (one row per new token); "
+        f"got {None if out is None else list(out.shape)}")
     assert not out.isnan().any(), "NaN: a key past a token's own position, or an unowned slot, was read"
-    torch.testing.assert_close(out, expected, atol=TOL, rtol=TOL)
+    torch.testing.assert_close(out, expected, atol=TOL, rtol=TOL,
+                               msg=lambda m: f"paged_prefill (4 requests: 5, 3, 16 and 1 new tokens ending "
+                                             f"contexts of 5, 19, 24 and 9) differs from TorchBackend.prefill: {m}")
 
 
 @pytest.mark.task("03.6", "your kernels serve requests: LLM on your TritonBackend gives torch attention's tokens")
@@ -202,4 +209,6 @@ def test_kernels_serve_requests(impl):
         f"your module's kernels must store K/V and attend (two kernels at least); of its kernels these ran: {ran}"
     torch_outs = serve("torch")
     assert yours[1].num_cached_tokens == 16, "the second request's prefill ran over the first one's blocks"
-    assert [o.token_ids for o in yours] == [o.token_ids for o in torch_outs]
+    got, want = [o.token_ids for o in yours], [o.token_ids for o in torch_outs]
+    assert got == want, (f"greedy tokens on your TritonBackend must equal the torch backend's for both requests: "
+                         f"expected {want}, got {got}")

@@ -41,6 +41,14 @@ def ids(queue):
     return [b.block_id for b in walk(queue)]
 
 
+def block_ids(blocks):
+    """The block ids of a list of blocks, for a failure message (anything that is not a list of blocks as it is)."""
+    try:
+        return [getattr(b, "block_id", b) for b in blocks]
+    except TypeError:
+        return blocks
+
+
 def assert_linked(queue, blocks):
     """The queue's order, its count and every block's two links tell the same story."""
     inside = walk(queue)
@@ -56,26 +64,41 @@ def assert_linked(queue, blocks):
 @pytest.mark.task("05.1", "__init__ links the blocks in order; get_all_free_blocks walks head to tail")
 def test_init_and_walk(impl):
     queue, blocks = make(impl, 5)
-    assert walk(queue) == blocks and queue.num_free_blocks == 5
+    walked = walk(queue)
+    assert walked == blocks and queue.num_free_blocks == 5, (
+        f"a new queue of blocks 0..4 must walk head to tail as [0, 1, 2, 3, 4], sentinels excluded, with "
+        f"num_free_blocks 5; got {block_ids(walked)} and num_free_blocks {queue.num_free_blocks}")
     assert blocks[1].prev_free_block is blocks[0] and blocks[1].next_free_block is blocks[2], \
         "the links live in the blocks themselves (prev_free_block / next_free_block)"
     assert blocks[0].prev_free_block is not None and blocks[4].next_free_block is not None, \
         "the end blocks link to sentinels, not to None"
     empty, _ = make(impl, 0)
-    assert walk(empty) == [] and empty.num_free_blocks == 0
+    walked = walk(empty)
+    assert walked == [] and empty.num_free_blocks == 0, (
+        f"a queue of no blocks (head sentinel linked straight to the tail sentinel) must walk as [] with "
+        f"num_free_blocks 0; got {block_ids(walked)} and num_free_blocks {empty.num_free_blocks}")
 
 
 @pytest.mark.task("05.2", "popleft, popleft_n, append and append_n: FIFO order, popped blocks unlinked")
 def test_pop_and_append(impl):
     queue, blocks = make(impl, 6)
-    assert queue.popleft() is blocks[0]
-    assert queue.popleft_n(2) == blocks[1:3]
-    assert queue.popleft_n(0) == []
-    assert ids(queue) == [3, 4, 5]
+    got = queue.popleft()
+    assert got is blocks[0], (f"popleft() on a new queue of blocks 0..5 must return the head, block 0; "
+                              f"got block {getattr(got, 'block_id', got)}")
+    got = queue.popleft_n(2)
+    assert got == blocks[1:3], f"then popleft_n(2) must return blocks [1, 2], head first; got {block_ids(got)}"
+    got = queue.popleft_n(0)
+    assert got == [], f"popleft_n(0) must return [] and take nothing; got {block_ids(got)}"
+    assert ids(queue) == [3, 4, 5], f"after popping blocks 0, 1 and 2 the queue must be [3, 4, 5]; got {ids(queue)}"
     queue.append(blocks[1])
     queue.append_n([blocks[0], blocks[2]])
-    assert ids(queue) == [3, 4, 5, 1, 0, 2]
-    assert queue.popleft_n(6) == [blocks[i] for i in (3, 4, 5, 1, 0, 2)]
+    assert ids(queue) == [3, 4, 5, 1, 0, 2], (
+        f"append(block 1), then append_n([block 0, block 2]) on [3, 4, 5] must give [3, 4, 5, 1, 0, 2]: both add at "
+        f"the tail, keeping the given order; got {ids(queue)}")
+    got = queue.popleft_n(6)
+    assert got == [blocks[i] for i in (3, 4, 5, 1, 0, 2)], (
+        f"popleft_n(6) on [3, 4, 5, 1, 0, 2] must return all six blocks, head first, in that order; "
+        f"got {block_ids(got)}")
     assert_linked(queue, blocks)
     with pytest.raises(ValueError):
         queue.popleft()  # an empty queue must refuse, not hand out its tail sentinel
@@ -90,7 +113,9 @@ def test_remove(impl):
         assert_linked(queue, blocks)
     queue, blocks = make(impl, 1)
     queue.remove(blocks[0])
-    assert ids(queue) == [] and queue.num_free_blocks == 0
+    assert ids(queue) == [] and queue.num_free_blocks == 0, (
+        f"remove(block 0) on a one-block queue must leave it empty: walk [] and num_free_blocks 0; got "
+        f"{ids(queue)} and num_free_blocks {queue.num_free_blocks}")
     queue.append(blocks[0])
     assert ids(queue) == [0], "a removed block can come back"
 
@@ -103,7 +128,8 @@ def test_remove(impl):
         queue.remove(block)
     elapsed = time.perf_counter() - start
     assert elapsed < 0.25, f"2,000 removes took {elapsed:.2f} s: remove must relink neighbours, not search"
-    assert queue.num_free_blocks == 198_000
+    assert queue.num_free_blocks == 198_000, (f"2,000 removes from a 200,000-block queue must leave num_free_blocks "
+                                              f"at 198,000 (remove counts the block out); got {queue.num_free_blocks}")
 
 
 @pytest.mark.task("05.4", "prepend_n puts blocks at the head in their given order")
@@ -113,7 +139,9 @@ def test_prepend_n(impl):
     queue.prepend_n([taken[3], taken[1]])
     queue.prepend_n([])
     queue.append_n([])
-    assert ids(queue) == [3, 1, 4, 5]
+    assert ids(queue) == [3, 1, 4, 5], (
+        f"prepend_n([block 3, block 1]) on [4, 5] must give [3, 1, 4, 5]: the blocks go to the head in their given "
+        f"order, and prepend_n([]) and append_n([]) change nothing; got {ids(queue)}")
     queue.prepend_n([taken[0]])
     assert queue.popleft() is blocks[0], "prepended blocks are handed out first"
     assert_linked(queue, blocks)
@@ -208,7 +236,9 @@ def test_matches_a_list_model(impl, n, ops):
         outside = [b for b in blocks if b not in model]
         if op == "popleft_n":
             k = min(k, len(model))
-            assert queue.popleft_n(k) == model[:k]
+            got = queue.popleft_n(k)
+            assert got == model[:k], (f"popleft_n({k}) on {block_ids(model)} must return the first {k} blocks, head "
+                                      f"first: expected {block_ids(model[:k])}, got {block_ids(got)}")
             del model[:k]
         elif op == "remove" and model:
             block = rnd.choice(model)

@@ -7,13 +7,15 @@ super()) still work. The expected values were worked out by hand. The last task 
 on your two classes.
 """
 
+import contextlib
 import copy
+import reprlib
 
 import pytest
 
 from nanoengine import LLM, SamplingParams
 from nanoengine.config import LlamaConfig
-from nanoengine.core import BlockPool, BlockRemoved, KVCacheManager, get_request_block_hasher
+from nanoengine.core import BlockPool, BlockRemoved, KVCacheBlock, KVCacheManager, get_request_block_hasher
 from nanocourse.lru_view import free_queue_ids
 from nanoengine.model import LlamaForCausalLM
 from nanoengine.request import Request, RequestStatus
@@ -64,7 +66,10 @@ def running(manager, req_id, tokens):
     scheduler = Scheduler(SchedulerConfig(max_num_batched_tokens=req.num_tokens), manager)
     scheduler.add_request(req)
     scheduler.schedule()
-    assert req.status == RequestStatus.RUNNING
+    assert req.status == RequestStatus.RUNNING, (
+        f"setup: the engine's own scheduler could not admit request {req_id} ({req.num_tokens} tokens) with "
+        f"{manager.block_pool.get_num_free_blocks()} blocks free (status {req.status.name}): a call to your code "
+        f"above left the pool in another state than the hand-worked one")
     return req, list(manager.get_blocks(req_id))
 
 
@@ -78,6 +83,69 @@ def manager_state(manager):
             dict(manager.num_cached_block))
 
 
+_REPR = reprlib.Repr()
+_REPR.maxlist = _REPR.maxdict = 12
+
+
+def short(value) -> str:
+    """A list or dict for a failure message, cut after 12 entries."""
+    return _REPR.repr(value)
+
+
+def hex6(block_hash) -> str:
+    return "no hash" if block_hash is None else f"hash {block_hash.hex()[:6]}"
+
+
+def id_text(blocks) -> str:
+    """What a method returned, in block ids: 'block 3', 'blocks [3, 4]', or the value itself."""
+    if isinstance(blocks, KVCacheBlock):
+        return f"block {blocks.block_id}"
+    if isinstance(blocks, (list, tuple)) and all(isinstance(b, KVCacheBlock) for b in blocks):
+        return f"blocks {short([b.block_id for b in blocks])}"
+    return short(blocks)
+
+
+def pool_diff(before, after) -> str:
+    """The first part of two pool_state()s that differs, in words: the free queue, then the blocks'
+    ref counts, then their hashes, then the pool's hash map."""
+    (queue0, blocks0, map0), (queue1, blocks1, map1) = before, after
+    if queue0 != queue1:
+        return f"the free queue (head to tail) was {short(queue0)}, is now {short(queue1)}"
+    for (block_id, ref0, _), (_, ref1, _) in zip(blocks0, blocks1):
+        if ref0 != ref1:
+            return f"the ref counts differ: block {block_id}'s ref_cnt was {ref0}, is now {ref1}"
+    for (block_id, _, hash0), (_, _, hash1) in zip(blocks0, blocks1):
+        if hash0 != hash1:
+            return f"the hashes differ: block {block_id} had {hex6(hash0)}, now {hex6(hash1)}"
+    if map0 != map1:
+        lost = sorted(b for _, b in set(map0) - set(map1))
+        gained = sorted(b for _, b in set(map1) - set(map0))
+        return f"the hash map differs: it lost the entries of blocks {lost} and gained entries for blocks {gained}"
+    return "nothing differs"
+
+
+def manager_diff(before, after) -> str:
+    """The first part of two manager_state()s that differs, in words: the pool's, then req_to_blocks,
+    then num_cached_block."""
+    if before[0] != after[0]:
+        return pool_diff(before[0], after[0])
+    if before[1] != after[1]:
+        return f"req_to_blocks (block ids) was {short(before[1])}, is now {short(after[1])}"
+    if before[2] != after[2]:
+        return f"num_cached_block was {short(before[2])}, is now {short(after[2])}"
+    return "nothing differs"
+
+
+@contextlib.contextmanager
+def must_raise(exception, rule):
+    """pytest.raises(exception), whose failure says which rule the call broke."""
+    try:
+        yield
+    except exception:
+        return
+    pytest.fail(f"{rule}; it raised nothing")
+
+
 def lookup(impl, kv, req, record_stats=True):
     return mine(impl, kv, "get_computed_blocks", req, record_stats)
 
@@ -89,15 +157,25 @@ def test_lookup(impl):
     kv.free(a)
     pool = kv.block_pool
     before = pool_state(pool)
-    assert mine(impl, pool, "get_cached_block", a.block_hashes[1]) is table[1]
-    assert mine(impl, pool, "get_cached_block", b"unknown") is None
+    got = mine(impl, pool, "get_cached_block", a.block_hashes[1])
+    assert got is table[1], (
+        f"get_cached_block(hash of A's block 1) must return the block cached under that hash, "
+        f"block {table[1].block_id}: got {id_text(got)}")
+    got = mine(impl, pool, "get_cached_block", b"unknown")
+    assert got is None, f"get_cached_block(b'unknown'), a hash nobody cached, must return None: got {id_text(got)}"
     hits, n = lookup(impl, kv, request("B", range(13)), record_stats=False)
-    assert [b.block_id for b in hits] == [b.block_id for b in table[:3]] and n == 12, "all 3 full blocks hit"
+    assert [b.block_id for b in hits] == [b.block_id for b in table[:3]] and n == 12, (
+        f"all 3 full blocks hit: a 13-token B starting with A's 12 cached tokens must get A's "
+        f"{id_text(table[:3])} and 12 tokens (hits count in tokens), got {id_text(hits)} and {n}")
     assert all(x is y for x, y in zip(hits, table)), "return the pool's own KVCacheBlock objects"
     assert lookup(impl, kv, request("C", range(12)), False)[1] == 8, \
         "a 12-token prompt may reuse 8 tokens at most: its last token must be computed"
-    assert lookup(impl, kv, request("D", [99, *range(1, 13)]), False) == ([], 0)
-    assert pool_state(pool) == before, "a lookup must not change ref_cnt or the free queue"
+    got = lookup(impl, kv, request("D", [99, *range(1, 13)]), False)
+    assert got == ([], 0), (
+        f"D differs from A in its first token, so its first block misses and the walk stops there: "
+        f"expected ([], 0), got {id_text(got)}")
+    after = pool_state(pool)
+    assert after == before, f"a lookup must not change ref_cnt or the free queue: {pool_diff(before, after)}"
     off = KVCacheManager(BS, 11, enable_caching=False)
     assert lookup(impl, off, request("E", range(13)), False) == ([], 0), "no prefix caching, no hit"
 
@@ -117,7 +195,10 @@ def test_lookup_stops_at_first_miss(impl):
     stats = kv.make_prefix_cache_stats()
     assert (stats.requests, stats.queries, stats.hits) == (1, 13, 4), "record_stats counts this lookup"
     lookup(impl, kv, request("C", range(13)), record_stats=False)
-    assert kv.make_prefix_cache_stats().requests == 0
+    counted = kv.make_prefix_cache_stats().requests
+    assert counted == 0, (
+        f"get_computed_blocks(C, record_stats=False) must not count the lookup (the scheduler records it "
+        f"at admission), yet the stats counted {counted} request(s)")
 
 
 @pytest.mark.task("06.2", "free_blocks: unhashed blocks to the head, the chain to the tail, root last")
@@ -130,7 +211,9 @@ def test_free_blocks_order(impl):
     pool = kv.block_pool
     mine(impl, pool, "free_blocks", reversed(table))
     queue = free_queue_ids(pool)
-    assert [b.ref_cnt for b in table] == [0, 0, 0, 0]
+    assert [b.ref_cnt for b in table] == [0, 0, 0, 0], (
+        f"free_blocks drops one reference on each block it is given: A's {id_text(table)} held one each, so "
+        f"their ref_cnt must be [0, 0, 0, 0], got {[b.ref_cnt for b in table]}")
     assert len(queue) == 10 and pool.get_num_free_blocks() == 10, "every block of the request is free again, once"
     assert queue[0] == ids[3], "the partial block has no hash: it goes to the head, reused first"
     assert queue[-3:] == ids[2::-1], "the chain goes to the tail in the given order, so its root is evicted last"
@@ -146,23 +229,38 @@ def test_free_shared_null_and_double(impl):
     pool = kv.block_pool
     mine(impl, pool, "free_blocks", reversed(table_a))
     assert [x.ref_cnt for x in table_a] == [1, 1, 0], "B still holds the first two blocks"
-    assert free_queue_ids(pool)[0] == table_a[2].block_id and table_a[0].block_id not in free_queue_ids(pool)
+    assert free_queue_ids(pool)[0] == table_a[2].block_id and table_a[0].block_id not in free_queue_ids(pool), (
+        f"only a block whose ref_cnt reaches 0 is free: B still holds A's {id_text(table_a[:2])}, so they stay "
+        f"out of the queue, and A's unhashed last block {table_a[2].block_id} goes to its head; "
+        f"the free queue (head to tail) is {short(free_queue_ids(pool))}")
     before = pool_state(pool)
-    with pytest.raises(ValueError):
+    with must_raise(ValueError, f"free_blocks([block {table_b[0].block_id}, block {table_a[2].block_id}]) must "
+                                f"raise ValueError and change nothing: block {table_a[2].block_id} is free already "
+                                f"(ref_cnt 0), so dropping a reference on it is a double free"):
         mine(impl, pool, "free_blocks", [table_b[0], table_a[2]])  # table_a[2] is free already
-    assert pool_state(pool) == before, "a double free changes nothing"
+    after = pool_state(pool)
+    assert after == before, f"a double free changes nothing: {pool_diff(before, after)}"
     mine(impl, pool, "free_blocks", [pool.null_block, *reversed(table_b)])
     assert pool.null_block.ref_cnt == 0 and 0 not in free_queue_ids(pool), "the null block is never freed"
-    assert free_queue_ids(pool)[-2:] == [table_b[1].block_id, table_b[0].block_id]
-    assert pool.get_num_free_blocks() == 10
+    want = [table_b[1].block_id, table_b[0].block_id]
+    assert free_queue_ids(pool)[-2:] == want, (
+        f"free_blocks([null, *reversed(B's {id_text(table_b)})]): B's hashed blocks go to the tail in the given "
+        f"order, root last, so the queue must end {want}; it is {short(free_queue_ids(pool))}")
+    assert pool.get_num_free_blocks() == 10, (
+        f"A and B freed: all 10 usable blocks must be free, each once; get_num_free_blocks() is "
+        f"{pool.get_num_free_blocks()}")
     # The manager's free: every block of the request, last first, once.
     c, table_c = running(kv, "C", range(300, 313))  # three full blocks and a partial one
     mine(impl, kv, "free", c)
-    assert free_queue_ids(pool)[0] == table_c[3].block_id
+    assert free_queue_ids(pool)[0] == table_c[3].block_id, (
+        f"free(C) must release every block C holds: its partial last block {table_c[3].block_id} has no hash "
+        f"and goes to the head of the free queue, which is {short(free_queue_ids(pool))}")
     assert free_queue_ids(pool)[-3:] == [x.block_id for x in table_c[2::-1]], "the root is freed last"
     assert "C" not in kv.req_to_blocks and "C" not in kv.num_cached_block, "the manager forgets C"
     mine(impl, kv, "free", c)  # a second free finds nothing to release
-    assert pool.get_num_free_blocks() == 10
+    assert pool.get_num_free_blocks() == 10, (
+        f"a second free(C) must find nothing to release: all 10 usable blocks stay free, "
+        f"get_num_free_blocks() is {pool.get_num_free_blocks()}")
 
 
 @pytest.mark.task("06.3", "allocate_slots reuses the cached prefix, allocates the rest and caches full blocks")
@@ -175,12 +273,22 @@ def test_allocate_slots(impl):
         return None if new is None else n
 
     a = request("A", range(10))
-    assert admit(a) == 0 and len(kv.get_blocks("A")) == 3
+    got = admit(a)
+    assert got == 0 and len(kv.get_blocks("A")) == 3, (
+        f"A (10 tokens, empty cache) hits nothing and needs ceil(10 / 4) = 3 blocks: "
+        f"{'allocate_slots returned None' if got is None else f'A was admitted with {got} hit tokens'}, "
+        f"and A holds {id_text(kv.get_blocks('A'))}")
     assert [x.block_hash for x in kv.get_blocks("A")[:2]] == a.block_hashes and kv.num_cached_block["A"] == 2, \
         "the two full blocks are named at once, the partial third is not"
     b = request("B", [*range(8), 50, 51, 52, 53, 54])
-    assert admit(b) == 8
-    assert kv.get_blocks("B")[:2] == kv.get_blocks("A")[:2] and [x.ref_cnt for x in kv.get_blocks("B")[:2]] == [2, 2]
+    assert admit(b) == 8, (
+        f"B (13 tokens, its first 8 in A's 2 cached blocks) needs 2 new blocks, and "
+        f"{kv.block_pool.get_num_free_blocks()} are free: allocate_slots must admit it, not return None")
+    assert (kv.get_blocks("B")[:2] == kv.get_blocks("A")[:2]
+            and [x.ref_cnt for x in kv.get_blocks("B")[:2]] == [2, 2]), (
+        f"on admission B's list starts with its hits, touched: it must start with A's "
+        f"{id_text(kv.get_blocks('A')[:2])} at ref_cnt [2, 2] (A and B hold them), got "
+        f"{id_text(kv.get_blocks('B')[:2])} at ref_cnt {[x.ref_cnt for x in kv.get_blocks('B')[:2]]}")
     assert len(kv.get_blocks("B")) == 4, "13 tokens need 4 blocks: 2 reused, 2 new"
     b.num_computed_tokens = b.num_tokens
     b.append_output_token_ids([60, 61, 62])  # 16 tokens: B's last block is now full
@@ -198,11 +306,18 @@ def test_allocate_all_or_nothing(impl):
     before = manager_state(kv)
     assert mine(impl, kv, "allocate_slots", b, b.num_tokens - n, n, hits) is None, \
         "the hits leave the free queue too: B needs 5 free blocks, 4 are free"
-    assert manager_state(kv) == before, "a refused allocation changes nothing"
+    after = manager_state(kv)
+    assert after == before, f"a refused allocation changes nothing: {manager_diff(before, after)}"
     c = request("C", [*range(8), *range(50, 58)])  # 2 hits + 2 new blocks
     hits, n = kv.get_computed_blocks(c)
-    assert len(mine(impl, kv, "allocate_slots", c, c.num_tokens - n, n, hits)) == 2
-    assert kv.block_pool.get_num_free_blocks() == 0 and [x.ref_cnt for x in hits] == [1, 1]
+    new = mine(impl, kv, "allocate_slots", c, c.num_tokens - n, n, hits)
+    assert new is not None and len(new) == 2, (
+        f"C (16 tokens, 2 hit blocks) needs 2 new blocks; 2 new + 2 free hits fit the 4 free blocks, so "
+        f"allocate_slots must return the 2 new blocks: got {id_text(new)}")
+    assert kv.block_pool.get_num_free_blocks() == 0 and [x.ref_cnt for x in hits] == [1, 1], (
+        f"C's admission takes all 4 free blocks (2 new, 2 hits touched out of the queue): expected 0 free and "
+        f"the hits at ref_cnt [1, 1], got {kv.block_pool.get_num_free_blocks()} free and "
+        f"{[x.ref_cnt for x in hits]}")
 
 
 @pytest.mark.task("06.4", "eviction_order predicts lazy eviction along a mini timeline")
@@ -215,19 +330,33 @@ def test_eviction_order(impl):
     b, _ = running(kv, "B", range(200, 212))  # blocks 4, 5, 6
     kv.free(a)
     kv.free(b)
-    assert free_queue_ids(pool) == [3, 7, 8, 2, 1, 6, 5, 4]
+    assert free_queue_ids(pool) == [3, 7, 8, 2, 1, 6, 5, 4], (
+        f"setup: once A and B finish, the free queue must be [3, 7, 8, 2, 1, 6, 5, 4] (A's unhashed block 3, "
+        f"unused 7 and 8, then each chain last block first), but it is {free_queue_ids(pool)}: did your "
+        f"eviction_order(pool, 3) above change the pool?")
     before = pool_state(pool)
-    assert impl.eviction_order(pool, 3) == []
+    got = impl.eviction_order(pool, 3)
+    assert got == [], (
+        f"get_new_blocks(3) pops the head of the queue [3, 7, 8, 2, 1, 6, 5, 4]: 3, 7 and 8 have no hash, so "
+        f"nothing is evicted; eviction_order(pool, 3) returned {got}")
     assert impl.eviction_order(pool, 5) == [2, 1], "the older chain goes first, its tail before its root"
-    assert impl.eviction_order(pool, 8) == [2, 1, 6, 5, 4]
-    assert pool_state(pool) == before, "predicting must not change the pool"
+    got = impl.eviction_order(pool, 8)
+    assert got == [2, 1, 6, 5, 4], (
+        f"taking all 8 free blocks evicts every cached one, in queue order [3, 7, 8, 2, 1, 6, 5, 4]: "
+        f"expected [2, 1, 6, 5, 4], got {got}")
+    after = pool_state(pool)
+    assert after == before, f"predicting must not change the pool: {pool_diff(before, after)}"
     running(kv, "C", [*system, 9])  # reuses blocks 1 and 2: they leave the free queue
-    assert impl.eviction_order(pool, 4) == [6, 5]
+    got = impl.eviction_order(pool, 4)
+    assert got == [6, 5], (
+        f"C reused blocks 1 and 2 (out of the queue) and took block 3 from the head, leaving the queue "
+        f"{free_queue_ids(pool)}: get_new_blocks(4) evicts [6, 5]; eviction_order(pool, 4) returned {got}")
     pool.take_events()
     pool.get_new_blocks(4)
     removed = [h for ev in pool.take_events() if isinstance(ev, BlockRemoved) for h in ev.block_hashes]
     assert removed == b.block_hashes[2:0:-1], "and the pool really evicts B's last two blocks, in that order"
-    with pytest.raises(ValueError):
+    with must_raise(ValueError, f"eviction_order(pool, 5) must raise ValueError, as get_new_blocks(5) does: "
+                                f"only {pool.get_num_free_blocks()} blocks are free"):
         impl.eviction_order(pool, 5)
 
 
@@ -237,16 +366,24 @@ def test_get_new_blocks(impl):
     pool = kv.block_pool
     a, table = running(kv, "A", range(9))  # blocks 1, 2 cached, 3 partial
     kv.free(a)
-    assert free_queue_ids(pool) == [3, 4, 5, 6, 2, 1]
+    assert free_queue_ids(pool) == [3, 4, 5, 6, 2, 1], (
+        f"setup (the engine's code, before yours runs): the free queue must be [3, 4, 5, 6, 2, 1], "
+        f"is {free_queue_ids(pool)}")
     got = mine(impl, pool, "get_new_blocks", 2)
-    assert [x.block_id for x in got] == [3, 4] and [x.ref_cnt for x in got] == [1, 1]
+    assert [x.block_id for x in got] == [3, 4] and [x.ref_cnt for x in got] == [1, 1], (
+        f"get_new_blocks(2) hands out the 2 blocks at the head of the free queue [3, 4, 5, 6, 2, 1], "
+        f"ref_cnt 1 each: expected blocks [3, 4] at [1, 1], got {id_text(got)} at {[x.ref_cnt for x in got]}")
     assert all(x.prev_free_block is None and x.next_free_block is None for x in got), "popped blocks leave the queue"
     assert pool.get_cached_block(a.block_hashes[1]) is table[1], "blocks not handed out stay cached"
     got = mine(impl, pool, "get_new_blocks", 3)
-    assert [x.block_id for x in got] == [5, 6, 2]
+    assert [x.block_id for x in got] == [5, 6, 2], (
+        f"get_new_blocks(3) on the free queue [5, 6, 2, 1] hands out the 3 at its head, [5, 6, 2]: got {id_text(got)}")
     assert table[1].block_hash is None and pool.get_cached_block(a.block_hashes[1]) is None, \
         "block 2 was handed out: its old content is evicted now, hash and map entry"
-    assert pool.get_cached_block(a.block_hashes[0]) is table[0] and pool.get_num_free_blocks() == 1
+    assert pool.get_cached_block(a.block_hashes[0]) is table[0] and pool.get_num_free_blocks() == 1, (
+        f"block 1, A's root, was not handed out: it is the 1 free block left and stays cached under its hash; "
+        f"get_cached_block(its hash) gives {id_text(pool.get_cached_block(a.block_hashes[0]))}, "
+        f"{pool.get_num_free_blocks()} blocks are free")
 
 
 @pytest.mark.task("06.5", "touch takes a reference and rescues free cached blocks; cache_full_blocks names blocks")
@@ -256,18 +393,34 @@ def test_touch_and_cache(impl):
     a, table = running(kv, "A", range(9))
     kv.free(a)
     mine(impl, pool, "touch", [table[0], table[1], pool.null_block])
-    assert [x.ref_cnt for x in table[:2]] == [1, 1] and pool.null_block.ref_cnt == 0
+    assert [x.ref_cnt for x in table[:2]] == [1, 1] and pool.null_block.ref_cnt == 0, (
+        f"touch([block 1, block 2, null block]) takes one reference on each block and skips the null block: "
+        f"expected ref_cnt [1, 1] and 0 for the null block, got {[x.ref_cnt for x in table[:2]]} and "
+        f"{pool.null_block.ref_cnt}")
     assert free_queue_ids(pool) == [3, 4, 5, 6], "touched free blocks leave the queue: nobody can evict them"
     mine(impl, pool, "touch", [table[0]])
     assert table[0].ref_cnt == 2 and free_queue_ids(pool) == [3, 4, 5, 6], "a held block only counts one more"
     b = request("B", range(300, 313))
     blocks = pool.get_new_blocks(4)
     mine(impl, pool, "cache_full_blocks", b, blocks, 0, 2, BS)
-    assert [x.block_hash for x in blocks] == [*b.block_hashes[:2], None, None]
-    assert pool.get_cached_block(b.block_hashes[1]) is blocks[1]
+    assert [x.block_hash for x in blocks] == [*b.block_hashes[:2], None, None], (
+        f"cache_full_blocks(B, 4 blocks, 0, 2) names blocks[0:2] by B's first 2 hashes "
+        f"({', '.join(hex6(h) for h in b.block_hashes[:2])}) and no other: got "
+        f"{', '.join(hex6(x.block_hash) for x in blocks)}")
+    got = pool.get_cached_block(b.block_hashes[1])
+    assert got is blocks[1], (
+        f"a named block goes into the pool's map under its hash: get_cached_block(B's hash 1) must return "
+        f"block {blocks[1].block_id}, got {id_text(got)}")
     mine(impl, pool, "cache_full_blocks", b, blocks, 2, 3, BS)
     assert blocks[2].block_hash == b.block_hashes[2] and pool.get_cached_block(b.block_hashes[2]) is blocks[2], \
         "only blocks[num_cached_blocks:num_full_blocks] are named"
+
+
+def first_token_difference(yours, engine) -> str:
+    """The first request whose greedy tokens differ between two runs, for a failure message."""
+    i = next((i for i, (y, e) in enumerate(zip(yours, engine)) if y.token_ids != e.token_ids), 0)
+    return (f"with your classes the model generates other greedy tokens: request {i} gave "
+            f"{short(list(yours[i].token_ids))}, the engine's classes {short(list(engine[i].token_ids))}")
 
 
 @pytest.mark.task("06.6", "your BlockPool and KVCacheManager serve the engine: same tokens, same hits, no leak")
@@ -289,7 +442,9 @@ def test_serves_the_engine(impl):
     assert [o.num_cached_tokens for o in yours] == [0, 8, 0, 4], \
         "request 1 is the system prompt alone: it reuses 2 of its 3 blocks (the last token is computed); " \
         "after request 2's evictions only the root is left"
-    assert [o.token_ids for o in yours] == [o.token_ids for o in engine]
+    assert [o.token_ids for o in yours] == [o.token_ids for o in engine], first_token_difference(yours, engine)
     pool = llm.engine.kv_cache_manager.block_pool
-    assert isinstance(pool, impl.BlockPool) and isinstance(llm.engine.kv_cache_manager, impl.KVCacheManager)
+    assert isinstance(pool, impl.BlockPool) and isinstance(llm.engine.kv_cache_manager, impl.KVCacheManager), (
+        f"LLM(block_pool=..., kv_cache_manager_cls=...) must serve from your classes, but it built a "
+        f"{type(pool).__name__} and a {type(llm.engine.kv_cache_manager).__name__}")
     assert pool.get_num_free_blocks() == pool.num_gpu_blocks - 1, "every block is free again: none leaked"

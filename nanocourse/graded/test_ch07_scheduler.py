@@ -5,6 +5,8 @@ enough to work out by hand; the expected plans below are those hand-worked ones 
 The last task runs the whole engine on your scheduler with a pool small enough to force preemption.
 """
 
+import signal
+
 import pytest
 
 from nanoengine.core import KVCacheManager
@@ -60,37 +62,86 @@ def plan(s):
     return list(so.num_scheduled_tokens.items()), sorted(so.preempted_req_ids)
 
 
+def _first_difference(yours: str, engine: str) -> str:
+    """The first step line where two timelines part (for a failure message), spaces squeezed."""
+    a, b = yours.splitlines(), engine.splitlines()
+    k = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    line = lambda lines: " ".join(lines[k].split())[:110] if k < len(lines) else "(no such step: the run ended)"
+    return f"yours has {line(a)!r} where the engine has {line(b)!r}"
+
+
 @pytest.mark.task("07.1", "chunk_size and chunk_plan: the budget and the threshold cap each chunk")
 def test_chunks(impl):
-    assert impl.chunk_size(150, 64) == 64 and impl.chunk_size(150, 64, 24) == 24
-    assert impl.chunk_size(5, 64, 16) == 5 and impl.chunk_size(30, 10, 16) == 10
-    assert impl.chunk_plan(150, 64) == [64, 64, 22]
+    assert impl.chunk_size(150, 64) == 64 and impl.chunk_size(150, 64, 24) == 24, (
+        f"a 150-token need: the budget 64 caps it (chunk_size(150, 64) == 64) and a threshold of 24 caps it "
+        f"harder (chunk_size(150, 64, 24) == 24); got {impl.chunk_size(150, 64)} and {impl.chunk_size(150, 64, 24)}")
+    assert impl.chunk_size(5, 64, 16) == 5 and impl.chunk_size(30, 10, 16) == 10, (
+        f"a need under both caps is taken whole (chunk_size(5, 64, 16) == 5), and a budget of 10 caps a need of 30 "
+        f"below the threshold 16 (chunk_size(30, 10, 16) == 10); got {impl.chunk_size(5, 64, 16)} and "
+        f"{impl.chunk_size(30, 10, 16)}")
+    assert impl.chunk_plan(150, 64) == [64, 64, 22], (
+        f"chunk_plan(150, 64): a 150-token prompt takes the whole budget each step, then the 22 tokens left: "
+        f"expected [64, 64, 22], got {impl.chunk_plan(150, 64)}")
     assert impl.chunk_plan(150, 64, 24) == [24] * 6 + [6], "the threshold caps every chunk"
     assert impl.chunk_plan(100, 32, 50) == [32, 32, 32, 4], "a threshold above the budget changes nothing"
+    assert _raises_in_time(lambda: impl.chunk_plan(10, 0), ValueError), (
+        "chunk_plan(10, budget=0) must raise ValueError: with no budget no step computes a token, so the plan "
+        "would never end")
+
+
+def _raises_in_time(call, error: type[Exception], seconds: float = 2.0) -> bool:
+    """Whether call() raises `error` within `seconds`: a plan that never ends fails the task, not the grader."""
+    def stop(*_):
+        raise TimeoutError
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        call()
+    except error:
+        return True
+    except TimeoutError:
+        return False
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    return False
 
 
 @pytest.mark.task("07.2", "schedule: running requests first, then newcomers, from one token budget")
 def test_running_first(impl):
     s = make(impl, budget=10)
     s.add_request(req("a", 3))
-    assert plan(s) == ([("a", 3)], [])
+    assert (got := plan(s)) == ([("a", 3)], []), \
+        f"step 0 (budget 10): expected a alone to run its whole 3-token prompt, got (plan, preempted) {got}"
     s.add_request(req("b", 20, first=100))
     so = step(s)
     assert list(so.num_scheduled_tokens.items()) == [("a", 1), ("b", 9)], "a's decode first, b gets the rest"
-    assert [d.req_id for d in so.scheduled_new_reqs] == ["b"] and so.scheduled_cached_reqs.req_ids == ["a"]
-    assert plan(s) == ([("a", 1), ("b", 9)], []) and plan(s) == ([("a", 1), ("b", 2)], [])
+    assert [d.req_id for d in so.scheduled_new_reqs] == ["b"] and so.scheduled_cached_reqs.req_ids == ["a"], (
+        f"step 1: b was admitted this step (new_reqs: what admit() returned) and a was already running, so "
+        f"make_output should list new ['b'] and cached ['a']; got new {[d.req_id for d in so.scheduled_new_reqs]} "
+        f"and cached {so.scheduled_cached_reqs.req_ids}")
+    assert (got := plan(s)) == ([("a", 1), ("b", 9)], []), (
+        f"step 2 (budget 10): expected running a's decode (1) first, then running b's next chunk (9, the budget "
+        f"left), got {got}")
+    assert (got := plan(s)) == ([("a", 1), ("b", 2)], []), (
+        f"step 3 (budget 10): expected a's decode (1), then the last 2 of b's 20 prompt tokens, got {got}")
 
 
 @pytest.mark.task("07.2b", "schedule: a long prompt is chunked, and an empty budget stops everyone")
 def test_budget(impl):
     s = make(impl, budget=8)
     s.add_request(req("a", 20))
-    assert [plan(s)[0] for _ in range(4)] == [[("a", 8)], [("a", 8)], [("a", 4)], [("a", 1)]]
+    assert (got := [plan(s)[0] for _ in range(4)]) == [[("a", 8)], [("a", 8)], [("a", 4)], [("a", 1)]], (
+        f"steps 0-3 (budget 8): a lone 20-token prompt runs in chunks of 8, 8, 4 (the budget caps each), then "
+        f"decodes 1 token; got the plans {got}")
     s = make(impl, budget=8)
     for name in "abc":
         s.add_request(req(name, 6, first=10 * ord(name)))
     assert plan(s) == ([("a", 6), ("b", 2)], []), "c waits: the budget is gone"
-    assert plan(s) == ([("a", 1), ("b", 4), ("c", 3)], [])
+    assert (got := plan(s)) == ([("a", 1), ("b", 4), ("c", 3)], []), (
+        f"step 1 (budget 8): expected running a's decode (1), running b's last 4 prompt tokens, then newcomer c gets "
+        f"the 3 tokens left; got {got}")
 
 
 @pytest.mark.task("07.3", "schedule: long_prefill_token_threshold caps running and new requests alike, not one alone")
@@ -98,9 +149,14 @@ def test_threshold(impl):
     s = make(impl, budget=64, long_prefill_token_threshold=16)
     s.add_request(req("a", 40))
     s.add_request(req("b", 30, first=100))
-    assert plan(s) == ([("a", 16), ("b", 16)], [])
-    assert plan(s) == ([("a", 16), ("b", 14)], [])
-    assert plan(s) == ([("a", 8), ("b", 1)], [])
+    assert (got := plan(s)) == ([("a", 16), ("b", 16)], []), (
+        f"step 0 (budget 64, threshold 16): with a and b waiting, the threshold caps each newcomer's first chunk: "
+        f"expected a 16 and b 16, got {got}")
+    assert (got := plan(s)) == ([("a", 16), ("b", 14)], []), (
+        f"step 1 (budget 64, threshold 16): the threshold caps running requests too: expected a 16 (of the 24 it "
+        f"still needs) and b its last 14, got {got}")
+    assert (got := plan(s)) == ([("a", 8), ("b", 1)], []), (
+        f"step 2 (budget 64, threshold 16): expected a's last 8 prompt tokens and b's first decode (1), got {got}")
     s = make(impl, budget=64, long_prefill_token_threshold=16)
     s.add_request(req("alone", 40))
     assert plan(s) == ([("alone", 40)], []), \
@@ -136,18 +192,27 @@ def test_preemption(impl):
     # 6 usable blocks. a holds 3 and b 2 after step 2; at step 6 a's position 12 needs a 4th block,
     # none is free: FCFS takes the tail, b, and a goes on.
     s, plans = _two_decoding(impl, "fcfs", 7)
-    assert plans[5] == ([("a", 1), ("b", 1)], [])
+    assert plans[5] == ([("a", 1), ("b", 1)], []), (
+        f"step 5 (FCFS, 6 usable blocks): expected a and b to decode 1 token each with nobody preempted (b's new "
+        f"block is the pool's last free one), got {plans[5]}")
     assert plans[6] == ([("a", 1)], ["b"]), "FCFS preempts the newest running request"
-    assert s.requests["b"].num_computed_tokens == 0 and s.kv_cache_manager.get_block_ids("b") == []
+    assert s.requests["b"].num_computed_tokens == 0 and s.kv_cache_manager.get_block_ids("b") == [], (
+        f"after step 6 preempted b: preemption by recompute (self.preempt) frees all its blocks and resets its "
+        f"num_computed_tokens to 0; got {s.requests['b'].num_computed_tokens} computed tokens and blocks "
+        f"{s.kv_cache_manager.get_block_ids('b')}")
     # 5 usable blocks, priority: at step 5 a (already scheduled this step) is worse than b, whose
     # position 8 needs a block. a is preempted and its token goes back to the budget.
     s, plans = _two_decoding(impl, "priority", 6)
-    assert plans[4] == ([("a", 1), ("b", 1)], [])
+    assert plans[4] == ([("a", 1), ("b", 1)], []), (
+        f"step 4 (priority, 5 usable blocks): expected a and b to decode 1 token each in the blocks they hold, "
+        f"nobody preempted, got {plans[4]}")
     assert plans[5] == ([("b", 1)], ["a"]), "the victim ran earlier in this step: it must leave the plan"
     # The requester itself is the victim: it stops, and the running loop goes on, as vLLM 0.33's does: the
     # requests after it rank higher and may fit in the blocks it freed.
     s, plans = _two_decoding(impl, "priority", 7)
-    assert plans[6] == ([("b", 1)], ["a"]), "a preempted itself; b, after it, still runs in a's freed blocks"
+    assert plans[6] == ([("b", 1)], ["a"]), (
+        f"step 6 (priority, 6 usable blocks): a needs a 4th block, none is free and a (priority 1) is the worst, so a "
+        f"preempts itself; expected b still to run 1 token (under priority the running loop goes on), got {plans[6]}")
 
 
 @pytest.mark.task("07.6", "schedule: admission gate, max_num_seqs, and no admission in a step that preempted")
@@ -160,7 +225,9 @@ def test_admission(impl):
     # first chunk would fit, because its whole prompt would not.
     s = make(impl, num_blocks=6, budget=8)
     s.add_request(req("a", 18))
-    assert plan(s) == ([("a", 8)], [])
+    assert (got := plan(s)) == ([("a", 8)], []), (
+        f"step 0 (5 free blocks, budget 8): a's whole 18-token prompt needs 5 blocks and 5 are free, so the gate "
+        f"admits it with a first chunk of 8 (the budget); got {got}")
     s = make(impl, num_blocks=6, budget=16)
     s.add_request(req("a", 8))
     s.add_request(req("b", 20, first=100))
@@ -174,7 +241,9 @@ def test_admission(impl):
         step(s)
     s.add_request(req("c", 3, 0, 2.0, first=200))
     assert plan(s) == ([("a", 1)], ["b"]), "a step that preempted admits nobody"
-    assert plan(s) == ([("a", 1), ("c", 3)], [])
+    assert (got := plan(s)) == ([("a", 1), ("c", 3)], []), (
+        f"step 7 (priority): nobody preempted now, so a decodes 1 and c (priority 0, ahead of the preempted b in the "
+        f"waiting queue) is admitted with its whole 3-token prompt; got {got}")
 
 
 @pytest.mark.task("07.7", "your scheduler runs the engine: same tokens, same step timeline, through preemption")
@@ -196,7 +265,12 @@ def test_runs_the_engine(impl):
 
     yours, engine, roomy = run(impl.Scheduler, 15), run(Scheduler, 15), run(Scheduler, 64)
     assert sum(len(r.preempted) for r in yours.records) >= 2, "a 14-block pool forces preemption"
-    assert not any(r.preempted and r.admitted for r in yours.records)
+    assert not any(r.preempted and r.admitted for r in yours.records), next((
+        f"step {r.step} preempted {list(r.preempted)} and admitted {[a.req_id for a in r.admitted]}: a step that "
+        f"preempted admits nobody" for r in yours.records if r.preempted and r.admitted), "a step that preempted "
+        "admitted a request: a step that preempted admits nobody")
     tokens = [yours.outputs[i].token_ids for i in yours.req_ids]
     assert tokens == [roomy.outputs[i].token_ids for i in roomy.req_ids], "recompute must not change the output"
-    assert timeline_text(yours.records) == timeline_text(engine.records)
+    assert timeline_text(yours.records) == timeline_text(engine.records), (
+        f"same load on 14 usable blocks, budget 16: your step timeline must be the engine's; "
+        f"{_first_difference(timeline_text(yours.records), timeline_text(engine.records))}")

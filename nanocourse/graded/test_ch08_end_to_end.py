@@ -43,9 +43,15 @@ def _engine(request, impl_call):
     return request.getfixturevalue("llm")
 
 
+def _diverge(a, b) -> int:
+    """The first position where two token lists differ (the shorter one's length if one starts the other)."""
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
 def _run(llm, prompts):
     """The prompts one at a time from an empty cache, as the chapter measures them."""
-    assert llm.reset_prefix_cache()
+    assert llm.reset_prefix_cache(), \
+        "the engine refused reset_prefix_cache(): some request still holds KV blocks (not a bug in your code)"
     params = SamplingParams(temperature=0, max_tokens=1)
     return [llm.generate(prompt_token_ids=list(p), sampling_params=params)[0] for p in prompts]
 
@@ -54,7 +60,8 @@ def _run(llm, prompts):
 def test_hit_rate(impl):
     assert impl.hit_rate([_out(100, 96), _out(20, 0)]) == pytest.approx(0.8), \
         "96 of 120 prompt tokens were cached: 0.8 (not the mean of per-request ratios, 0.48)"
-    assert impl.hit_rate([_out(10, 0)]) == 0.0
+    assert impl.hit_rate([_out(10, 0)]) == 0.0, \
+        f"one 10-token prompt with 0 cached tokens: hit rate 0.0, got {impl.hit_rate([_out(10, 0)])!r}"
     assert impl.hit_rate([]) == 0.0, "no requests: 0.0, not a ZeroDivisionError"
 
 
@@ -66,27 +73,39 @@ def test_hit_rate_matches_engine_stats(impl, request):
     outs = _run(llm, [shared + [5, 6, 7], shared + [8, 9], list(range(2000, 2030))])
     stats = llm.get_stats()
     expected = (stats.prefix_cache_hits - before[1]) / (stats.prefix_cache_queries - before[0])
-    assert impl.hit_rate(outs) == pytest.approx(expected)
+    assert impl.hit_rate(outs) == pytest.approx(expected), (
+        f"prompts of {[len(o.prompt_token_ids) for o in outs]} tokens with {[o.num_cached_tokens for o in outs]} "
+        f"cached: the engine's get_stats() says hits / queries = {expected:.4f} (cached prompt tokens over prompt "
+        f"tokens, summed over requests); your hit_rate gave {impl.hit_rate(outs)!r}")
 
 
 @pytest.mark.task("08.2", "p50 and ttft_reduction")
 def test_p50_and_reduction(impl):
     values = [30.0, 10.0, 20.0]
-    assert impl.p50(values) == 20.0
+    assert (got := impl.p50(values)) == 20.0, \
+        f"p50([30.0, 10.0, 20.0]) is the middle value once sorted, 20.0; got {got!r}"
     assert values == [30.0, 10.0, 20.0], "p50 must not reorder the caller's list"
     assert impl.p50([4.0, 1.0, 3.0, 2.0]) == 2.5, "an even count takes the mean of the two middle values"
-    assert impl.p50([7.0]) == 7.0
-    assert impl.ttft_reduction([100.0, 110.0, 90.0], [20.0, 100.0, 30.0]) == pytest.approx(0.7)
+    assert impl.p50([7.0]) == 7.0, f"p50([7.0]): one value is its own median, 7.0; got {impl.p50([7.0])!r}"
+    assert impl.ttft_reduction([100.0, 110.0, 90.0], [20.0, 100.0, 30.0]) == pytest.approx(0.7), (
+        f"cold [100, 110, 90] ms and warm [20, 100, 30] ms: 1 - p50(warm) / p50(cold) = 1 - 30 / 100 = 0.7; got "
+        f"{impl.ttft_reduction([100.0, 110.0, 90.0], [20.0, 100.0, 30.0])!r}")
     assert impl.ttft_reduction([100.0], [125.0]) == pytest.approx(-0.25), "slower with the cache: negative"
 
 
 @pytest.mark.task("08.3", "make_multi_turn: each turn resends the whole conversation")
 def test_multi_turn_messages(impl):
     turns = impl.make_multi_turn("Be brief.", ["Hi", "Why?", "Thanks"], ["Hello!", "Because."])
-    assert len(turns) == 3
-    assert [m["role"] for m in turns[2]] == ["system", "user", "assistant", "user", "assistant", "user"]
-    assert [m["content"] for m in turns[2]] == ["Be brief.", "Hi", "Hello!", "Why?", "Because.", "Thanks"]
-    assert turns[0] == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+    assert len(turns) == 3, f"3 user turns: one message list per user turn, 3 lists; got {len(turns)}"
+    assert [m["role"] for m in turns[2]] == ["system", "user", "assistant", "user", "assistant", "user"], (
+        f"the third turn sends the system message, each earlier user turn followed by its reply, then its own user "
+        f"turn: roles [system, user, assistant, user, assistant, user]; got {[m['role'] for m in turns[2]]}")
+    assert [m["content"] for m in turns[2]] == ["Be brief.", "Hi", "Hello!", "Why?", "Because.", "Thanks"], (
+        f"the third turn's contents, in order: ['Be brief.', 'Hi', 'Hello!', 'Why?', 'Because.', 'Thanks']; got "
+        f"{[m['content'] for m in turns[2]]}")
+    assert turns[0] == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}], (
+        f"the first turn sends only the system message and the first user turn, as role/content dicts; got "
+        f"{turns[0]}")
     for earlier, later in zip(turns, turns[1:]):
         assert later[: len(earlier)] == earlier, "each turn must start with the previous turn's messages"
     assert all(a is not b for a, b in zip(turns, turns[1:])), "each turn needs its own list"
@@ -99,8 +118,11 @@ def test_multi_turn_prompts_share_prefixes(impl, request):
     turns = impl.make_multi_turn("You are a rail help desk.", ["Is the 8:10 off-peak?", "And the 9:40?", "Ok."],
                                  ["No, it is a peak train.", "Yes."])
     ids = [tok.encode(tok.apply_chat_template(m)) for m in turns]
-    for earlier, later in zip(ids, ids[1:]):
-        assert later[: len(earlier)] == earlier
+    for k, (earlier, later) in enumerate(zip(ids, ids[1:])):
+        assert later[: len(earlier)] == earlier, (
+            f"turn {k + 2}'s prompt must start with turn {k + 1}'s whole prompt ({len(earlier)} tokens), since it "
+            f"resends the conversation; they part at token {(i := _diverge(earlier, later))}: turn {k + 2} has "
+            f"{tok.decode(later[i:i + 6])!r} where turn {k + 1} has {tok.decode(earlier[i:i + 6])!r}")
     hits = [o.num_cached_tokens for o in _run(llm, ids)]
     assert hits[1] == (len(ids[0]) // 16) * 16, "turn 2 must reuse every full block of turn 1"
 
@@ -115,7 +137,9 @@ def test_predict_hits(impl):
     assert impl.predict_hit_tokens([a, b, a + [1, 2]]) == [0, 0, 32], \
         "the cache holds every earlier prompt, not only the previous one"
     assert impl.predict_hit_tokens([a, a[:20] + [5] * 30]) == [0, 16], "a divergence inside a block loses the block"
-    assert impl.predict_hit_tokens([a, a + [1]], block_size=8) == [0, 40]
+    assert impl.predict_hit_tokens([a, a + [1]], block_size=8) == [0, 40], (
+        f"block_size=8: a's 40 tokens are 5 full blocks, and the 41-token repeat a + [1] hits all 5 (its last token "
+        f"is after them): expected [0, 40], got {impl.predict_hit_tokens([a, a + [1]], block_size=8)}")
 
 
 @pytest.mark.task("08.4b", "predict_hit_tokens matches the engine on a chapter workload")
@@ -123,4 +147,6 @@ def test_prediction_matches_engine(impl, request):
     llm = _engine(request, lambda: impl.predict_hit_tokens([[1, 2]], 16))
     work = workloads.code_completion(llm.tokenizer, n=3, context_tokens=16, file_tokens=64)
     measured = [o.num_cached_tokens for o in _run(llm, work.prompts)]
-    assert impl.predict_hit_tokens(work.prompts, 16) == measured
+    assert (got := impl.predict_hit_tokens(work.prompts, 16)) == measured, (
+        f"the code-completion workload's {len(work.prompts)} prompts ({[len(p) for p in work.prompts]} tokens), run "
+        f"one at a time from an empty cache: the engine measured num_cached_tokens {measured}, you predicted {got}")

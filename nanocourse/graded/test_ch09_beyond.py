@@ -48,6 +48,13 @@ def _engine_apply_events(counts, events):
     counts.update(index.counts)
 
 
+def _count_differences(truth, counts) -> str:
+    """Where a rebuilt index disagrees with the pool, without printing 32-byte hashes (for a failure message)."""
+    diff = sorted((truth.get(h, 0), counts.get(h, 0)) for h in set(truth) | set(counts)
+                  if truth.get(h, 0) != counts.get(h, 0))
+    return f"{len(diff)} of {len(truth)} hashes differ, as (copies in the pool, your count): {diff[:8]}"
+
+
 NANOENGINE = {
     "longest_common_prefix": longest_common_prefix,
     "RadixTree": RadixTree,
@@ -59,10 +66,15 @@ NANOENGINE = {
 
 @pytest.mark.task("09.1", "longest_common_prefix counts the shared leading tokens")
 def test_lcp(impl):
-    assert impl.longest_common_prefix([1, 2, 3], [1, 2, 4]) == 2
+    assert impl.longest_common_prefix([1, 2, 3], [1, 2, 4]) == 2, (
+        f"[1, 2, 3] and [1, 2, 4] share their 2 leading tokens; longest_common_prefix gave "
+        f"{impl.longest_common_prefix([1, 2, 3], [1, 2, 4])!r}")
     assert impl.longest_common_prefix([1, 2], [1, 2, 3]) == 2, "a prefix of the other shares all of itself"
-    assert impl.longest_common_prefix([5, 6], [5, 6]) == 2
-    assert impl.longest_common_prefix([], [1]) == 0 and impl.longest_common_prefix([9], [8]) == 0
+    assert impl.longest_common_prefix([5, 6], [5, 6]) == 2, \
+        f"two equal sequences share all their tokens: 2 for [5, 6]; got {impl.longest_common_prefix([5, 6], [5, 6])!r}"
+    assert impl.longest_common_prefix([], [1]) == 0 and impl.longest_common_prefix([9], [8]) == 0, (
+        f"an empty sequence shares nothing (([], [1]) gives 0), nor does a first-token mismatch (([9], [8]) gives 0); "
+        f"got {impl.longest_common_prefix([], [1])!r} and {impl.longest_common_prefix([9], [8])!r}")
     assert impl.longest_common_prefix([1, 2, 3, 4], [1, 9, 3, 4]) == 1, "the first difference ends the prefix"
 
 
@@ -75,8 +87,12 @@ def test_radix_match(impl):
         query = stored[:diverge] + [7] * (100 - diverge)
         assert tree.match_prefix(query) == diverge, f"the prompts part ways at token {diverge}"
         assert hash_map_match(stored, query) == diverge // 16 * 16, "the engine's map serves whole blocks only"
-    assert tree.match_prefix(stored) == 100 and tree.match_prefix(stored[:30]) == 30
-    assert tree.match_prefix([]) == 0 and impl.RadixTree().match_prefix(stored) == 0
+    assert tree.match_prefix(stored) == 100 and tree.match_prefix(stored[:30]) == 30, (
+        f"after insert(stored), the 100 stored tokens match in full (100) and their first 30 match 30, ending inside "
+        f"an edge; got {tree.match_prefix(stored)} and {tree.match_prefix(stored[:30])}")
+    assert tree.match_prefix([]) == 0 and impl.RadixTree().match_prefix(stored) == 0, (
+        f"an empty query matches 0 tokens, and an empty tree matches 0 of any query; got {tree.match_prefix([])} and "
+        f"{impl.RadixTree().match_prefix(stored)}")
     branched = impl.RadixTree()
     branched.insert(stored)
     branched.insert(stored[:40] + [7] * 10)  # an edge of 40 shared tokens, then two children
@@ -88,15 +104,22 @@ def test_radix_match(impl):
 def test_radix_insert(impl):
     tree = impl.RadixTree()
     a = list(range(100))
-    assert tree.insert(a) == 100
+    assert (new := tree.insert(a)) == 100, \
+        f"inserting 100 tokens into an empty tree: insert returns how many were new, all 100; got {new!r}"
     b = a[:40] + [999] * 60
     assert tree.insert(b) == 60, "only the 60 tokens after the shared 40 are new"
-    assert tree.num_tokens == 160
+    assert tree.num_tokens == 160, (
+        f"after inserting a (100 tokens) and b (its first 40, then 60 others), num_tokens counts each stored token "
+        f"once: 100 + 60 = 160; got {tree.num_tokens!r}")
     assert tree.insert(a[:10]) == 0 and tree.num_tokens == 160, "a stored prefix adds nothing"
     assert tree.match_prefix(a) == 100 and tree.match_prefix(b) == 100, "splitting must keep both sequences"
-    assert tree.match_prefix(a[:40] + [5]) == 40
+    assert tree.match_prefix(a[:40] + [5]) == 40, (
+        f"a query that leaves the tree at the split point (after the shared 40 tokens) matches 40; got "
+        f"{tree.match_prefix(a[:40] + [5])!r}")
     c = a[:40] + [999, 1]
-    assert tree.insert(c) == 1 and tree.match_prefix(c) == 42 and tree.match_prefix(b) == 100
+    assert (new := tree.insert(c)) == 1 and tree.match_prefix(c) == 42 and tree.match_prefix(b) == 100, (
+        f"c = a[:40] + [999, 1] shares 41 tokens with b (split b's edge after 999): insert(c) adds 1 new token, then "
+        f"c matches 42 and b still 100; got {new!r}, {tree.match_prefix(c)} and {tree.match_prefix(b)}")
 
 
 @pytest.mark.task("09.3", "slru_eviction_order: one-offs go before reused blocks, protected is capped")
@@ -104,10 +127,15 @@ def test_slru_order(impl):
     plain = [(1, False), (2, False), (3, False)]
     assert impl.slru_eviction_order(plain, 4) == [1, 2, 3], "without reuse it is plain LRU"
     mixed = [(1, False), (2, True), (3, False), (4, True)]
-    assert impl.slru_eviction_order(mixed, 4) == [1, 3, 2, 4]
+    assert impl.slru_eviction_order(mixed, 4) == [1, 3, 2, 4], (
+        f"freed 1, 2 (reused), 3, 4 (reused), cap 4: probation (never reused) goes first, oldest first, then "
+        f"protected: expected [1, 3, 2, 4], got {impl.slru_eviction_order(mixed, 4)}")
     assert impl.slru_eviction_order([(1, True), (2, True), (3, True), (4, False)], 2) == [1, 4, 2, 3], \
         "past the cap the oldest protected block joins probation's newest end"
-    assert impl.slru_eviction_order([(5, True), (6, False), (7, True)], 0) == [5, 6, 7]
+    assert impl.slru_eviction_order([(5, True), (6, False), (7, True)], 0) == [5, 6, 7], (
+        f"freed 5 (reused), 6, 7 (reused), cap 0: each reused block is demoted at once to probation's newest end, so "
+        f"the order stays the freeing order [5, 6, 7]; got "
+        f"{impl.slru_eviction_order([(5, True), (6, False), (7, True)], 0)}")
 
 
 @pytest.mark.task("09.4", "route: longest cached prefix, then least loaded, then lowest index")
@@ -117,18 +145,24 @@ def test_route(impl):
     assert impl.route([b"a"], replicas, [3, 2, 0]) == 1, "equal prefixes: the less loaded"
     assert impl.route([b"x", b"b", b"c"], replicas, [1, 1, 0]) == 2, "no prefix anywhere: least loaded"
     assert impl.route([b"x", b"b", b"c"], replicas, [0, 0, 0]) == 0, "a hash after a miss does not count"
-    assert impl.route([], [set(), set()], [0, 0]) == 0
+    assert impl.route([], [set(), set()], [0, 0]) == 0, (
+        f"an empty request matches 0 everywhere and the loads tie, so the lowest index wins: 0; got "
+        f"{impl.route([], [set(), set()], [0, 0])!r}")
 
 
 @pytest.mark.task("09.5", "apply_events counts cached copies and rebuilds a real pool's map from its events")
 def test_apply_events(impl):
     counts = {}
     impl.apply_events(counts, [BlockStored([b"a", b"b"], None, [0] * 8, 4), BlockStored([b"a"], None, [0] * 4, 4)])
-    assert counts == {b"a": 2, b"b": 1}
+    assert counts == {b"a": 2, b"b": 1}, \
+        f"BlockStored adds one copy of each of its hashes: a stored twice, b once: expected {{b'a': 2, b'b': 1}}, " \
+        f"got {counts}"
     impl.apply_events(counts, [BlockRemoved([b"a", b"b"])])
     assert counts == {b"a": 1}, "one copy of a is still cached; b is gone"
     impl.apply_events(counts, [AllBlocksCleared(), BlockStored([b"c"], b"a", [0] * 4, 4)])
-    assert counts == {b"c": 1}
+    assert counts == {b"c": 1}, (
+        f"from {{b'a': 1}}, AllBlocksCleared empties the index, then BlockStored adds c: expected {{b'c': 1}}, "
+        f"got {counts}")
 
     # Two same prompts chunked 4 tokens a step: the second hits block 0, then caches its own copies.
     replica = ModelFreeReplica(9, block_size=4, long_prefill_token_threshold=4)
@@ -139,4 +173,6 @@ def test_apply_events(impl):
     impl.apply_events(counts, engine.kv_cache_manager.take_events())
     truth = Counter(h for h, _ in engine.kv_cache_manager.block_pool.cached_block_hash_to_block.items())
     assert 2 in truth.values() and 1 in truth.values(), "the pool holds one hash twice, another once"
-    assert counts == dict(truth)
+    assert counts == dict(truth), (
+        f"replaying the pool's own events must rebuild its map (hash -> cached copies); "
+        f"{_count_differences(truth, counts)}")

@@ -1,6 +1,8 @@
 """Chapter 12 graded tasks: a sliding-window layer's blocks. Run with `make grade CH=12`."""
 
 import random
+import traceback
+from pathlib import Path
 
 import pytest
 
@@ -34,6 +36,9 @@ def test_skipped_tokens(impl):
 
 
 def held(m, request_id="r"):
+    assert request_id in m.req_to_blocks, (
+        f"req_to_blocks has no entry for request {request_id!r} (it holds {sorted(m.req_to_blocks)}): "
+        f"remove_skipped_blocks puts the null block in place of the blocks it frees, it never drops the request")
     return m.req_to_blocks[request_id]
 
 
@@ -51,15 +56,20 @@ def check_removal(impl, window):
     start, expected = pool.get_num_free_blocks(), 0
     for n in list(range(49)) + [48, 30]:  # then a repeat and a step back: nothing more to free
         m.remove_skipped_blocks("r", n)
-        expected = max(expected, max(0, n - window + 1) // BS)
+        skipped = max(0, n - window + 1)
+        expected = max(expected, skipped // BS)
         num_null = sum(b.is_null for b in held(m))
-        assert num_null == expected, \
-            f"W={window}, {n} computed tokens: tokens before {max(0, n - window + 1)} are skipped, so the first " \
-            f"{expected} blocks are null; {num_null} are"
+        why = (f"tokens before {skipped} are skipped, so the first {expected} blocks are null"
+               if expected == skipped // BS
+               else f"an earlier call with more tokens computed nulled the first {expected} blocks: they stay null")
+        assert num_null == expected, f"W={window}, {n} computed tokens: {why}; {num_null} are"
         assert all(b.is_null for b in held(m)[:num_null]) and held(m)[num_null:] == blocks[num_null:], \
             "null blocks replace the leading blocks, and the others stay where they were"
         assert pool.get_num_free_blocks() == start + num_null, "each removed block goes back to the pool once"
-        assert all(b.ref_cnt == 0 for b in blocks[:num_null]) and all(b.ref_cnt == 1 for b in blocks[num_null:])
+        assert all(b.ref_cnt == 0 for b in blocks[:num_null]) and all(b.ref_cnt == 1 for b in blocks[num_null:]), (
+            f"W={window}, {n} computed tokens: each of the {num_null} removed blocks drops its one reference "
+            f"(ref_cnt 0) and every block kept is still held once (ref_cnt 1); the request's blocks have ref_cnt "
+            f"{[b.ref_cnt for b in blocks]}")
     # A request admitted with a short hit holds fewer blocks than the skipped count covers.
     m.allocate_new_computed_blocks("short", [], 0)
     m.allocate_new_blocks("short", 4)
@@ -99,9 +109,12 @@ def test_find_longest_cache_hit(impl):
         num_blocks = min(max_length // BS, size)
         hits = manager(impl, window, pool, eagle).find_longest_cache_hit(HASHES[:size], max_length, list(range(num_groups)))
         expected = expected_hit([p[:num_blocks] for p in patterns], window, num_blocks, eagle)
-        where = f"case {case}: W={window}, cached {['.X'[c] for c in patterns[0]]}, max_length={max_length}"
-        assert len(hits) == num_groups, f"{where}: one list per group"
-        assert [len(h) for h in hits] == [expected] * num_groups, f"{where}: the hit is {expected} blocks"
+        cached = " and ".join("".join(".X"[c] for c in p) for p in patterns)
+        where = (f"case {case}: W={window}{', EAGLE' if eagle else ''}, block_size {BS}, blocks cached (X) "
+                 f"{cached or 'none'}{' in groups 0 and 1' if num_groups == 2 else ''}, max_length={max_length}")
+        assert len(hits) == num_groups, f"{where}: one list per group, got {len(hits)}"
+        assert [len(h) for h in hits] == [expected] * num_groups, \
+            f"{where}: the hit is {expected} blocks, got {[len(h) for h in hits]}"
         n = -(-(window - 1) // BS)
         for g, h in enumerate(hits):
             for i, block in enumerate(h):
@@ -118,18 +131,36 @@ def prompts():
     return [shared + [rng.randrange(3, 256) for _ in range(30 + 9 * i)] for i in range(6)]
 
 
+def step(engine, request_ids):
+    """engine.step(), where a KeyError on a request id says which request was missing, and where."""
+    try:
+        return engine.step()
+    except KeyError as error:
+        frame = traceback.extract_tb(error.__traceback__)[-1]
+        if not (error.args and error.args[0] in request_ids and Path(frame.filename).name == f"{CHAPTER}.py"):
+            raise
+        assert False, (
+            f"KeyError {error.args[0]!r} in your {frame.name} ({Path(frame.filename).name}, line {frame.lineno}): "
+            f"request {error.args[0]} is not in that dict; allocate_slots calls remove_skipped_blocks even for a "
+            f"request being admitted, before it holds any block: use self.req_to_blocks.get(request_id, [])")
+
+
 def serve(model, manager_cls, **kwargs):
     """Greedy tokens of six prompts, and after every step a check of every sliding group's table."""
     llm = LLM(model, block_size=8, progress=False, sliding_window_manager_cls=manager_cls, **kwargs)
     engine, window = llm.engine, model.config.sliding_window
-    for p in prompts():
-        engine.add_request(p, SamplingParams(temperature=0, max_tokens=40, ignore_eos=True))
+    request_ids = {engine.add_request(p, SamplingParams(temperature=0, max_tokens=40, ignore_eos=True))
+                   for p in prompts()}
     outputs = {}
     while engine.has_unfinished_requests():
-        outputs.update((o.request_id, o.outputs[0].token_ids) for o in engine.step())
+        outputs.update((o.request_id, o.outputs[0].token_ids) for o in step(engine, request_ids))
         for request in engine.scheduler.running:
             c = request.num_computed_tokens
-            for m in engine.kv_cache_manager.managers[1:]:
+            for g, m in enumerate(engine.kv_cache_manager.managers[1:], 1):
+                assert request.request_id in m.req_to_blocks, (
+                    f"running request {request.request_id} has no block table in sliding group {g}'s "
+                    f"req_to_blocks (it holds {sorted(m.req_to_blocks)}): a running request keeps its entry; "
+                    f"remove_skipped_blocks puts the null block in freed slots, it never drops the entry")
                 blocks = m.req_to_blocks[request.request_id]
                 # The last allocate_slots ran for a query at c - 1 or earlier, which saw from c - W on.
                 seen = max(0, c - window) // 8
@@ -147,10 +178,12 @@ def serve(model, manager_cls, **kwargs):
 def test_your_manager_serves_a_hybrid_model(impl):
     model = LlamaForCausalLM.random(LlamaConfig.tiny_hybrid(16), seed=3, std=0.2)
     for engine in (dict(kv_cache_memory_bytes=2**20), dict(num_gpu_blocks_override=64)):  # caching, preempting
-        theirs, _ = serve(model, EngineSlidingWindowManager, **engine)
+        theirs, their_stats = serve(model, EngineSlidingWindowManager, **engine)
         mine, stats = serve(model, impl.SlidingWindowManager, **engine)
         assert mine == theirs, f"with {engine}: greedy tokens differ from the engine's own manager's"
         if "num_gpu_blocks_override" in engine:
-            assert stats.num_preemptions > 0
+            assert stats.num_preemptions > 0, (
+                f"with {engine} the six requests must outgrow the pool and be preempted, as they are with the "
+                f"engine's own manager ({their_stats.num_preemptions} times); with yours: {stats.num_preemptions}")
         else:
             assert stats.prefix_cache_hits > 0, "the shared 40-token prefix should hit in every group"

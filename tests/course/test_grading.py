@@ -169,3 +169,10 @@ def test_an_exception_from_the_learners_code_names_their_method(tmp_path):
     messages = {r.message for r in grade("05", str(tmp_path)) if not r.passed}
     assert f"KeyError: 0, raised in your FreeKVCacheBlockQueue.remove (ch05_free_queue.py, line {lineno})" in messages, \
         messages
+
+
+def test_no_graded_assert_is_bare():
+    """A learner sees the first line of a failure: every assert in a graded suite says which rule broke."""
+    bare = [f"{path.name}:{node.lineno}" for path in sorted(GRADED.glob("*.py"))
+            for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Assert) and node.msg is None]
+    assert bare == [], f"graded asserts without a message: {bare}"
