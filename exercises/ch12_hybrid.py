@@ -3,7 +3,8 @@
 Your SlidingWindowManager subclasses the engine's and replaces the three rules that make a window a
 window. Everything else (allocating, caching, freeing a finished request) is inherited. Once the tasks
 pass, your manager serves every sliding group of a hybrid model:
-`LLM(model, sliding_window_manager_cls=SlidingWindowManager)`.
+`LLM(model, sliding_window_manager_cls=SlidingWindowManager)`. It mirrors vLLM 0.33's SlidingWindowManager
+(vllm/v1/core/single_type_kv_cache_manager.py): read it beside this.
 
 What you can use: `self.sliding_window` (W, in tokens), `self.block_size`, `self.block_pool` (its
 `free_blocks(blocks)` drops one reference on each), `self.null_block`, `self.use_eagle`,
@@ -11,6 +12,8 @@ What you can use: `self.sliding_window` (W, in tokens), `self.block_size`, `self
 and `self.get_cached_blocks(block_hash, group_ids)` (one cached block per group, or None).
 
 Check your work with:   make grade CH=12
+Stuck? In the notebook, `from nanocourse import hint; hint("12")` lists this chapter's hints, from a nudge to
+close-to-code; open them one at a time with hint("12", n).
 """
 
 from __future__ import annotations
@@ -23,11 +26,12 @@ class SlidingWindowManager(EngineSlidingWindowManager):
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
         """Task 12.1: how many leading tokens no query from now on can see.
 
-        The next query sits at position num_computed_tokens and sees keys from position
-        num_computed_tokens - W + 1 to itself; every later query sees even less of the past.
-
-        Hints: W = 4 and num_computed_tokens = 7: the query at 7 sees 4, 5, 6, 7, so 4 tokens are skipped.
-        Early in a request nothing is skipped yet, and a count of tokens is never negative.
+        Contract: the next query sits at position num_computed_tokens and sees the W keys ending at itself
+        (its own included); every later query sees even less of the past. Return the number of tokens
+        before that window: never negative, 0 while the window still reaches token 0. (vLLM 0.33:
+        SlidingWindowManager.get_num_skipped_tokens, whose extra_retained_tokens is 0 here.)
+        Example: W = 4: num_computed_tokens 0..9 give 0, 0, 0, 0, 1, 2, 3, 4, 5, 6 (at 7 the query sees
+        tokens 4..7, so 4 are skipped).
         """
         raise NotImplementedError
 
@@ -35,13 +39,25 @@ class SlidingWindowManager(EngineSlidingWindowManager):
         """Task 12.2: give back the blocks whose every token is skipped, and put the null block in their
         places in self.req_to_blocks[request_id].
 
-        Hints:
-        - Only whole blocks go: a block with one visible token stays. Skipped tokens // block_size.
-        - Walk from the last skipped block back to the first, and stop at the first null block you
-          meet: an earlier call already freed it and everything before it. Freeing a block twice
-          drops a reference someone else holds (the pool raises on a double free).
-        - Free the blocks with one self.block_pool.free_blocks(list) call.
-        - The request may hold fewer blocks than the skipped count covers (its hit was shorter).
+        Contract:
+        - Only whole blocks go: a block is freed when all its tokens are among the
+          get_num_skipped_tokens(num_computed_tokens) skipped ones; a block with one visible token stays.
+        - The skipped blocks are capped at the blocks the request holds (a short hit may leave it fewer);
+          a request with no entry in req_to_blocks (allocate_slots calls this for a request being admitted)
+          is left alone: no KeyError, no entry added.
+        - Each freed block drops exactly one reference, through self.block_pool.free_blocks, and its entry
+          becomes self.null_block; the other entries stay where they were. A block an earlier call already
+          nulled is never freed again (the pool raises on a double free), so a repeat, or a call with fewer
+          tokens computed, frees nothing.
+        - The skipped blocks are freed last block first (the one nearest the window first, then back to
+          block 0), in one free_blocks call: the pool queues them in that order, so a chain's later blocks
+          are evicted before its earlier ones, as when a finished request is freed. This order decides which
+          cached blocks later prefix hits still find.
+        (vLLM 0.33: SingleTypeKVCacheManager.remove_skipped_blocks and its _remove_blocks_in_range.)
+        Example: W = 4, block_size 4, request r holds blocks [b1, b2, b3, b4, b5] (20 tokens).
+        remove_skipped_blocks("r", 12): 9 tokens skipped, so 2 whole blocks: free_blocks([b2, b1]) and the
+        table is [null, null, b3, b4, b5]. Then remove_skipped_blocks("r", 17): 14 skipped, 3 blocks, only
+        b3 is freed: [null, null, null, b4, b5]. remove_skipped_blocks("r", 12) again frees nothing.
         """
         raise NotImplementedError
 
@@ -52,17 +68,24 @@ class SlidingWindowManager(EngineSlidingWindowManager):
         entry i is the cached block of block_hashes[i], or the null block where no query past the
         hit can see those tokens.
 
-        A hit of L blocks is good when the tokens the next query can see are cached: blocks
-        max(0, L - n) .. L - 1, with n = ceil((W - 1) / block_size) (the query's own token is computed,
-        not cached, so the window needs only W - 1 cached tokens behind it). With self.use_eagle, ask
-        for n + 1 blocks, then drop the last block of the hit: EAGLE's draft head needs that block's
-        hidden states, so it is computed again.
-
-        Hints:
-        - Search from the right: start at block max_length // block_size - 1 and walk left, counting
-          cached blocks in a row; a miss resets the count. The first run of n stops the search.
-        - A run that reaches block 0 is a hit even when shorter than n: nothing before it exists.
-        - Start each list as [self.null_block] * num_blocks, write the run's blocks in, and cut each list
-          at the run's end.
+        Contract, with n = ceil((W - 1) / block_size) (the query's own token is computed, not cached, so the
+        window needs only W - 1 cached tokens behind it), plus 1 with self.use_eagle, and m = max(n, 1):
+        - "Cached" means cached in every group of group_ids (self.get_cached_blocks is not None).
+        - L is the largest length, in whole blocks and at most max_length // block_size, whose last m
+          blocks, L - m .. L - 1, are all cached; a shorter run that reaches block 0 counts too, since nothing
+          before it exists (L < m and blocks 0 .. L - 1 all cached). No such L: every list is [].
+        - In each list, entries max(0, L - m) .. L - 1 are that group's cached blocks of block_hashes[i];
+          every entry before them is self.null_block.
+        - With self.use_eagle, a non-empty hit (found with the extra block) then drops its last entry in
+          every list: EAGLE's draft head needs that block's hidden states, so it is computed again.
+        - W = 1 without EAGLE (n = 0, m = 1): no earlier token is needed, yet a hit still ends on a cached
+          block: L ends at the rightmost block cached in every group, with null before it, and is 0 (every
+          list []) when none is cached, never a run of null blocks alone.
+        (vLLM 0.33: SlidingWindowManager.find_longest_cache_hit, a classmethod there that also takes the
+        pool, the spec and an alignment and returns the hit length too.)
+        Example: W = 8, block_size 4, so n = 2; blocks 0..6 cached as X X . X X X . (X: cached, c_i its
+        block), max_length 28, one group: [null, null, null, null, c4, c5], a 24-token hit. With EAGLE
+        (n = 3): [null, null, null, c3, c4]. W = 13 (n = 3), blocks X X . X, max_length 16: [c0, c1].
+        W = 1, blocks X X . X, max_length 16: [null, null, null, c3]; nothing cached: [].
         """
         raise NotImplementedError

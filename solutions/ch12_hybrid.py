@@ -36,7 +36,7 @@ class SlidingWindowManager(EngineSlidingWindowManager):
             if cached:
                 for blocks, block in zip(lists, cached):
                     blocks[i] = block
-            if run == needed or (i == 0 and run):
+            if cached and (run >= needed or i == 0):  # at W = 1 no block is needed before the hit's last
                 end = i + run
                 break
         for blocks in lists:

@@ -48,14 +48,25 @@ def test_remove_skipped_blocks(impl):
         check_removal(impl, window)
 
 
+def free_ids(pool):
+    return [b.block_id for b in pool.free_block_queue.get_all_free_blocks()]
+
+
 def check_removal(impl, window):
-    m = manager(impl, window)
+    m, ref = manager(impl, window), EngineSlidingWindowManager(KVCacheGroupSpec((0,), window), BlockPool(80, True), BS, 0)
     pool = m.block_pool
-    m.allocate_new_computed_blocks("r", [], 0)
+    for one in (m, ref):
+        one.allocate_new_computed_blocks("r", [], 0)
     blocks = list(m.allocate_new_blocks("r", 48))
+    ref.allocate_new_blocks("r", 48)
     start, expected = pool.get_num_free_blocks(), 0
     for n in list(range(49)) + [48, 30]:  # then a repeat and a step back: nothing more to free
         m.remove_skipped_blocks("r", n)
+        ref.remove_skipped_blocks("r", n)
+        assert free_ids(pool) == free_ids(ref.block_pool), (
+            f"W={window}, {n} computed tokens: the freed blocks go back last block first, in one free_blocks call, "
+            f"so the free queue (head to tail) is {free_ids(ref.block_pool)[:8]}..., as with the engine's own "
+            f"manager; yours is {free_ids(pool)[:8]}...")
         skipped = max(0, n - window + 1)
         expected = max(expected, skipped // BS)
         num_null = sum(b.is_null for b in held(m))
@@ -70,6 +81,15 @@ def check_removal(impl, window):
             f"W={window}, {n} computed tokens: each of the {num_null} removed blocks drops its one reference "
             f"(ref_cnt 0) and every block kept is still held once (ref_cnt 1); the request's blocks have ref_cnt "
             f"{[b.ref_cnt for b in blocks]}")
+    # A request whose window jumps ahead frees several blocks in one call (a long chunk): the order shows.
+    for one in (m, ref):
+        one.allocate_new_computed_blocks("jump", [], 0)
+        one.allocate_new_blocks("jump", 48)
+        one.remove_skipped_blocks("jump", 40)
+    assert free_ids(pool) == free_ids(ref.block_pool), (
+        f"W={window}, a window that jumps to 40 computed tokens frees {(40 - window + 1) // BS} blocks at once: "
+        f"they go back last block first, in one free_blocks call, so the free queue starts "
+        f"{free_ids(ref.block_pool)[:6]}, as with the engine's own manager; yours starts {free_ids(pool)[:6]}")
     # A request admitted with a short hit holds fewer blocks than the skipped count covers.
     m.allocate_new_computed_blocks("short", [], 0)
     m.allocate_new_blocks("short", 4)
@@ -85,7 +105,7 @@ def cache(pool, group_id, indices):
 def expected_hit(patterns, window, num_blocks, eagle):
     """The longest L whose blocks max(0, L - n) .. L - 1 are cached in every group, n = ceil((W - 1) / 4)
     (+ 1 with EAGLE, which then drops the last block)."""
-    n = -(-(window - 1) // BS) + eagle
+    n = max(-(-(window - 1) // BS) + eagle, 1)  # at W = 1 the hit's last block must be cached all the same
     for length in range(num_blocks, 0, -1):
         if all(all(p[max(0, length - n):length]) for p in patterns):
             return length - eagle
@@ -97,7 +117,7 @@ def test_find_longest_cache_hit(impl):
     rng = random.Random(12)
     for case in range(600):
         eagle = case % 2 == 1
-        window = rng.choice([4, 5, 8, 9, 13, 16])
+        window = rng.choice([1, 2, 4, 5, 8, 9, 13, 16])
         num_groups = rng.choice([1, 2])
         size = rng.randrange(0, 14)
         density = rng.choice([0.5, 0.8, 0.95])
@@ -115,7 +135,7 @@ def test_find_longest_cache_hit(impl):
         assert len(hits) == num_groups, f"{where}: one list per group, got {len(hits)}"
         assert [len(h) for h in hits] == [expected] * num_groups, \
             f"{where}: the hit is {expected} blocks, got {[len(h) for h in hits]}"
-        n = -(-(window - 1) // BS)
+        n = max(-(-(window - 1) // BS) + eagle, 1) - eagle  # cached entries the returned hit ends with
         for g, h in enumerate(hits):
             for i, block in enumerate(h):
                 if i < expected - n:
