@@ -5,6 +5,7 @@ import functools
 import pytest
 
 from nanoengine.core import KVCacheManager, get_request_block_hasher
+from nanoengine.policies import longest_common_prefix
 from nanocourse.hash_chains import block_chain
 from nanoengine.model.loader import unpacked_folder
 from nanoengine.request import Request
@@ -39,7 +40,7 @@ def _first_difference(got, want: str) -> str:
     """Where two renderings part, shown as the few characters each has from there (for a failure message)."""
     if not isinstance(got, str):
         return f"got a {type(got).__name__}, not a str: {got!r:.80}"
-    at = next((i for i, (x, y) in enumerate(zip(got, want)) if x != y), min(len(got), len(want)))
+    at = longest_common_prefix(got, want)
     return f"they part at character {at}: expected {want[at:at + 30]!r}, got {got[at:at + 30]!r}"
 
 

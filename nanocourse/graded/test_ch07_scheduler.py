@@ -10,6 +10,7 @@ import signal
 import pytest
 
 from nanoengine.core import KVCacheManager
+from nanoengine.policies import longest_common_prefix
 from nanoengine.outputs import ModelRunnerOutput
 from nanoengine.request import Request
 from nanoengine.sampling_params import SamplingParams
@@ -65,7 +66,7 @@ def plan(s):
 def _first_difference(yours: str, engine: str) -> str:
     """The first step line where two timelines part (for a failure message), spaces squeezed."""
     a, b = yours.splitlines(), engine.splitlines()
-    k = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    k = longest_common_prefix(a, b)
     line = lambda lines: " ".join(lines[k].split())[:110] if k < len(lines) else "(no such step: the run ended)"
     return f"yours has {line(a)!r} where the engine has {line(b)!r}"
 

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from nanoengine.core import PrefixCacheStats
+from nanoengine.policies import longest_common_prefix
 from nanocourse import workloads
 from nanoengine.sampling_params import SamplingParams
 
@@ -41,11 +42,6 @@ def _engine(request, impl_call):
     """The shared engine, loaded only once impl_call has run: an unfinished stub fails before the model loads."""
     impl_call()
     return request.getfixturevalue("llm")
-
-
-def _diverge(a, b) -> int:
-    """The first position where two token lists differ (the shorter one's length if one starts the other)."""
-    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
 def _run(llm, prompts):
@@ -121,7 +117,8 @@ def test_multi_turn_prompts_share_prefixes(impl, request):
     for k, (earlier, later) in enumerate(zip(ids, ids[1:])):
         assert later[: len(earlier)] == earlier, (
             f"turn {k + 2}'s prompt must start with turn {k + 1}'s whole prompt ({len(earlier)} tokens), since it "
-            f"resends the conversation; they part at token {(i := _diverge(earlier, later))}: turn {k + 2} has "
+            f"resends the conversation; they part at token {(i := longest_common_prefix(earlier, later))}: "
+            f"turn {k + 2} has "
             f"{tok.decode(later[i:i + 6])!r} where turn {k + 1} has {tok.decode(earlier[i:i + 6])!r}")
     hits = [o.num_cached_tokens for o in _run(llm, ids)]
     assert hits[1] == (len(ids[0]) // 16) * 16, "turn 2 must reuse every full block of turn 1"

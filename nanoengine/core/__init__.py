@@ -10,6 +10,7 @@ from .kv_cache_coordinator import (
     HybridKVCacheCoordinator,
     HybridKVCacheManager,
     KVCacheBlocks,
+    block_ids_per_group,
     get_block_ids,
 )
 from .kv_cache_manager import KVCacheManager, KVCacheManagerInterface, PrefixCacheStats
@@ -63,6 +64,7 @@ __all__ = [
     "PrefixCacheStats",
     "SingleTypeKVCacheManager",
     "SlidingWindowManager",
+    "block_ids_per_group",
     "encode_extra_keys",
     "generate_block_hash_extra_keys",
     "get_block_ids",

@@ -38,6 +38,11 @@ class KVCacheBlocks:
 BlockIds = list[int] | tuple[list[int], ...]
 
 
+def block_ids_per_group(block_ids: BlockIds) -> tuple[list[int], ...]:
+    """One list per group whatever the manager gave: KVCacheManager's one list is group 0's."""
+    return block_ids if isinstance(block_ids, tuple) else (block_ids,)
+
+
 def get_block_ids(blocks: Sequence[KVCacheBlock] | KVCacheBlocks) -> BlockIds:
     """Block ids as the model runner takes them: a list for one group, one list per group for several."""
     if isinstance(blocks, KVCacheBlocks):

@@ -8,7 +8,7 @@ import torch
 
 from nanoengine.attention.backend import AttentionMetadata
 from nanoengine.attention.paged import PagedKVCache
-from nanoengine.core import BlockIds
+from nanoengine.core import block_ids_per_group
 from nanoengine.worker.block_table import BlockTable, BlockTableInterface, MultiGroupBlockTable
 from nanoengine.worker.cuda_graphs import DecodeGraphs
 from nanoengine.model import LlamaForCausalLM
@@ -70,18 +70,13 @@ class ModelRunner:
             self.requests[new.req_id] = CachedRequestState(
                 new.req_id, list(new.prefill_token_ids), new.num_computed_tokens, params, len(new.prompt_token_ids)
             )
-            self.input_block_table.add_row(new.req_id, self._per_group(new.block_ids))
+            self.input_block_table.add_row(new.req_id, block_ids_per_group(new.block_ids))
             if new.req_id not in self.generators:
                 self.generators[new.req_id] = make_generator(params.seed)
         cached = so.scheduled_cached_reqs
         for req_id, block_ids, num_computed in zip(cached.req_ids, cached.new_block_ids, cached.num_computed_tokens):
             self.requests[req_id].num_computed_tokens = num_computed
-            self.input_block_table.append_row(req_id, self._per_group(block_ids))
-
-    @staticmethod
-    def _per_group(block_ids: BlockIds) -> tuple[list[int], ...]:
-        """The hybrid manager gives one list per group (a one-group sliding model too); KVCacheManager one list."""
-        return block_ids if isinstance(block_ids, tuple) else (block_ids,)
+            self.input_block_table.append_row(req_id, block_ids_per_group(block_ids))
 
     def _prepare_inputs(self, order: list[str], num_scheduled: dict[str, int]):
         input_ids, positions, computed, seq_lens, starts = [], [], [], [], [0]

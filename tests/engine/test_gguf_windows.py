@@ -4,7 +4,7 @@ attention; and a window or pattern the engine cannot trust is refused, naming it
 
 import pytest
 import torch
-from tiny_gguf import hf_state_dict, tiny_vocab, write_tiny_llama_gguf
+from tiny_gguf import hf_greedy, hf_state_dict, tiny_vocab, write_tiny_llama_gguf
 
 from nanoengine.config import LlamaConfig
 from nanoengine.core.kv_cache_manager import KVCacheManager
@@ -35,15 +35,6 @@ def gguf_of(tmp_path, config, seed=0, extra_metadata=None):
 
 def loaded_config(path) -> LlamaConfig:
     return read_config(unpacked_folder(path, progress=False)[1])
-
-
-def hf_greedy(hf, ids, n):
-    """Greedy tokens from full forward passes, no cache on the reference side."""
-    ids = list(ids)
-    with torch.no_grad():
-        for _ in range(n):
-            ids.append(int(hf(torch.tensor([ids])).logits[0, -1].argmax()))
-    return ids[-n:]
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from nanoengine.attention.backend import TorchBackend
 from nanoengine.config import LlamaConfig
 from nanoengine.core.sched.scheduler import Scheduler
 from nanoengine.model import LlamaForCausalLM
-from tiny_gguf import hf_state_dict
+from tiny_gguf import hf_greedy, hf_state_dict
 
 WINDOW = 24
 
@@ -103,15 +103,6 @@ def prompts(n=8):
     gen = torch.Generator().manual_seed(2)
     shared = torch.randint(3, 256, (40,), generator=gen).tolist()
     return [shared + torch.randint(3, 256, (35 + 5 * i,), generator=gen).tolist() for i in range(n)]
-
-
-def hf_greedy(hf, ids, n):
-    """Greedy tokens from full forward passes: no cache on the reference side at all."""
-    ids = list(ids)
-    with torch.no_grad():
-        for _ in range(n):
-            ids.append(int(hf(torch.tensor([ids])).logits[0, -1].argmax()))
-    return ids[-n:]
 
 
 @pytest.mark.reference

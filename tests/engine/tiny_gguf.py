@@ -1,10 +1,12 @@
-"""Write small llama GGUF files for tests, the way llama.cpp's converter lays them out."""
+"""Write small llama GGUF files for tests, the way llama.cpp's converter lays them out, and read the Hugging Face
+reference's greedy tokens on the same weights."""
 
 from pathlib import Path
 from typing import Callable
 
 import gguf
 import numpy as np
+import torch
 from tokenizers import pre_tokenizers
 
 from nanoengine.config import LlamaConfig
@@ -37,6 +39,15 @@ def hf_state_dict(model) -> dict:
         else:
             out[name] = w
     return out
+
+
+def hf_greedy(hf, ids, n):
+    """Greedy tokens from full forward passes: no cache on the reference side at all."""
+    ids = list(ids)
+    with torch.no_grad():
+        for _ in range(n):
+            ids.append(int(hf(torch.tensor([ids])).logits[0, -1].argmax()))
+    return ids[-n:]
 
 
 def _permute(w: np.ndarray, n_heads: int) -> np.ndarray:
