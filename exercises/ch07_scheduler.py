@@ -56,7 +56,7 @@ class Scheduler(EngineScheduler):
     """Your scheduler. LLM(scheduler_cls=Scheduler) runs it; my_llm() does once chapter 07 passes."""
 
     def schedule(self) -> SchedulerOutput:
-        """Tasks 07.2, 07.3, 07.5 and 07.6: plan one step as vLLM 0.33's Scheduler.schedule does
+        """Tasks 07.2, 07.3, 07.5, 07.6 and 07.8: plan one step as vLLM 0.33's Scheduler.schedule does
         (vllm/v1/core/sched/scheduler.py; read it beside this), and return
         self.make_output(num_scheduled, new_blocks, new_reqs, preempted).
 
@@ -83,6 +83,8 @@ class Scheduler(EngineScheduler):
 
         Example: budget 64, no threshold, a decoding (1 token) and b waiting with a 150-token prompt that
         fits: the step plans {a: 1, b: 63}; the next plans {a: 1, b: 63}; then {a: 1, b: 24}.
+        Task 07.8 runs your schedule() beside the engine's over random workloads and compares every step's
+        plan, blocks, queues and prefix-cache counts: the rules above, and nothing else, decide them all.
         Stuck? hint("07") lists the hints; hint("07", 2) starts on schedule().
         """
         raise NotImplementedError

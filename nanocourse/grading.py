@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
+from itertools import takewhile
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,7 @@ import pytest
 GRADED = Path(__file__).resolve().parent / "graded"
 ROOT = Path(importlib.util.find_spec("exercises").submodule_search_locations[0]).parent
 IMPLS = ("exercises", "solutions", "nanoengine")  # or a folder holding chapter modules
+MAX_MESSAGE_LINES = 40
 
 
 @dataclass(slots=True)
@@ -87,7 +89,7 @@ class Scorecard(list):
         for r in results:
             lines.append(f"  {'✓' if r.passed else '✗'} {r.task:6} {r.title}")
             if not r.passed:
-                lines.append(f"           {r.message}")
+                lines += [f"           {line}" for line in r.message.splitlines()]
         return lines
 
 
@@ -158,7 +160,8 @@ def _learner_location(excinfo) -> str:
             name = getattr(entry.frame.code.raw, "co_qualname", entry.name)
             where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name
             return f"your {name} ({where}, line {entry.lineno + 1})"
-    return ""
+    cause = excinfo.value.__cause__  # a grader that reports the learner's exception in its own words
+    return _learner_location(pytest.ExceptionInfo.from_exception(cause)) if cause is not None else ""
 
 
 def pytest_runtest_logreport(report):
@@ -194,10 +197,15 @@ def _short(report) -> str:
     text = crash.message if crash is not None else str(report.longrepr)
     if "NotImplementedError" in text:
         return "not implemented yet (the stub still raises NotImplementedError)"
-    first = text.strip().splitlines()[0] if text.strip() else "failed"
+    lines = text.strip().splitlines() or ["failed"]
     if location := getattr(report, "learner_location", ""):  # it came out of the learner's code: say where
-        first = f"{first}, raised in {location}"
-    return first[:300]
+        lines[0] = f"{lines[0]}, raised in {location}"
+    # A message may span lines (a differential grader's operations); pytest's own introspection, from the first
+    # line that starts with "assert ", repeats what the message says in code, and
+    # hypothesis's own report of the failing example follows it in the code's terms.
+    kept = list(takewhile(lambda line: not line.startswith(("assert ", "Falsifying example", "Failing test case")),
+                          lines[1:MAX_MESSAGE_LINES]))
+    return "\n".join(line[:300] for line in [lines[0], *kept])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,8 +15,10 @@ def hash_block_tokens(parent_block_hash: bytes | None, token_ids: Sequence[int],
     data = parent_block_hash or ROOT_HASH
     # The count first: tokens then can never run into the extra-key bytes that follow.
     data += struct.pack(f"<I{len(token_ids)}I", len(token_ids), *token_ids)
-    if extra_keys:
-        data += "\x00".join(map(str, extra_keys)).encode()
+    # Each key by its length, then its bytes: a separator could occur inside a key (("a\x00b",) against ("a", "b")).
+    for key in extra_keys or ():
+        encoded = str(key).encode()
+        data += struct.pack("<I", len(encoded)) + encoded
     return xxhash.xxh3_128_digest(data)
 
 

@@ -17,6 +17,12 @@ BUGS = [
     ("05.5", "append_n reverses the blocks", "self._splice(blocks, self.tail.prev_free_block)",
      "self._splice(list(reversed(blocks)), self.tail.prev_free_block)"),
     ("05.6", "remove leaves the block's links set", "        block.prev_free_block = block.next_free_block = None\n", ""),
+    ("05.6", "popleft_n hands out sentinels when asked for too many", "if not 0 <= n <= self.num_free_blocks:", "if n < 0:"),
+    ("05.6", "popleft_n takes a negative count as none", "if not 0 <= n <= self.num_free_blocks:",
+     "if not n <= self.num_free_blocks:"),
+    ("05.6", "popleft_n pops what there is before it finds too few",
+     "        if not 0 <= n <= self.num_free_blocks:\n            raise ValueError(f\"cannot pop {n} blocks from a queue of {self.num_free_blocks}\")\n        taken = []\n        for _ in range(n):\n            block = self.head.next_free_block\n",
+     "        taken = []\n        for _ in range(n):\n            block = self.head.next_free_block\n            if block is self.tail:\n                raise ValueError(\"too few free blocks\")\n"),
     ("05.6", "append_n reverses the blocks", "self._splice(blocks, self.tail.prev_free_block)",
      "self._splice(list(reversed(blocks)), self.tail.prev_free_block)"),
 ]

@@ -4,6 +4,8 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nanoengine import LLM, SamplingParams
 from nanoengine.attention import ContiguousKVCache, TorchBackend
@@ -12,6 +14,7 @@ from nanoengine.attention.backend import gather_kv as engine_gather_kv
 from nanoengine.attention.paged import PagedKVCache
 from nanoengine.config import LlamaConfig
 from nanoengine.core import KVCacheManager
+from nanocourse.differential import Story
 from nanocourse.kv_memory import greedy_generate
 from nanoengine.model import LlamaForCausalLM
 from nanoengine.worker.block_table import BlockTable
@@ -185,3 +188,88 @@ def test_block_table_runs_the_engine(impl):
     assert llm.get_stats().num_preemptions > 0, "15 usable blocks cannot hold three 27-token requests at once"
     alone = [greedy_generate(model, p, params.max_tokens).token_ids for p in prompts]  # no paging, no engine
     assert tokens == alone, "the same tokens as each request run alone in one contiguous cache"
+
+
+# ---- 02.6: random operations against a plain dict of lists ------------------------------------------------
+
+ROW_OPS = st.lists(st.tuples(st.sampled_from(["add_row", "append_row", "remove_row", "compute_slot_mapping",
+                                              "get_block_tables"]),
+                             st.sampled_from("abcd"), st.lists(st.integers(0, 30), max_size=3),
+                             st.integers(0, 12), st.randoms(use_true_random=False)), max_size=30)
+
+
+def _rows_args(op, req_id, ids, k, rnd, rows, block_size):
+    """The arguments of one call, None for a call the contract leaves open (a row that does not exist yet to
+    append to or map)."""
+    if op in ("add_row", "append_row"):
+        return None if op == "append_row" and req_id not in rows else (req_id, list(ids))
+    if op == "remove_row":
+        return (req_id,)
+    if op == "compute_slot_mapping":
+        if req_id not in rows:
+            return None
+        capacity = len(rows[req_id]) * block_size
+        start = rnd.randrange(capacity + 1)
+        return (req_id, start, min(k, capacity - start))
+    return (sorted("abcd", key=lambda _: rnd.random())[: 1 + k % 4],)
+
+
+def _rows_call(story, table, op, args):
+    """table.op(*args) as plain lists, or the words "raised KeyError"; after add_row the caller changes its list,
+    which must not reach the table."""
+    args = [list(a) if isinstance(a, list) else a for a in args]
+    try:
+        result = story.call(f"{op}({', '.join(map(repr, args))})", getattr(table, op), *args)
+    except AssertionError as error:
+        if not isinstance(error.__cause__, KeyError):
+            raise
+        return "raised KeyError"
+    if op == "add_row":
+        args[1].append(99)
+    return None if result is None else [r if isinstance(r, int) else list(r) for r in result]
+
+
+class RowModel:
+    """The contract of BlockTable as a plain dict of lists."""
+
+    def __init__(self, block_size):
+        self.block_size, self.rows = block_size, {}
+
+    def add_row(self, req_id, block_ids):
+        self.rows[req_id] = list(block_ids)
+
+    def append_row(self, req_id, block_ids):
+        self.rows[req_id] += block_ids
+
+    def remove_row(self, req_id):
+        self.rows.pop(req_id, None)
+
+    def compute_slot_mapping(self, req_id, start_pos, num_tokens):
+        row, size = self.rows[req_id], self.block_size
+        return [row[p // size] * size + p % size for p in range(start_pos, start_pos + num_tokens)]
+
+    def get_block_tables(self, req_ids):
+        width = max(len(self.rows[r]) for r in req_ids)
+        return [self.rows[r] + [0] * (width - len(self.rows[r])) for r in req_ids]
+
+
+@pytest.mark.task("02.6", "under random operations your BlockTable keeps the rows a plain dict of lists would")
+@settings(max_examples=300, deadline=None, database=None, derandomize=True, report_multiple_bugs=False)
+@given(block_size=st.integers(1, 4), ops=ROW_OPS)
+def test_block_table_matches_a_model(impl, block_size, ops):
+    """Your BlockTable and RowModel (the contract as a dict of lists) get the same calls; each call's result, or
+    its KeyError, must agree, and after each call so must every row (padded as get_block_tables pads)."""
+    table, model = impl.BlockTable(block_size), RowModel(block_size)
+    story = Story(f"BlockTable({block_size})", reference="the contract's")
+    for op, req_id, ids, k, rnd in ops:
+        args = _rows_args(op, req_id, ids, k, rnd, model.rows, block_size)
+        if args is None:
+            continue
+        story.add(f"{op}({', '.join(map(repr, args))})" + (", then the caller appends 99 to its list"
+                                                          if op == "add_row" else ""))
+        expected, got = _rows_call(story, model, op, args), _rows_call(story, table, op, args)
+        story.compare({"what it returned or raised": got}, {"what it returned or raised": expected})
+        if model.rows:
+            every = sorted(model.rows)
+            story.compare({f"get_block_tables({every})": _rows_call(story, table, "get_block_tables", [every])},
+                          {f"get_block_tables({every})": model.get_block_tables(every)})

@@ -1,7 +1,10 @@
 """Chapter 04 graded tasks: hash chains. Run with `make grade CH=04`."""
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
+from nanocourse.differential import Story
 from nanoengine.core import kv_cache_utils as kcu
 
 CHAPTER = "ch04_hash_chains"
@@ -32,6 +35,7 @@ NANOENGINE = {
     "hash_block_tokens": kcu.hash_block_tokens,
     "hash_request_blocks": _engine_request_hashes,
     "num_cached_tokens": _engine_num_cached,
+    "ROOT_HASH": kcu.NONE_HASH,
 }
 A, B = list(range(16)), list(range(100, 116))
 
@@ -111,3 +115,70 @@ def test_plugs_into_the_engine(impl):
     second = Request("b", list(range(40)) + [5, 6], block_hasher=hasher)
     blocks, hit = kv.get_computed_blocks(second)
     assert hit == 32, "the second request must hit the two full blocks the first one cached"
+
+
+# ---- 04.5: random blocks and prompts, against the rule itself ------------------------------------------------
+
+# Ids and keys chosen to meet the encodings that collide: short and long ids ([1, 23] against [12, 3]), ids that
+# agree in their low 16 bits (5 and 65541, 4464 and 70000), the largest id, keys that contain the separator
+# a join would use, and ids whose bytes spell a key and its length ("abcd" is 4 bytes, id 1684234849).
+ABCD = int.from_bytes(b"abcd", "little")
+IDS = st.one_of(st.integers(0, 30), st.sampled_from([1, 12, 23, 3, 123, 5, 65541, 4464, 70000, 256, 2**32 - 1, 4, ABCD]))
+KEYS = st.one_of(st.none(), st.just(()), st.lists(
+    st.sampled_from(["a", "b", "ab", "", "a\x00b", "\x00", "1", "abcd", "tenant-1"]), min_size=1, max_size=3).map(tuple))
+# A block: its parent (None; the root hash; or an earlier block, by index), its ids, its extra keys.
+BLOCKS = st.lists(st.tuples(st.one_of(st.none(), st.just("root"), st.integers(0, 30)), st.lists(IDS, max_size=5), KEYS),
+                  min_size=1, max_size=14)
+PROMPTS = st.lists(st.tuples(st.lists(st.sampled_from([1, 2, 12, 23, 5, 65541]), max_size=13),
+                             st.sampled_from([None, "", "alice", "bob", "alice\x00"])), max_size=4)
+
+
+@pytest.mark.task("04.5", "random blocks and prompts: two hashes are equal exactly when parent, ids and keys are")
+@settings(max_examples=300, deadline=None, database=None, derandomize=True, report_multiple_bugs=False)
+@given(blocks=BLOCKS, prompts=PROMPTS, block_size=st.integers(1, 4))
+# Where encodings are known to meet, tried first: every pair below differs.
+@example(blocks=[(None, [1, 23], None), (None, [12, 3], None), (None, [5], None), (None, [65541], None),
+                 (None, [4, ABCD], None), (None, [], ("abcd",)), (None, [], ("a\x00b",)), (None, [], ("a", "b")),
+                 (None, [], ("",)), (None, [], None)], prompts=[([1, 2, 12, 23], "alice")], block_size=2)
+def test_hashes_name_content_exactly(impl, blocks, prompts, block_size):
+    """The rule, checked on every pair: hash_block_tokens gives two blocks the same hash if and only if they have
+    the same parent hash (None and ROOT_HASH alike), the same ids in the same order and the same extra keys (None
+    and () alike); and hash_request_blocks is exactly the chain of 04.2, with the salt on block 0 only."""
+    story = Story(f"block_size {block_size} for the prompts", reference="the rule's")
+    names, hashes = [], []  # per block: what it is made of (parents by name), its hash
+
+    def add(what: str, name, block_hash) -> None:
+        story.add(what)
+        same = [k for k, other in enumerate(names) if other == name]
+        collide = [k for k, other in enumerate(hashes) if other == block_hash]
+        story.compare({"the earlier blocks with the same hash": collide},
+                      {"the earlier blocks with the same hash": same})
+        names.append(name)
+        hashes.append(block_hash)
+
+    for parent, ids, keys in blocks:
+        if isinstance(parent, int) and parent >= len(names):
+            parent = None
+        parent_hash = {None: None, "root": impl.ROOT_HASH}.get(parent) if not isinstance(parent, int) else hashes[parent]
+        parent_name = "root" if not isinstance(parent, int) else names[parent]
+        add(f"block {len(names)} = hash_block_tokens({'block ' + str(parent) if isinstance(parent, int) else parent}, "
+            f"{ids}, {keys!r})", (parent_name, tuple(ids), tuple(keys or ())),
+            impl.hash_block_tokens(parent_hash, ids, keys))
+    for ids, salt in prompts:
+        got = impl.hash_request_blocks(ids, block_size, salt)
+        what = f"hash_request_blocks({ids}, {block_size}, cache_salt={salt!r})"
+        if len(got) != len(ids) // block_size:
+            story.add(what)
+            raise story.fail(f"{what} gave {len(got)} hashes: one per full block, {len(ids) // block_size}")
+        parent_name, parent_hash = "root", None
+        for i, block_hash in enumerate(got):
+            tokens, keys = ids[i * block_size:(i + 1) * block_size], (salt,) if salt and i == 0 else ()
+            chained = impl.hash_block_tokens(parent_hash, tokens, keys or None)
+            story.add(f"block {len(names)} = hash {i} of {what}")
+            if block_hash != chained:
+                raise story.fail(f"hash {i} of {what} must be hash_block_tokens({'its parent' if i else None}, {tokens}, "
+                                 f"{keys or None!r}): the chain of 04.2, the salt an extra key of block 0 only")
+            story.lines.pop()
+            parent_name = (parent_name, tuple(tokens), tuple(keys))
+            add(f"block {len(names)} = hash {i} of {what}", parent_name, block_hash)
+            parent_hash = block_hash

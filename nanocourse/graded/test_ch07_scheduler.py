@@ -5,10 +5,10 @@ enough to work out by hand; the expected plans below are those hand-worked ones 
 The last task runs the whole engine on your scheduler with a pool small enough to force preemption.
 """
 
-import signal
-
 import pytest
+from hypothesis import HealthCheck, given, settings
 
+from nanocourse.differential import replay_workload, scheduler_config, scheduler_workloads, within
 from nanoengine.core import KVCacheManager
 from nanoengine.policies import longest_common_prefix
 from nanoengine.outputs import ModelRunnerOutput
@@ -92,20 +92,12 @@ def test_chunks(impl):
 
 def _raises_in_time(call, error: type[Exception], seconds: float = 2.0) -> bool:
     """Whether call() raises `error` within `seconds`: a plan that never ends fails the task, not the grader."""
-    def stop(*_):
-        raise TimeoutError
-
-    previous = signal.signal(signal.SIGALRM, stop)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
-        call()
+        within(seconds, call, "chunk_plan")
     except error:
         return True
     except TimeoutError:
         return False
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
     return False
 
 
@@ -275,3 +267,21 @@ def test_runs_the_engine(impl):
     assert timeline_text(yours.records) == timeline_text(engine.records), (
         f"same load on 14 usable blocks, budget 16: your step timeline must be the engine's; "
         f"{_first_difference(timeline_text(yours.records), timeline_text(engine.records))}")
+
+
+# ---- 07.8: your scheduler beside the engine's, over random workloads ---------------------------------------
+
+@pytest.mark.task("07.8", "under random workloads your scheduler plans every step as the engine's does")
+@settings(max_examples=1000, deadline=None, database=None, derandomize=True, report_multiple_bugs=False,
+          suppress_health_check=list(HealthCheck))
+@given(workload=scheduler_workloads())
+def test_matches_the_engine(impl, workload):
+    """Both schedulers get the same requests on their own KVCacheManager; after each step every plan, block, queue
+    and counter must agree. At the end both run until every request has finished (at most 60 steps)."""
+    cfg, ops = workload
+
+    def build(yours: bool) -> Scheduler:
+        return (impl.Scheduler if yours else Scheduler)(
+            scheduler_config(cfg), KVCacheManager(BS, cfg["num_blocks"], cfg["caching"]))
+
+    replay_workload(build, cfg, ops, BS, f"{cfg['num_blocks'] - 1} usable blocks of {BS} tokens")

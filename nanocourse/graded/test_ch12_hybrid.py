@@ -3,11 +3,15 @@
 import random
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from nanocourse.differential import replay_workload, scheduler_config, scheduler_workloads
 from nanoengine import LLM, SamplingParams
 from nanoengine.config import LlamaConfig
-from nanoengine.core import BlockPool
-from nanoengine.kv_cache_interface import KVCacheGroupSpec
+from nanoengine.core import BlockPool, HybridKVCacheManager
+from nanoengine.core.sched.scheduler import Scheduler
+from nanoengine.kv_cache_interface import KVCacheGroupSpec, get_kv_cache_groups
 from nanoengine.core import SlidingWindowManager as EngineSlidingWindowManager
 from nanocourse.hybrid import cache_blocks_at
 from nanoengine.model import LlamaForCausalLM
@@ -191,3 +195,27 @@ def test_your_manager_serves_a_hybrid_model(impl):
                 f"engine's own manager ({their_stats.num_preemptions} times); with yours: {stats.num_preemptions}")
         else:
             assert stats.prefix_cache_hits > 0, "the shared 40-token prefix should hit in every group"
+
+
+# ---- 12.5: your manager beside the engine's, over random workloads --------------------------------------------
+
+@pytest.mark.task("12.5", "under random workloads a hybrid model's blocks, hits and frees are the engine's")
+@settings(max_examples=500, deadline=None, database=None, derandomize=True, report_multiple_bugs=False,
+          suppress_health_check=list(HealthCheck))
+@given(workload=scheduler_workloads(window=st.one_of(st.integers(1, 4), st.integers(1, 13)), sliding_groups=st.integers(1, 2),
+                                    use_eagle=st.sampled_from([False, False, True])))
+def test_matches_the_engine(impl, workload):
+    """The engine's scheduler drives two hybrid KV cache managers (a full-attention group and one or two sliding
+    groups, blocks of 4 tokens), one with your SlidingWindowManager, one with the engine's; after each step every
+    plan, block id of every group, the free queue's order and the prefix-cache counts must agree."""
+    cfg, ops = workload
+    groups = get_kv_cache_groups([cfg["window"]] * cfg["sliding_groups"] + [None])
+    num_blocks = cfg["num_blocks"] * len(groups)
+
+    def build(yours: bool) -> Scheduler:
+        manager = HybridKVCacheManager(BS, BlockPool(num_blocks, cfg["caching"]), groups, use_eagle=cfg["use_eagle"],
+                                       sliding_window_manager_cls=impl.SlidingWindowManager if yours
+                                       else EngineSlidingWindowManager)
+        return Scheduler(scheduler_config(cfg), manager)
+
+    replay_workload(build, cfg, ops, BS, f"{num_blocks - 1} usable blocks of {BS} tokens shared by {len(groups)} groups")

@@ -1,0 +1,201 @@
+"""Differential grading: drive the learner's part and the engine's own part (or the contract as a plain
+model) side by side through the same random operations, and compare everything observable after each one.
+
+A grader builds a Story as it replays hypothesis's operations, then calls story.compare(yours, engine)
+with two dicts of the same observable fields, each named in words ("the free queue, head to tail").
+The first field that differs fails the task with the operations that led there; hypothesis shrinks
+them first, so the failure shows the shortest sequence it found.
+"""
+
+from __future__ import annotations
+
+import reprlib
+import signal
+from collections.abc import Callable
+from typing import Any
+
+from hypothesis import strategies as st
+
+from nanoengine.core import get_request_block_hasher
+from nanoengine.core.sched.scheduler import Scheduler, SchedulerConfig
+from nanoengine.outputs import ModelRunnerOutput
+from nanoengine.request import Request, RequestStatus
+from nanoengine.sampling_params import SamplingParams
+
+_short = reprlib.Repr()
+_short.maxlist = _short.maxtuple = _short.maxdict = 12
+_short.maxstring = _short.maxother = 120
+
+
+def short(value: Any) -> str:
+    return _short.repr(value)
+
+
+def first_difference(yours: dict[str, Any], engine: dict[str, Any], reference: str = "the engine's") -> str | None:
+    """The first field, in the dicts' order, whose values differ, in words; None when all agree."""
+    for field, expected in engine.items():
+        got = yours.get(field)
+        if got != expected:
+            return f"{field}: yours {short(got)}, {reference} {short(expected)}"
+    return None
+
+
+class Story:
+    """The operations replayed so far, in words, for a failure message."""
+
+    def __init__(self, setup: str, reference: str = "the engine's") -> None:
+        self.setup, self.reference = setup, reference
+        self.lines: list[str] = []
+
+    def add(self, line: str) -> None:
+        self.lines.append(line)
+
+    def fail(self, rule: str) -> AssertionError:
+        steps = "\n".join(f"  {i}. {line}" for i, line in enumerate(self.lines, 1))
+        return AssertionError(f"{rule}\nthe shortest sequence hypothesis found that shows it ({self.setup}):\n{steps}")
+
+    def call(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """fn(*args) on the learner's part; an exception other than NotImplementedError (a stub, which the grader
+        reports as such) fails with the operations that led to it."""
+        try:
+            return fn(*args)
+        except NotImplementedError:
+            raise
+        except Exception as error:
+            raise self.fail(f"{what} raised {type(error).__name__}: {error}") from error
+
+    def compare(self, yours: dict[str, Any], engine: dict[str, Any]) -> None:
+        """Fail on the first observable field where the learner's part and the engine's disagree."""
+        difference = first_difference(yours, engine, self.reference)
+        if difference is not None:
+            where = self.lines[-1].split(":")[0] if self.lines else "at the start"
+            raise self.fail(f"{where}: {difference}")
+
+
+def within(seconds: float, call: Callable[[], Any], what: str) -> Any:
+    """call(), failing with a TimeoutError that names `what` if it runs longer than `seconds` (a loop that never
+    ends fails the task, not the grader). Windows has no interval timer: there the call runs unguarded."""
+    if not hasattr(signal, "setitimer"):
+        return call()
+
+    def stop(*_):
+        raise TimeoutError(f"{what} did not return within {seconds:g} s: does a loop never end?")
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        return call()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+# ---- scheduler workloads: chapters whose part serves requests (07's scheduler, 12's window manager) ---------
+
+# A request: prompt length, its prefix family (same family, same leading tokens), priority, max_tokens.
+_ADD = st.tuples(st.just("add"), st.integers(1, 20), st.integers(0, 2), st.integers(0, 3), st.integers(1, 20))
+_OPS = st.lists(st.one_of(_ADD, _ADD, st.tuples(st.just("step"), st.integers(1, 3)),
+                          st.tuples(st.just("abort"), st.integers(0, 9))), min_size=1, max_size=20)
+_CONFIG = {"num_blocks": st.integers(3, 12), "budget": st.integers(1, 32), "policy": st.sampled_from(["fcfs", "priority"]),
+           "caching": st.booleans(), "threshold": st.sampled_from([0, 0, 3, 8]), "max_num_seqs": st.integers(1, 6)}
+# Pressure, where plain random workloads seldom go: a low-ranked request runs, then better-ranked ones arrive on
+# a tight pool with a small budget, so a request preempts one that this very step has already scheduled.
+_PRESSURE_CONFIG = {"num_blocks": st.integers(4, 10), "budget": st.integers(2, 6), "policy": st.just("priority"),
+                    "caching": st.booleans(), "threshold": st.just(0), "max_num_seqs": st.integers(3, 5)}
+_PRESSURE_OPS = st.builds(
+    lambda first, burst, steps: [first, ("step", 1), *burst, ("step", steps)],
+    st.tuples(st.just("add"), st.integers(1, 6), st.just(0), st.just(3), st.just(20)),
+    st.lists(st.tuples(st.just("add"), st.integers(1, 6), st.integers(0, 2), st.integers(0, 2), st.integers(4, 20)),
+             min_size=2, max_size=4),
+    st.integers(1, 3))
+MAX_DRAIN_STEPS = 60
+
+
+def scheduler_workloads(**extra: st.SearchStrategy) -> st.SearchStrategy:
+    """(config, operations): half plain random workloads, half pressure; `extra` adds config keys (a window)."""
+    return st.one_of(st.tuples(st.fixed_dictionaries({**_CONFIG, **extra}), _OPS),
+                     st.tuples(st.fixed_dictionaries({**_PRESSURE_CONFIG, **extra}), _PRESSURE_OPS))
+
+
+def scheduler_config(cfg: dict) -> SchedulerConfig:
+    return SchedulerConfig(cfg["budget"], max_num_seqs=cfg["max_num_seqs"], policy=cfg["policy"],
+                           long_prefill_token_threshold=cfg["threshold"])
+
+
+def _observe(scheduler: Scheduler, so, finished) -> dict[str, Any]:
+    """Everything a step shows of a scheduler and its KV cache manager, each named for a failure message."""
+    kv = scheduler.kv_cache_manager
+    stats = kv.make_prefix_cache_stats()
+    return {
+        "the requests preempted": sorted(so.preempted_req_ids),
+        "the requests admitted (with the prompt tokens that were cache hits)":
+            [(d.req_id, d.num_computed_tokens) for d in so.scheduled_new_reqs],
+        "the tokens scheduled, in order (request, tokens)": list(so.num_scheduled_tokens.items()),
+        "the new block ids of the running requests": list(zip(so.scheduled_cached_reqs.req_ids,
+                                                              so.scheduled_cached_reqs.new_block_ids)),
+        "the requests that finished, with why": sorted((r.request_id, r.status.name) for r in finished),
+        "the running list, in order": [r.request_id for r in scheduler.running],
+        "the waiting queue, in order": [r.request_id for r in scheduler.waiting],
+        "each request's blocks": {r: kv.get_block_ids(r) for r in sorted(scheduler.requests)},
+        "the free queue, head to tail": [b.block_id for b in kv.block_pool.free_block_queue.get_all_free_blocks()],
+        "the prefix-cache stats (lookups, tokens queried, tokens hit, readmissions)":
+            stats and (stats.requests, stats.queries, stats.hits, stats.preempted_requests),
+    }
+
+
+def _sampled(req_id: str, position: int) -> int:
+    """The token 'sampled' for a request at a position: the same in both runs, and different across positions."""
+    return 500 + (sum(map(ord, req_id)) * 31 + position * 7) % 97
+
+
+def replay_workload(build: Callable[[bool], Scheduler], cfg: dict, ops: list, block_size: int, pool_text: str) -> None:
+    """Replay ops on build(True) (the learner's) and build(False) (the engine's) without a model, comparing every
+    step; at the end both step until every request has finished (at most MAX_DRAIN_STEPS)."""
+    pair = {"yours": build(True), "engine": build(False)}
+    hasher = get_request_block_hasher(block_size)
+    extra = "".join(f", {k} {v}" for k, v in cfg.items() if k not in {**_CONFIG})
+    story = Story(f"{pool_text}, budget {cfg['budget']}, {cfg['policy']}, prefix caching "
+                  f"{'on' if cfg['caching'] else 'off'}, long_prefill_token_threshold {cfg['threshold']}, "
+                  f"max_num_seqs {cfg['max_num_seqs']}{extra}")
+    names, steps = [], [0]
+
+    def one_step(why: str = "") -> None:
+        seen = {}
+        for who, s in pair.items():
+            so = s.schedule() if who == "engine" else within(
+                2, lambda: story.call(f"step {steps[0]}{why}: schedule()", s.schedule), f"schedule() at step {steps[0]}")
+            sampled = {r: _sampled(r, s.requests[r].num_tokens) for r in so.num_scheduled_tokens
+                       if r in s.requests and s.requests[r].num_computed_tokens == s.requests[r].num_tokens}
+            finished = s.update_from_output(so, ModelRunnerOutput(sampled))
+            seen[who] = _observe(s, so, finished) if who == "engine" else story.call(
+                f"step {steps[0]}{why}: reading the state", _observe, s, so, finished)
+        engine = seen["engine"]
+        plan = ", ".join(f"{r} {n}" for r, n in engine["the tokens scheduled, in order (request, tokens)"]) or "nothing"
+        preempted = engine["the requests preempted"]
+        story.add(f"step {steps[0]}{why}: the engine schedules {plan}" + (f"; preempts {preempted}" if preempted else ""))
+        steps[0] += 1
+        story.compare(seen["yours"], engine)
+
+    for op in ops:
+        if op[0] == "add":
+            _, length, family, priority, max_tokens = op
+            name = "abcdefghijklmnopqrstuvwxyz"[len(names)]
+            names.append(name)
+            story.add(f"add request {name}: a {length}-token prompt (prefix family {family}), priority {priority}, "
+                      f"max_tokens {max_tokens}")
+            for s in pair.values():
+                s.add_request(Request(name, [1000 * family + j for j in range(length)], priority=priority,
+                                      arrival_time=float(len(names)), block_hasher=hasher,
+                                      sampling_params=SamplingParams(max_tokens=max_tokens, ignore_eos=True)))
+        elif op[0] == "step":
+            for _ in range(op[1]):
+                one_step()
+        elif names:
+            name = names[op[1] % len(names)]
+            story.add(f"abort request {name}")
+            for who, s in pair.items():
+                story.call(f"abort request {name}", s.finish_requests, [name], RequestStatus.FINISHED_ABORTED)
+    for _ in range(MAX_DRAIN_STEPS):
+        if not pair["engine"].has_unfinished_requests():
+            break
+        one_step(" (running until every request has finished)")
