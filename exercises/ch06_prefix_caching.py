@@ -1,10 +1,14 @@
 """Chapter 06 exercises: your BlockPool and KVCacheManager, the prefix cache's two layers.
 
-Both subclass the engine's classes, so construction, the free queue, the hash map and the counters
-are there; you write the operations the chapter is about. Once chapter 06 passes, my_llm() allocates
-every request from them.
+Both subclass the engine's classes, so construction, the free queue, the hash map and the counters are there;
+you write the operations the chapter is about. Once chapter 06 passes, my_llm() allocates every request from
+them. They mirror vLLM 0.33's BlockPool (vllm/v1/core/block_pool.py) and, for one full-attention group,
+KVCacheManager (vllm/v1/core/kv_cache_manager.py) with FullAttentionManager
+(vllm/v1/core/single_type_kv_cache_manager.py) folded in: read them beside this.
 
 Check your work with:   make grade CH=06
+Stuck? In the notebook, `from nanocourse import hint; hint("06")` lists this chapter's hints, from a nudge to
+close-to-code; open them one at a time with hint("06", n).
 
 What you have:
 - a block (KVCacheBlock): block_id, ref_cnt, block_hash (None or bytes; set it once, reset_hash() to
@@ -12,9 +16,12 @@ What you have:
 - self.free_block_queue (your chapter 05 queue's interface): popleft_n, remove, append_n, prepend_n,
   get_all_free_blocks, num_free_blocks;
 - self.cached_block_hash_to_block: get_one_block(hash), insert(hash, block), pop(hash, block_id);
-- a request: request_id, num_tokens, num_computed_tokens, block_hashes (one per full block).
+- a request: request_id, num_tokens, num_computed_tokens, block_hashes (one per full block),
+  skip_reading_prefix_cache.
 
 Your pool leaves out two extras of the engine's BlockPool: KV events and hash-collision checks.
+Task 06.7 runs the engine's scheduler on your two classes and, beside it, on the engine's own, over random
+workloads, and compares every step: the contracts below, and nothing else, decide what it sees.
 """
 
 from __future__ import annotations
@@ -28,27 +35,33 @@ from nanoengine.request import Request
 
 
 class BlockPool(EngineBlockPool):
-    """Find, touch, cache, free and evict. Invariants to keep: a non-null block is in the free queue
-    iff its ref_cnt is 0; a block has a hash iff the map holds it under that hash; the null block is
-    never in the queue and its ref_cnt is never counted."""
+    """Find, touch, cache, free and evict.
+
+    Invariants after every method: a non-null block is in the free queue iff its ref_cnt is 0; a block has a
+    hash iff the map holds it under that hash; the null block is never in the queue and its ref_cnt never
+    changes. The free queue's order is the eviction order: head first.
+    """
 
     def get_cached_block(self, block_hash: BlockHash, token_ids: Sequence[int] | None = None) -> KVCacheBlock | None:
-        """Task 06.1: the block cached under block_hash, or None. Find only: change nothing (no
-        ref_cnt, no queue), since a lookup may end with the request left waiting.
+        """Task 06.1: the block cached under block_hash, or None.
 
-        Hints: the map answers it (get_one_block). token_ids matter only to a pool that checks hash
-        collisions: the engine's does when built with check_hash_collisions=True, yours leaves that
-        out, and LLM never asks a custom pool for it.
+        Contract: a lookup only: no ref_cnt, queue or map changes, since the request may be left waiting.
+        token_ids matter only to a pool that checks hash collisions (the engine's, with
+        check_hash_collisions=True); yours leaves that out, and LLM never passes them to a custom pool.
+        (vLLM 0.33: BlockPool.get_cached_block.)
+        Example: after block 3 was cached under h, get_cached_block(h) is block 3 and its ref_cnt is as before;
+        get_cached_block(an unknown hash) is None.
         """
         raise NotImplementedError
 
     def touch(self, blocks: Iterable[KVCacheBlock]) -> None:
-        """Task 06.5: take one reference on each block, as a request that reuses them does.
+        """Task 06.5: take one reference on each block, as a request that reuses them (a cache hit) does.
 
-        A block at ref_cnt 0 sits in the free queue (cached, evictable): take it out first, so it
-        cannot be evicted while in use. Skip the null block.
-
-        Hints: self.free_block_queue.remove(block) is O(1).
+        Contract: each non-null block's ref_cnt grows by 1; a block that was free (ref_cnt 0, cached, in the
+        queue) leaves the queue, so it cannot be evicted while in use, and the others keep their order; the
+        null block is left alone. (vLLM 0.33: BlockPool.touch.)
+        Example: free queue [4, 7, 9] with block 7 cached and free: touch([block 7]) leaves [4, 9] and block 7
+        at ref_cnt 1; touching it again makes ref_cnt 2 and the queue stays [4, 9].
         """
         raise NotImplementedError
 
@@ -56,96 +69,115 @@ class BlockPool(EngineBlockPool):
                           num_full_blocks: int, block_size: int) -> None:
         """Task 06.5: name blocks[num_cached_blocks:num_full_blocks] by the request's hashes.
 
-        Block i gets request.block_hashes[i] and goes into the map under it, so a later request with
-        the same prefix finds it; keep "a block has a hash iff the map holds it under that hash".
-        The first num_cached_blocks are named already: leave them alone.
-
-        Hints: block.block_hash = h sets it (once); self.cached_block_hash_to_block.insert(h, block).
+        Contract: afterwards block i of that range has hash request.block_hashes[i] and get_cached_block of
+        that hash finds a block holding it, so a later request with the same prefix hits; the first
+        num_cached_blocks are named already and stay as they are; nothing else changes (no ref_cnt, no queue).
+        (vLLM 0.33: BlockPool.cache_full_blocks.)
+        Example: a request holding blocks [5, 6, 2] with 2 full blocks and num_cached_blocks 1: block 6 gets
+        block_hashes[1]; blocks 5 and 2 are untouched.
         """
         raise NotImplementedError
 
     def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock]) -> None:
-        """Task 06.2: drop one reference on each block, given last block of the request first.
+        """Task 06.2: drop one reference on each block; the caller gives a request's blocks last block first.
 
-        A block whose ref_cnt reaches 0 becomes free:
-        - without a hash it holds nothing anyone can find: to the HEAD of the free queue, reused first;
-        - with a hash, to the TAIL, in the given order, so a chain's root (freed last) is evicted last.
-        Skip the null block. If a block would go below 0 (a double free), raise ValueError and change
-        nothing.
-
-        Hints: list the blocks first (ordered_blocks may be an iterator); prepend_n and append_n
-        insert a whole list in its order.
+        Contract:
+        - every non-null block's ref_cnt drops by 1 (a block listed twice, by 2); the null block is skipped;
+        - a block that reaches 0 becomes free: without a hash it holds nothing anyone can find, so it is
+          reused first (it joins the queue at the HEAD); with a hash it may still serve a later prefix, so it
+          joins at the TAIL; blocks that join the same end keep their given order, so a chain freed tail
+          first has its root evicted last; a block still referenced stays out of the queue;
+        - a block that would drop below 0 (a double free) raises ValueError and nothing changes at all.
+        ordered_blocks may be any iterable, an iterator included. (vLLM 0.33: BlockPool.free_blocks, which
+        prepends unhashed blocks and appends hashed ones the same way, and does not check for a double free.)
+        Example: queue [8]; free_blocks([block 3 (hashed), block 1 (hashed), block 2 (no hash)]), each at
+        ref_cnt 1, leaves the queue [2, 8, 3, 1].
         """
         raise NotImplementedError
 
     def get_new_blocks(self, num_blocks: int) -> list[KVCacheBlock]:
-        """Task 06.4b: hand out num_blocks blocks from the head of the free queue, ref_cnt 1 each.
+        """Task 06.4b: hand out the num_blocks blocks at the head of the free queue, each at ref_cnt 1.
 
-        Lazy eviction happens here: a popped block that still has a hash loses it now, and only now;
-        until this moment a freed cached block stayed findable.
-
-        Hints: self.free_block_queue.popleft_n(num_blocks) (it raises when too few are free); evict
-        with self.cached_block_hash_to_block.pop(block.block_hash, block.block_id), then
-        block.reset_hash().
+        Contract: the blocks come out in queue order, head first; each has ref_cnt 1 and no hash. Eviction is
+        lazy and happens here: a handed-out block that still had a hash leaves the map now, and only now (until
+        this moment a freed cached block stayed findable). Too few free blocks raises ValueError and changes
+        nothing. (vLLM 0.33: BlockPool.get_new_blocks with _maybe_evict_cached_block.)
+        Example: queue [2, 8, 3] with block 3 cached under h: get_new_blocks(2) returns [block 2, block 8] and
+        h still finds block 3; get_new_blocks(1) then returns block 3, and h finds nothing.
         """
         raise NotImplementedError
 
 
 class KVCacheManager(EngineKVCacheManager):
     """The scheduler's view: per request, the list of blocks it holds (self.req_to_blocks[request_id],
-    append-only) and how many of them are cached (self.num_cached_block[request_id])."""
+    append-only: block i holds tokens i * block_size .. (i + 1) * block_size - 1) and how many of its leading
+    blocks are named in the cache map (self.num_cached_block[request_id]). A request has an entry in both
+    exactly while it holds blocks: from its admission until free()."""
 
     def get_computed_blocks(self, request: Request, record_stats: bool = True) -> tuple[list[KVCacheBlock], int]:
-        """Task 06.1: the longest cached prefix of a waiting request: (blocks, tokens they cover).
+        """Task 06.1: the longest cached prefix of a waiting request: (its blocks, the tokens they cover).
 
-        Walk request.block_hashes from the first, asking self.block_pool.get_cached_block, and stop at
-        the first miss: every later hash chains through the missing one. Never cover the request's
-        last token (its logits give the next token): at most (num_tokens - 1) // block_size blocks.
-        Touch nothing. With prefix caching off (self.enable_caching False) there is no hit.
-
-        Hints: hits are whole blocks, so the tokens they cover are len(blocks) * self.block_size. When
-        record_stats is true, count the lookup: self.record_prefix_cache_stats(request, num_hit_tokens).
+        Contract:
+        - the hit is the longest run of the request's leading full blocks that the pool has cached, block 0
+          first: block i counts only if blocks 0 .. i - 1 do (a hash chains through all before it);
+        - it never covers the request's last token, whose logits give the next token: at most
+          (num_tokens - 1) // block_size blocks; the tokens covered are the hit blocks' tokens, whole blocks;
+        - nothing changes: no ref_cnt, queue or map (the request may be left waiting);
+        - no hit with prefix caching off (self.enable_caching False), nor for a request that skips reading the
+          cache (request.skip_reading_prefix_cache: it wants prompt logprobs, which need every position);
+        - the lookup is counted once in the prefix-cache stats when record_stats is true, never when false
+          (self.record_prefix_cache_stats(request, num_hit_tokens) counts one; a scheduler that may hold the
+          request back counts it at admission instead).
+        (vLLM 0.33: KVCacheManager.get_computed_blocks, FullAttentionManager.find_longest_cache_hit.)
+        Example: block size 4, blocks 0 and 2 of a 13-token request cached, block 1 not: ([block 0], 4).
+        All three cached and 12 tokens: ([block 0, block 1], 8), since block 2 holds the last token.
         """
         raise NotImplementedError
 
     def allocate_slots(self, request: Request, num_new_tokens: int, num_new_computed_tokens: int = 0,
                        new_computed_blocks: list[KVCacheBlock] | None = None,
                        num_lookahead_tokens: int = 0) -> list[KVCacheBlock] | None:
-        """Task 06.3: make room for num_new_tokens more tokens; return the new blocks, or None.
+        """Task 06.3: make room for num_new_tokens more tokens; return the newly allocated blocks, or None.
 
         The request's tokens: | computed | new computed (the cache hit) | new | lookahead |.
-        1. Blocks needed in all: ceil((computed + new computed + new + lookahead) / block_size).
-           New blocks: that minus the ones it holds minus the hit blocks (never below 0).
-        2. All or nothing: a hit block at ref_cnt 0 leaves the free queue too, so it costs a free
-           block like a new one. If new blocks + such hits exceed the free blocks, return None with
-           NOTHING changed.
-        3. On admission (the request holds no blocks yet: not in self.num_cached_block) touch the
-           hits, start its list with them, and record them as cached.
-        4. Take the new blocks from the pool and append them; then, with caching on, name the blocks
-           that are full once these tokens are computed: self.cache_blocks(request, n), with n the
-           computed + new computed + new tokens, capped at request.num_tokens.
-
-        Hints: -(-a // b) rounds up; self.req_to_blocks.setdefault(request_id, []) starts a list;
-        self.block_pool.touch and self.block_pool.get_new_blocks do the pool's part.
+        Contract:
+        - afterwards the request holds exactly ceil((computed + new computed + new + lookahead) / block_size)
+          blocks (never fewer than it held): its list, the hit blocks (new_computed_blocks) first when it is
+          admitted, then new blocks from the pool; the return value is the new blocks alone, in list order;
+        - the hits are in use from now on: each holds one more reference, and a free one has left the queue;
+        - all or nothing: a hit at ref_cnt 0 costs a free block just as a new block does; when the free blocks
+          cannot cover both, return None and change nothing at all;
+        - with caching on, every block that is full once the computed, new computed and new tokens are in
+          (never counting past request.num_tokens) is named in the cache map, and num_cached_block says how
+          many; with caching off nothing is named;
+        - cache hits come only with the admission (the request holds no blocks yet).
+        (vLLM 0.33: KVCacheManager.allocate_slots.)
+        Example: block size 4, 5 free blocks, a new 10-token request with a 4-token hit on a free cached block:
+        allocate_slots(r, 6, 4, [hit]) takes the hit out of the queue and returns 2 new blocks; the request
+        holds [hit, new, new], and 2 blocks are named. With 2 free blocks it returns None: 2 new + 1 free hit.
         """
         raise NotImplementedError
 
     def free(self, request: Request) -> None:
-        """Task 06.2b: release every block the request holds, last block first, and forget it.
+        """Task 06.2b: release every block the request holds and forget the request.
 
-        Freeing twice must be harmless (the second call finds nothing). Hints: dict.pop(key, default).
+        Contract: the pool gets the request's blocks back last block first (so its chain's root, shared most,
+        is evicted last), the request has no entry left in req_to_blocks or num_cached_block, and freeing a
+        request that holds nothing (never admitted, or freed already) changes nothing.
+        (vLLM 0.33: KVCacheManager.free and SingleTypeKVCacheManager.free.)
+        Example: a request holding [5, 6, 2] (all hashed, ref_cnt 1) on an empty queue: afterwards the queue
+        is [2, 6, 5].
         """
         raise NotImplementedError
 
 
 def eviction_order(pool: EngineBlockPool, num_blocks: int) -> list[int]:
-    """Task 06.4: the ids of the cached blocks pool.get_new_blocks(num_blocks) would evict, in order,
+    """Task 06.4: the ids of the cached blocks pool.get_new_blocks(num_blocks) would evict, in eviction order,
     without changing the pool.
 
-    get_new_blocks pops num_blocks from the head of the free queue; a popped block that still has a
-    hash is evicted right then; a popped block without a hash costs nothing. Raise ValueError when
-    fewer than num_blocks blocks are free.
-
-    Hints: pool.free_block_queue.get_all_free_blocks() lists the free blocks from head to tail.
+    Contract: exactly the blocks that get_new_blocks(num_blocks) (task 06.4b) would hand out that still have
+    a hash, in the order it would hand them out; a handed-out block without a hash evicts nothing; the pool
+    is left as it was; fewer than num_blocks free blocks raises ValueError.
+    Example: queue [2, 8, 3, 1] with blocks 3 and 1 hashed: eviction_order(pool, 3) == [3].
     """
     raise NotImplementedError

@@ -92,8 +92,10 @@ def within(seconds: float, call: Callable[[], Any], what: str) -> Any:
 
 # ---- scheduler workloads: chapters whose part serves requests (07's scheduler, 12's window manager) ---------
 
-# A request: prompt length, its prefix family (same family, same leading tokens), priority, max_tokens.
-_ADD = st.tuples(st.just("add"), st.integers(1, 20), st.integers(0, 2), st.integers(0, 3), st.integers(1, 20))
+# A request: prompt length, its prefix family (same family, same leading tokens), priority, max_tokens, and
+# whether it asks for prompt logprobs (then it skips reading the prefix cache).
+_ADD = st.tuples(st.just("add"), st.integers(1, 20), st.integers(0, 2), st.integers(0, 3), st.integers(1, 20),
+                 st.sampled_from([False, False, False, True]))
 _OPS = st.lists(st.one_of(_ADD, _ADD, st.tuples(st.just("step"), st.integers(1, 3)),
                           st.tuples(st.just("abort"), st.integers(0, 9))), min_size=1, max_size=20)
 _CONFIG = {"num_blocks": st.integers(3, 12), "budget": st.integers(1, 32), "policy": st.sampled_from(["fcfs", "priority"]),
@@ -104,9 +106,9 @@ _PRESSURE_CONFIG = {"num_blocks": st.integers(4, 10), "budget": st.integers(2, 6
                     "caching": st.booleans(), "threshold": st.just(0), "max_num_seqs": st.integers(3, 5)}
 _PRESSURE_OPS = st.builds(
     lambda first, burst, steps: [first, ("step", 1), *burst, ("step", steps)],
-    st.tuples(st.just("add"), st.integers(1, 6), st.just(0), st.just(3), st.just(20)),
-    st.lists(st.tuples(st.just("add"), st.integers(1, 6), st.integers(0, 2), st.integers(0, 2), st.integers(4, 20)),
-             min_size=2, max_size=4),
+    st.tuples(st.just("add"), st.integers(1, 6), st.just(0), st.just(3), st.just(20), st.just(False)),
+    st.lists(st.tuples(st.just("add"), st.integers(1, 6), st.integers(0, 2), st.integers(0, 2), st.integers(4, 20),
+                       st.just(False)), min_size=2, max_size=4),
     st.integers(1, 3))
 MAX_DRAIN_STEPS = 60
 
@@ -178,15 +180,16 @@ def replay_workload(build: Callable[[bool], Scheduler], cfg: dict, ops: list, bl
 
     for op in ops:
         if op[0] == "add":
-            _, length, family, priority, max_tokens = op
+            _, length, family, priority, max_tokens, prompt_logprobs = op
             name = "abcdefghijklmnopqrstuvwxyz"[len(names)]
             names.append(name)
             story.add(f"add request {name}: a {length}-token prompt (prefix family {family}), priority {priority}, "
-                      f"max_tokens {max_tokens}")
+                      f"max_tokens {max_tokens}" + (", prompt_logprobs=1 (it skips reading the prefix cache)"
+                                                    if prompt_logprobs else ""))
             for s in pair.values():
+                params = SamplingParams(max_tokens=max_tokens, ignore_eos=True, prompt_logprobs=1 if prompt_logprobs else None)
                 s.add_request(Request(name, [1000 * family + j for j in range(length)], priority=priority,
-                                      arrival_time=float(len(names)), block_hasher=hasher,
-                                      sampling_params=SamplingParams(max_tokens=max_tokens, ignore_eos=True)))
+                                      arrival_time=float(len(names)), block_hasher=hasher, sampling_params=params))
         elif op[0] == "step":
             for _ in range(op[1]):
                 one_step()

@@ -59,7 +59,8 @@ class KVCacheManager(EngineKVCacheManager):
     """Tasks 06.1, 06.2b, 06.3: look up, allocate all or nothing, free last block first."""
 
     def get_computed_blocks(self, request: Request, record_stats: bool = True) -> tuple[list[KVCacheBlock], int]:
-        if not self.enable_caching:
+        # A request that wants prompt logprobs needs every prompt position's logits: a hit would skip them.
+        if not self.enable_caching or request.skip_reading_prefix_cache:
             return [], 0
         hits = []
         # The last token is computed again for its logits, so the hit stops one token short.

@@ -12,6 +12,7 @@ import copy
 import reprlib
 
 import pytest
+from hypothesis import HealthCheck, given, settings
 
 from nanoengine import LLM, SamplingParams
 from nanoengine.config import LlamaConfig
@@ -20,6 +21,7 @@ from nanocourse.lru_view import free_queue_ids
 from nanoengine.model import LlamaForCausalLM
 from nanoengine.request import Request, RequestStatus
 from nanoengine.core.sched.scheduler import Scheduler, SchedulerConfig
+from nanocourse.differential import replay_workload, scheduler_config, scheduler_workloads
 
 CHAPTER = "ch06_prefix_caching"
 BS = 4
@@ -448,3 +450,21 @@ def test_serves_the_engine(impl):
         f"LLM(block_pool=..., kv_cache_manager_cls=...) must serve from your classes, but it built a "
         f"{type(pool).__name__} and a {type(llm.engine.kv_cache_manager).__name__}")
     assert pool.get_num_free_blocks() == pool.num_gpu_blocks - 1, "every block is free again: none leaked"
+
+
+# ---- 06.7: your pool and manager beside the engine's, over random workloads ----------------------------------
+
+@pytest.mark.task("06.7", "under random workloads your pool and manager hold, hit, free and evict as the engine's")
+@settings(max_examples=600, deadline=None, database=None, derandomize=True, report_multiple_bugs=False,
+          suppress_health_check=list(HealthCheck))
+@given(workload=scheduler_workloads())
+def test_matches_the_engine(impl, workload):
+    """The engine's scheduler drives your BlockPool and KVCacheManager and, beside them, the engine's own; after
+    each step every plan, block id, the free queue's order and the prefix-cache counts must agree."""
+    cfg, ops = workload
+
+    def build(yours: bool) -> Scheduler:
+        pool_cls, manager_cls = (impl.BlockPool, impl.KVCacheManager) if yours else (BlockPool, KVCacheManager)
+        return Scheduler(scheduler_config(cfg), manager_cls(BS, pool_cls(cfg["num_blocks"], cfg["caching"])))
+
+    replay_workload(build, cfg, ops, BS, f"{cfg['num_blocks'] - 1} usable blocks of {BS} tokens")
