@@ -135,8 +135,8 @@ class KVCacheManager(EngineKVCacheManager):
         raise NotImplementedError
 
     def allocate_slots(self, request: Request, num_new_tokens: int, num_new_computed_tokens: int = 0,
-                       new_computed_blocks: list[KVCacheBlock] | None = None,
-                       num_lookahead_tokens: int = 0) -> list[KVCacheBlock] | None:
+                       new_computed_blocks: list[KVCacheBlock] | None = None, num_lookahead_tokens: int = 0,
+                       full_sequence_must_fit: bool = False) -> list[KVCacheBlock] | None:
         """Task 06.3: make room for num_new_tokens more tokens; return the newly allocated blocks, or None.
 
         The request's tokens: | computed | new computed (the cache hit) | new | lookahead |.
@@ -147,6 +147,10 @@ class KVCacheManager(EngineKVCacheManager):
         - the hits are in use from now on: each holds one more reference, and a free one has left the queue;
         - all or nothing: a hit at ref_cnt 0 costs a free block just as a new block does; when the free blocks
           cannot cover both, return None and change nothing at all;
+        - with full_sequence_must_fit, the same holds for the request's whole sequence first: unless the blocks
+          for all request.num_tokens tokens (hits counted as above) fit in the free blocks now, return None and
+          change nothing. This is the scheduler's admission gate: it admits a request only if its whole prompt
+          fits, so that it is not preempted halfway through its prefill and readmitted over and over;
         - with caching on, every block that is full once the computed, new computed and new tokens are in
           (never counting past request.num_tokens) is named in the cache map, and num_cached_block says how
           many; with caching off nothing is named;
@@ -155,6 +159,8 @@ class KVCacheManager(EngineKVCacheManager):
         Example: block size 4, 5 free blocks, a new 10-token request with a 4-token hit on a free cached block:
         allocate_slots(r, 6, 4, [hit]) takes the hit out of the queue and returns 2 new blocks; the request
         holds [hit, new, new], and 2 blocks are named. With 2 free blocks it returns None: 2 new + 1 free hit.
+        With 3 free blocks, allocate_slots(r, 2, 4, [hit]) grants 1 new block (2 in all with the hit), but with
+        full_sequence_must_fit=True it returns None: the whole 10 tokens need 3 blocks plus the free hit.
         """
         raise NotImplementedError
 

@@ -12,7 +12,7 @@ Your Scheduler subclasses the engine's, so the bookkeeping is there to reuse and
 | `self.long_prefill_threshold()` | this step's chunk cap: the threshold, or 0 while one request is alone (vLLM 0.33) |
 | `self.running` | the running requests, in admission order (a list) |
 | `self.waiting` | a RequestQueue: `peek_request()`, `bool(self.waiting)`; FCFS or priority order already |
-| `self.kv_cache_manager` | `allocate_slots(...)`, `get_computed_blocks(...)`, `block_pool.get_num_free_blocks()` |
+| `self.kv_cache_manager` | `get_computed_blocks(...)`, `allocate_slots(..., full_sequence_must_fit=...)` (chapter 06) |
 | `self.policy` | `SchedulingPolicy.FCFS` or `SchedulingPolicy.PRIORITY` |
 | `request.status` | `RequestStatus.RUNNING`, `PREEMPTED` (after `self.preempt`), ... |
 | `self.preempt(r)` | frees r's blocks, resets its progress, puts it back in the waiting queue |
@@ -73,10 +73,11 @@ class Scheduler(EngineScheduler):
           the next running request still gets its turn (it ranks higher and may fit in the freed blocks).
           A request running alone that still does not fit is finish_length_capped().
         - Admission: only in a step that preempted nobody, while budget is left and fewer than
-          config.max_num_seqs run, the waiting queue's head is admitted (self.admit) if its whole sequence
-          (num_tokens) fits in the free blocks now, counting each cached hit with ref_cnt 0 as a block taken
-          from the free queue; its lookup is get_computed_blocks(request, record_stats=False), counted once by
-          admit(). The first request that does not get in ends admission.
+          config.max_num_seqs run, the waiting queue's head is admitted (self.admit) if allocate_slots grants
+          its first chunk with full_sequence_must_fit=True, that is, only if its whole sequence (num_tokens)
+          fits in the free blocks now (vLLM 0.33's waiting loop passes scheduler_reserve_full_isl, True by
+          default); its lookup is get_computed_blocks(request, record_stats=False), counted once by admit().
+          The first request that does not get in ends admission.
         - Output: num_scheduled maps each planned request id to its tokens (running ones in order, then
           admitted ones); new_blocks maps each planned running request to the ids of the blocks
           allocate_slots just gave it; new_reqs lists admit()'s results; preempted lists the victims.

@@ -75,14 +75,21 @@ class KVCacheManager(EngineKVCacheManager):
         return hits, num_hit_tokens
 
     def allocate_slots(self, request: Request, num_new_tokens: int, num_new_computed_tokens: int = 0,
-                       new_computed_blocks: list[KVCacheBlock] | None = None,
-                       num_lookahead_tokens: int = 0) -> list[KVCacheBlock] | None:
+                       new_computed_blocks: list[KVCacheBlock] | None = None, num_lookahead_tokens: int = 0,
+                       full_sequence_must_fit: bool = False) -> list[KVCacheBlock] | None:
         hits = new_computed_blocks or []
+        held = len(self.req_to_blocks.get(request.request_id, ()))
+
+        def fits(num_tokens: int) -> tuple[bool, int]:
+            num_new = max(-(-num_tokens // self.block_size) - held - len(hits), 0)
+            # A hit on a free cached block takes it out of the free queue: it costs a free block too.
+            return num_new + sum(block.ref_cnt == 0 for block in hits) <= self.block_pool.get_num_free_blocks(), num_new
+
+        if full_sequence_must_fit and not fits(request.num_tokens)[0]:
+            return None
         num_computed = request.num_computed_tokens + num_new_computed_tokens
-        num_required = -(-(num_computed + num_new_tokens + num_lookahead_tokens) // self.block_size)
-        num_new = max(num_required - len(self.req_to_blocks.get(request.request_id, ())) - len(hits), 0)
-        # A hit on a free cached block takes it out of the free queue: it costs a free block too.
-        if num_new + sum(block.ref_cnt == 0 for block in hits) > self.block_pool.get_num_free_blocks():
+        room, num_new = fits(num_computed + num_new_tokens + num_lookahead_tokens)
+        if not room:
             return None
         held = self.req_to_blocks.setdefault(request.request_id, [])
         if request.request_id not in self.num_cached_block:

@@ -71,13 +71,9 @@ class Scheduler(EngineScheduler):
         while not preempted and self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
             request = self.waiting.peek_request()
             hits, num_hit_tokens = kv.get_computed_blocks(request, record_stats=False)
-            # The gate: the whole prompt must fit now, and a free cached hit leaves the free queue too.
-            num_new_blocks = -(-request.num_tokens // self.block_size) - len(hits)
-            num_free_hits = sum(block.ref_cnt == 0 for block in hits)
-            if num_new_blocks + num_free_hits > kv.block_pool.get_num_free_blocks():
-                break
             n = chunk_size(request.num_tokens - num_hit_tokens, budget, threshold)
-            if kv.allocate_slots(request, n, num_hit_tokens, hits) is None:
+            # The gate: the first chunk only if the whole sequence fits now, or it would thrash mid-prefill.
+            if kv.allocate_slots(request, n, num_hit_tokens, hits, full_sequence_must_fit=True) is None:
                 break
             new_reqs.append(self.admit(request, num_hit_tokens))
             num_scheduled[request.request_id] = n

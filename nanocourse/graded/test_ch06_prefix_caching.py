@@ -298,7 +298,8 @@ def test_allocate_slots(impl):
     assert kv.num_cached_block["B"] == 4, "the block these tokens fill is named"
 
 
-@pytest.mark.task("06.3b", "allocate_slots is all or nothing, counting hits that must leave the free queue")
+@pytest.mark.task("06.3b", "allocate_slots is all or nothing, counting hits that leave the free queue, for the whole "
+                          "sequence when it must fit")
 def test_allocate_all_or_nothing(impl):
     kv = KVCacheManager(BS, 5)  # four usable blocks
     a, _ = running(kv, "A", range(9))
@@ -320,6 +321,23 @@ def test_allocate_all_or_nothing(impl):
         f"C's admission takes all 4 free blocks (2 new, 2 hits touched out of the queue): expected 0 free and "
         f"the hits at ref_cnt [1, 1], got {kv.block_pool.get_num_free_blocks()} free and "
         f"{[x.ref_cnt for x in hits]}")
+    # The admission gate: B's first chunk of 4 tokens (1 new block + 2 free hits) fits the 4 free blocks; its whole
+    # 17 tokens (3 new + 2 hits) do not.
+    kv = KVCacheManager(BS, 5)
+    kv.free(running(kv, "A", range(9))[0])
+    b = request("B", [*range(8), *range(50, 59)])
+    hits, n = kv.get_computed_blocks(b)
+    before = manager_state(kv)
+    got = mine(impl, kv, "allocate_slots", b, 4, n, hits, 0, True)
+    after = manager_state(kv)
+    assert got is None and after == before, (
+        f"allocate_slots(B, 4, 8, hits, full_sequence_must_fit=True) on 4 free blocks: B's whole 17 tokens need 3 new "
+        f"blocks + 2 free hits = 5, so it must return None and change nothing; got {id_text(got)}"
+        f"{'' if after == before else '; ' + manager_diff(before, after)}")
+    got = mine(impl, kv, "allocate_slots", b, 4, n, hits)
+    assert got is not None and len(got) == 1, (
+        f"allocate_slots(B, 4, 8, hits) without full_sequence_must_fit: the 12 tokens need 1 new block + 2 free hits "
+        f"= 3 of the 4 free blocks, so it must return 1 new block; got {id_text(got)}")
 
 
 @pytest.mark.task("06.4", "eviction_order predicts lazy eviction along a mini timeline")

@@ -152,19 +152,21 @@ class HybridKVCacheManager(KVCacheManager):
         return blocks or tuple([] for _ in self.managers)
 
     def allocate_slots(self, request: Request, num_new_tokens: int, num_new_computed_tokens: int = 0,
-                       new_computed_blocks: KVCacheBlocks | None = None,
-                       num_lookahead_tokens: int = 0) -> KVCacheBlocks | None:
+                       new_computed_blocks: KVCacheBlocks | None = None, num_lookahead_tokens: int = 0,
+                       full_sequence_must_fit: bool = False) -> KVCacheBlocks | None:
         """KVCacheManager.allocate_slots in every group. Blocks that have left a window are freed
         first, so they can serve this step; if the pool still falls short, that is the only change."""
         self._check_allocation(request, num_new_tokens, num_new_computed_tokens, new_computed_blocks,
                                num_lookahead_tokens)
         request_id = request.request_id
         hits = self._per_group(new_computed_blocks)
+        if full_sequence_must_fit and not self._fits(request, request.num_tokens, hits):
+            return None
         num_computed = request.num_computed_tokens + num_new_computed_tokens
         for manager in self.managers:
             manager.remove_skipped_blocks(request_id, num_computed)
         num_tokens_need_slot = num_computed + num_new_tokens + num_lookahead_tokens
-        if self.get_num_blocks_to_allocate(request, num_tokens_need_slot, hits) > self.block_pool.get_num_free_blocks():
+        if not self._fits(request, num_tokens_need_slot, hits):
             return None
         # Every group takes its hits before any group takes a new block: a hit that sits free in the
         # queue would otherwise be evicted by another group's new blocks and then written twice.

@@ -58,9 +58,10 @@ class KVCacheManagerInterface(Protocol):
     """The seam of chapter 06 the scheduler allocates through; KVCacheManager below is the engine's.
 
     get_computed_blocks finds a waiting request's cached prefix without taking it; allocate_slots
-    takes it and new blocks all at once or not at all (None, nothing changed); free releases every
-    block of a request, last block first. LLM(kv_cache_manager_cls=...) takes another class with
-    KVCacheManager's constructor.
+    takes it and new blocks all at once or not at all (None, nothing changed), and with
+    full_sequence_must_fit only if the request's whole sequence would fit (the scheduler's admission
+    gate); free releases every block of a request, last block first. The scheduler reads the pool only
+    through these. LLM(kv_cache_manager_cls=...) takes another class with KVCacheManager's constructor.
     """
 
     block_size: int
@@ -73,13 +74,11 @@ class KVCacheManagerInterface(Protocol):
         self, request: Request, record_stats: bool = True
     ) -> tuple[list[KVCacheBlock], int]: ...
     def record_prefix_cache_stats(self, request: Request, num_hit_tokens: int) -> None: ...
-    def get_num_blocks_to_allocate(
-        self, request: Request, num_tokens: int, new_computed_blocks: list[KVCacheBlock]
-    ) -> int: ...
     def make_prefix_cache_stats(self) -> PrefixCacheStats | None: ...
     def allocate_slots(
         self, request: Request, num_new_tokens: int, num_new_computed_tokens: int = 0,
         new_computed_blocks: list[KVCacheBlock] | None = None, num_lookahead_tokens: int = 0,
+        full_sequence_must_fit: bool = False,
     ) -> list[KVCacheBlock] | None: ...
     def free(self, request: Request) -> None: ...
     def get_block_ids(self, request_id: str) -> list[int]: ...
@@ -191,6 +190,7 @@ class KVCacheManager:
         num_new_computed_tokens: int = 0,
         new_computed_blocks: list[KVCacheBlock] | None = None,
         num_lookahead_tokens: int = 0,
+        full_sequence_must_fit: bool = False,
     ) -> list[KVCacheBlock] | None:
         """Make room for num_new_tokens more tokens of the request.
 
@@ -199,15 +199,19 @@ class KVCacheManager:
         Blocks are needed up to the end of lookahead; blocks full after the
         new tokens are cached. Returns the newly allocated blocks, or None if
         the pool cannot provide them, in which case nothing has changed.
+        With full_sequence_must_fit, also None unless the blocks for the
+        request's whole sequence (num_tokens) fit now: the scheduler admits a
+        request only then, as vLLM 0.33's scheduler_reserve_full_isl does.
         """
         self._check_allocation(request, num_new_tokens, num_new_computed_tokens, new_computed_blocks,
                                num_lookahead_tokens)
         request_id = request.request_id
         new_computed_blocks = new_computed_blocks or []
+        if full_sequence_must_fit and not self._fits(request, request.num_tokens, new_computed_blocks):
+            return None
         num_computed_tokens = request.num_computed_tokens + num_new_computed_tokens
         num_tokens_need_slot = num_computed_tokens + num_new_tokens + num_lookahead_tokens
-        num_needed = self.get_num_blocks_to_allocate(request, num_tokens_need_slot, new_computed_blocks)
-        if num_needed > self.block_pool.get_num_free_blocks():
+        if not self._fits(request, num_tokens_need_slot, new_computed_blocks):
             return None
 
         req_blocks = self.req_to_blocks.setdefault(request_id, [])
@@ -222,12 +226,16 @@ class KVCacheManager:
             self.cache_blocks(request, min(num_computed_tokens + num_new_tokens, request.num_tokens))
         return new_blocks
 
+    def _fits(self, request: Request, num_tokens: int, new_computed_blocks) -> bool:
+        return self.get_num_blocks_to_allocate(request, num_tokens, new_computed_blocks) <= \
+            self.block_pool.get_num_free_blocks()
+
     def get_num_blocks_to_allocate(self, request: Request, num_tokens: int,
                                    new_computed_blocks: list[KVCacheBlock]) -> int:
         """Free blocks the request needs to have slots for num_tokens tokens, taking new_computed_blocks.
 
         A hit on a free cached block takes it out of the free queue, so it costs a free block just
-        like a new one. The scheduler asks this before admitting a request with its whole prompt.
+        like a new one.
         """
         num_required = -(-num_tokens // self.block_size)
         num_held = len(self.req_to_blocks.get(request.request_id, ()))

@@ -115,13 +115,10 @@ class Scheduler:
         while not preempted and self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
             request = self.waiting.peek_request()
             computed_blocks, num_computed = kv.get_computed_blocks(request, record_stats=False)
-            # Admit only what can hold its whole prompt; a prompt that fits just its first chunk would
-            # be preempted mid-prefill and readmitted over and over (the thrashing vLLM users reported).
-            if kv.get_num_blocks_to_allocate(request, request.num_tokens, computed_blocks) > \
-                    kv.block_pool.get_num_free_blocks():
-                break
             n = self._chunk(request.num_tokens - num_computed, budget, threshold)
-            if kv.allocate_slots(request, n, num_computed, computed_blocks) is None:
+            # Admit only what can hold its whole sequence: a prompt that fits just its first chunk would
+            # be preempted mid-prefill and readmitted over and over (the thrashing vLLM users reported).
+            if kv.allocate_slots(request, n, num_computed, computed_blocks, full_sequence_must_fit=True) is None:
                 break
             new_reqs.append(self.admit(request, num_computed))
             num_scheduled[request.request_id] = n
