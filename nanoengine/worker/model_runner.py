@@ -78,6 +78,12 @@ class ModelRunner:
             self.requests[req_id].num_computed_tokens = num_computed
             self.input_block_table.append_row(req_id, block_ids_per_group(block_ids))
 
+    @staticmethod
+    def batch_order(num_scheduled_tokens: dict[str, int]) -> list[str]:
+        """The requests in the order the step runs them: decodes first, since the attention backend runs them
+        through its decode kernel in one launch (vLLM's reorder_batch_to_split_decodes_and_prefills)."""
+        return sorted(num_scheduled_tokens, key=lambda r: num_scheduled_tokens[r] > 1)
+
     def _prepare_inputs(self, order: list[str], num_scheduled: dict[str, int]):
         input_ids, positions, computed, seq_lens, starts = [], [], [], [], [0]
         for req_id in order:
@@ -122,8 +128,7 @@ class ModelRunner:
         output = ModelRunnerOutput()
         if not so.num_scheduled_tokens:
             return output
-        # Decodes first: the attention backend runs them through its decode kernel in one launch.
-        order = sorted(so.num_scheduled_tokens, key=lambda r: so.num_scheduled_tokens[r] > 1)
+        order = self.batch_order(so.num_scheduled_tokens)
         input_ids, positions, metadata, starts = self._prepare_inputs(order, so.num_scheduled_tokens)
         graphs = self.cuda_graphs if self.cuda_graphs and self.cuda_graphs.can_replay(metadata[0], len(order)) else None
         if graphs:  # every request decodes one token, so row i is request i's last token

@@ -5,6 +5,7 @@ import re
 import pytest
 import torch
 
+from nanoengine import LLM
 from nanoengine.attention import TorchBackend
 from nanoengine.attention.paged import PagedKVCache
 from nanoengine.config import LlamaConfig
@@ -124,3 +125,20 @@ def test_legend_shows_every_request_colour():
     from nanocourse.pool_map import _REQUEST_COLORS, legend_html
 
     assert all(c in legend_html() for c in _REQUEST_COLORS)
+
+
+def test_runner_step_shows_what_the_runner_received_and_built():
+    """Chapter 02's model-runner section: new requests with one block list per group, then a step whose decode
+    the runner puts before the prompt chunk, with one slot mapping per group."""
+    from nanocourse.runner_view import runner_step
+
+    llm = LLM(LlamaForCausalLM.random(LlamaConfig.tiny_hybrid(8), seed=0), block_size=4, num_gpu_blocks_override=32,
+              max_num_batched_tokens=16, long_prefill_token_threshold=8, progress=False)
+    params = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
+    llm.engine.add_request(list(range(100, 120)), params)
+    llm.engine.add_request([7, 8], params)
+    first, second = runner_step(llm.engine), runner_step(llm.engine)
+    groups = len(llm.engine.runner.input_block_table)
+    assert "new request 0: 20 prompt tokens" in first and first.count("slot_mapping") == groups > 1
+    assert "cached request 1: 2 computed" in second and "order ['1', '0']" in second and "num_decodes 1" in second
+    assert not llm.engine.observers, "runner_step leaves no observer behind"
