@@ -138,7 +138,7 @@ def test_runner_step_shows_what_the_runner_received_and_built():
     llm.engine.add_request(list(range(100, 120)), params)
     llm.engine.add_request([7, 8], params)
     first, second = runner_step(llm.engine), runner_step(llm.engine)
-    groups = len(llm.engine.runner.input_block_table)
+    groups = len(llm.engine.runner.kv_cache.groups)
     assert "new request 0: 20 prompt tokens" in first and first.count("slot_mapping") == groups > 1
     assert "cached request 1: 2 computed" in second and "order ['1', '0']" in second and "num_decodes 1" in second
     assert not llm.engine.observers, "runner_step leaves no observer behind"
