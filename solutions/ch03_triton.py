@@ -48,6 +48,8 @@ def paged_decode_reference(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
 
 def merge_splits(m: torch.Tensor, l: torch.Tensor, acc: torch.Tensor) -> torch.Tensor:  # noqa: E741
     """Task 03.3: combine split-K partials ([..., S], [..., S], [..., S, D]) into [..., D]."""
+    if m.shape[-1] == 0:  # no split at all attends to nothing, like a row of empty splits: zeros
+        return acc.new_zeros(*acc.shape[:-2], acc.shape[-1])
     m_max = m.amax(-1, keepdim=True)
     weight = torch.exp(m - m_max.nan_to_num(neginf=0.0))  # an empty split (m = -inf) weighs 0
     total = (weight * l).sum(-1, keepdim=True)

@@ -4,8 +4,12 @@ Every cache slot no request owns holds NaN (kernel_lab.random_paged_batch), so o
 the output into NaN. Shapes stay tiny: on a CPU the kernels run in the Triton interpreter.
 """
 
+import dataclasses
+import inspect
 import math
+from contextlib import contextmanager
 
+import numpy as np
 import pytest
 import torch
 
@@ -33,7 +37,8 @@ def _engine_merge_splits(m, l, acc):  # noqa: E741
     out = torch.empty(batch, heads, head_dim, device=acc.device)
     triton_kernels._reduce_splits_kernel[(batch, heads)](
         acc.contiguous(), (m * math.log2(math.e)).contiguous(), l.contiguous(), out, splits,
-        out.stride(0), out.stride(1), HEAD_DIM=head_dim, SPLITS_PAD=triton.next_power_of_2(splits))
+        # tl.arange needs one lane at least: with no split that lane is masked off, and the row is zeros.
+        out.stride(0), out.stride(1), HEAD_DIM=head_dim, SPLITS_PAD=triton.next_power_of_2(max(splits, 1)))
     return out
 
 
@@ -148,6 +153,12 @@ def test_merge_splits(impl):
     m, l, acc = _partials(scores, values, [0, 0, 0])  # every split empty: a padded batch row
     out = impl.merge_splits(m, l, acc)
     assert torch.equal(out, torch.zeros_like(out)), "with every split empty the output must be zeros, not NaN"
+    m, l, acc = torch.empty(2, 3, 0), torch.empty(2, 3, 0), torch.empty(2, 3, 0, 16)
+    out = impl.merge_splits(m.to(DEVICE), l.to(DEVICE), acc.to(DEVICE))
+    got = "None" if out is None else f"shape {list(out.shape)}, values {out.flatten()[:4].tolist()}..."
+    assert out is not None and out.shape == (2, 3, 16) and not out.any(), (
+        f"with no split at all (S = 0: m and l [2, 3, 0], acc [2, 3, 0, 16]) there is nothing to attend to: the "
+        f"output must be zeros [2, 3, 16], as when every split is empty; got {got}")
 
 
 @pytest.mark.task("03.4", "paged_decode (Triton) matches TorchBackend over ragged contexts and GQA")
@@ -172,6 +183,140 @@ def test_decode_kernel_empty_context(impl):
                                              f"TorchBackend.decode: {m}")
 
 
+# ---- a block 2**32 elements into the cache, without a 16 GiB pool --------------------------------
+FAR_SHAPE = (8, 2, 16)  # block_size, num_kv_heads, head_dim of the probe's cache
+FAR_STRIDE = math.prod(FAR_SHAPE)  # elements per block
+FAR_SEQ_LEN = 11  # a full block 3, then 3 tokens of the far block
+
+
+def _far_case(num_new_tokens: int):
+    """A cache of 4 blocks, [null, decoy, data, data] (null and decoy hold NaN), and q for num_new_tokens
+    tokens with a GQA group of 3."""
+    gen = torch.Generator().manual_seed(8)
+    cache = torch.full((4, *FAR_SHAPE), torch.nan)
+    cache[2:] = torch.randn(2, *FAR_SHAPE, generator=gen)
+    q = torch.randn(num_new_tokens, 3 * FAR_SHAPE[1], FAR_SHAPE[2], generator=gen)
+    return cache.to(DEVICE), q.to(DEVICE)
+
+
+def _tables(*block_ids):
+    return torch.tensor([[*block_ids, 0]], dtype=torch.int32, device=DEVICE)
+
+
+def _readable_spans() -> np.ndarray:
+    """[start, end) of every readable mapping of this process, sorted by start (Triton runs on Linux only)."""
+    with open("/proc/self/maps") as maps:
+        spans = [[int(x, 16) for x in span.split("-")] for span, perms, *_ in map(str.split, maps) if perms[0] == "r"]
+    return np.array(sorted(spans), dtype=np.uint64)
+
+
+def _readable(addresses: np.ndarray, spans: np.ndarray) -> np.ndarray:
+    i = np.searchsorted(spans[:, 0], addresses, side="right") - 1
+    return (i >= 0) & (addresses < spans[np.maximum(i, 0), 1])
+
+
+def _as_int64(value):
+    """An int argument as the GPU compiler passes one annotated tl.int64 (the interpreter types an int by its
+    value alone: int32 below 2**31, whatever the annotation)."""
+    from triton.runtime.interpreter import TensorHandle
+
+    if isinstance(value, bool) or not isinstance(value, int):
+        return value
+    int64 = triton.language.int64
+    return triton.language.tensor(TensorHandle(np.array([value], np.int64), int64), int64)
+
+
+@contextmanager
+def _far_block(cache):
+    """Yield (far, pool, strays): a cache on which block id `far` holds block 2's rows, and far * FAR_STRIDE is
+    past 2**32 by exactly one block, so an int32 product wraps to block 1, the NaN decoy.
+
+    On a GPU the pool is real: far + 1 blocks, 16 GiB in fp32. The interpreter gets the 4-block cache itself:
+    loads and stores at block far are rerouted to block 2, and kernel arguments annotated tl.int64 get int64
+    values as they do when compiled. A lane that would touch unmapped memory (block far of a copy of the cache)
+    gets a NaN scratch cell instead of crashing the grader, and is counted in strays.
+    """
+    strays = []
+    if DEVICE != "cpu":
+        far = 2**32 // FAR_STRIDE + 1
+        need = (far + 1) * FAR_STRIDE * cache.element_size()
+        free = torch.cuda.mem_get_info(cache.device)[0]
+        assert free > need, (
+            f"the int64 probe needs a {need / 2**30:.1f} GiB pool on the GPU and {free / 2**30:.1f} GiB are free: on a "
+            f"smaller GPU grade chapter 03 in the interpreter, TRITON_INTERPRET=1 make grade CH=03, which checks the "
+            f"same rule without the memory")
+        pool = torch.empty(far + 1, *FAR_SHAPE, device=cache.device)
+        pool[:4], pool[far] = cache, cache[2]
+        yield far, pool, strays
+        return
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.interpreter import interpreter_builder as builder
+    from triton.runtime.jit import _normalize_ty
+
+    block_bytes = FAR_STRIDE * cache.element_size()
+    spans = _readable_spans()
+    # Any far block past 2**32 elements wraps to block 1: take one whose window no other tensor can live in.
+    far = next(far for far in (wraps * 2**32 // FAR_STRIDE + 1 for wraps in range(1, 64)) if not _readable(
+        cache.data_ptr() + far * block_bytes + np.array([0, block_bytes - 1], np.uint64), spans).any())
+    window = cache.data_ptr() + far * block_bytes
+    shift = np.uint64((far - 2) * block_bytes)
+    scratch = np.full(16, 0xFF, np.uint8)  # all ones: NaN as fp16, fp32 or fp64, -1 as an integer
+
+    def route(ptrs, mask):
+        nonlocal spans
+        addresses = ptrs.data.copy()
+        lanes = np.broadcast_to(mask.data.astype(bool), addresses.shape)
+        far_lanes = lanes & (addresses >= window) & (addresses < window + block_bytes)
+        addresses[far_lanes] -= shift
+        stray = lanes & ~_readable(addresses, spans)
+        if stray.any():  # maybe a tensor allocated since the spans were read
+            spans = _readable_spans()
+            stray = lanes & ~_readable(addresses, spans)
+        addresses[stray] = scratch.ctypes.data
+        strays.append(int(stray.sum()))
+        return dataclasses.replace(ptrs, data=addresses)
+
+    def launch(self, *args, grid, warmup, **kwargs):
+        wide = {name for name, ty in inspect.get_annotations(self.fn).items() if _normalize_ty(ty) == "i64"}
+        args = [_as_int64(v) if name in wide else v for name, v in zip(self.arg_names, args)]
+        kwargs = {k: _as_int64(v) if k in wide else v for k, v in kwargs.items()}
+        return real_run(self, *args, grid=grid, warmup=warmup, **kwargs)
+
+    real_run, real_load, real_store = InterpretedFunction.run, builder.create_masked_load, builder.create_masked_store
+    InterpretedFunction.run = launch
+    builder.create_masked_load = lambda ptrs, mask, *rest, **kw: real_load(route(ptrs, mask), mask, *rest, **kw)
+    builder.create_masked_store = lambda ptrs, value, mask, *rest: real_store(route(ptrs, mask), value, mask, *rest)
+    try:
+        yield far, cache, strays
+    finally:
+        InterpretedFunction.run = real_run
+        del builder.create_masked_load, builder.create_masked_store  # the class's own methods show through again
+
+
+def _check_far(what, out, expected, far, strays):
+    case = f"{what}, one request of {FAR_SEQ_LEN} tokens, block table [3, {far}]"
+    assert not sum(strays), (f"read the caches in place: {case} touched unmapped memory in {sum(strays)} load or "
+                             f"store lanes (the grader reroutes block {far} of the cache it passed, not of a copy)")
+    why = (f"block {far} starts at element {far * FAR_STRIDE:,}, which an int32 product wraps to "
+           f"{far * FAR_STRIDE % 2**32}: block 1, all NaN")
+    assert out is not None and out.shape == expected.shape, \
+        f"{case}: the output must be {list(expected.shape)}, got {None if out is None else list(out.shape)}"
+    assert not out.isnan().any(), \
+        f"block ids must be widened to int64 before they multiply a stride: {case}, gave NaN ({why})"
+    torch.testing.assert_close(out, expected, atol=TOL, rtol=TOL, msg=lambda m: f"{case} ({why}): {m}")
+
+
+@pytest.mark.task("03.4c", "paged_decode reaches a block 2**32 elements into the cache (int64 addresses)")
+def test_decode_kernel_int64_addresses(impl):
+    cache, q = _far_case(1)
+    seq_lens = torch.tensor([FAR_SEQ_LEN], dtype=torch.int32, device=DEVICE)
+    scale = FAR_SHAPE[2] ** -0.5
+    expected = TorchBackend().decode(q, cache, cache, _tables(3, 2), seq_lens, scale)
+    with _far_block(cache) as (far, pool, strays):
+        out = impl.paged_decode(q, pool, pool, _tables(3, far), seq_lens, scale)
+    _check_far("paged_decode", out, expected, far, strays)
+
+
 @pytest.mark.task("03.5", "paged_prefill: chunks attend causally over their cached prefix, in Triton")
 def test_prefill(impl):
     b = _on_device(random_paged_batch([5, 19, 24, 9], [5, 3, 16, 1], num_kv_heads=2, group=3, block_size=8, seed=6))
@@ -187,6 +332,14 @@ def test_prefill(impl):
     torch.testing.assert_close(out, expected, atol=TOL, rtol=TOL,
                                msg=lambda m: f"paged_prefill (4 requests: 5, 3, 16 and 1 new tokens ending "
                                              f"contexts of 5, 19, 24 and 9) differs from TorchBackend.prefill: {m}")
+    cache, q = _far_case(3)
+    seq_lens = torch.tensor([FAR_SEQ_LEN], dtype=torch.int32, device=DEVICE)
+    query_start_loc = torch.tensor([0, 3], dtype=torch.int32, device=DEVICE)
+    scale = FAR_SHAPE[2] ** -0.5
+    expected = TorchBackend().prefill(q, cache, cache, _tables(3, 2), query_start_loc, seq_lens, 3, scale)
+    with _far_block(cache) as (far, pool, strays):
+        out = impl.paged_prefill(q, pool, pool, _tables(3, far), query_start_loc, seq_lens, 3, scale)
+    _check_far("paged_prefill (3 new tokens)", out, expected, far, strays)
 
 
 @pytest.mark.task("03.6", "your kernels serve requests: LLM on your TritonBackend gives torch attention's tokens")
