@@ -6,6 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nanoengine.core import PrefixCacheStats
 from nanoengine.policies import longest_common_prefix
@@ -87,6 +89,27 @@ def test_p50_and_reduction(impl):
         f"cold [100, 110, 90] ms and warm [20, 100, 30] ms: 1 - p50(warm) / p50(cold) = 1 - 30 / 100 = 0.7; got "
         f"{impl.ttft_reduction([100.0, 110.0, 90.0], [20.0, 100.0, 30.0])!r}")
     assert impl.ttft_reduction([100.0], [125.0]) == pytest.approx(-0.25), "slower with the cache: negative"
+    assert (got := impl.p50([5.0, 5.0, 1.0])) == 5.0, (
+        f"p50([5.0, 5.0, 1.0]): equal times are separate requests, each counted, so the middle of [1.0, 5.0, 5.0] is "
+        f"5.0; got {got!r}")
+    _p50_is_the_median(impl)
+
+
+# Few distinct values, so that equal times (common once timings are rounded to the millisecond) are frequent.
+TIMES = st.lists(st.sampled_from([1.0, 2.0, 3.5, 7.0, 10.0, 40.0]), min_size=1, max_size=9)
+
+
+@settings(max_examples=200, deadline=None, database=None, derandomize=True, report_multiple_bugs=False)
+@given(cold=TIMES, warm=TIMES)
+def _p50_is_the_median(impl, cold, warm):
+    """p50 and ttft_reduction on random lists, against statistics.median."""
+    copy = list(cold)
+    assert (got := impl.p50(cold)) == statistics.median(copy), \
+        f"p50({copy}) is the median, {statistics.median(copy)!r}; got {got!r}"
+    assert cold == copy, f"p50 must not change the caller's list: it was {copy}, it is now {cold}"
+    expected = 1 - statistics.median(warm) / statistics.median(cold)
+    assert (got := impl.ttft_reduction(cold, warm)) == pytest.approx(expected), (
+        f"ttft_reduction(cold={cold}, warm={warm}) is 1 - p50(warm) / p50(cold) = {expected!r}; got {got!r}")
 
 
 @pytest.mark.task("08.3", "make_multi_turn: each turn resends the whole conversation")
@@ -105,6 +128,14 @@ def test_multi_turn_messages(impl):
     for earlier, later in zip(turns, turns[1:]):
         assert later[: len(earlier)] == earlier, "each turn must start with the previous turn's messages"
     assert all(a is not b for a, b in zip(turns, turns[1:])), "each turn needs its own list"
+    logged = impl.make_multi_turn("Be brief.", ["Hi", "Why?"], ["Hello!", "Because."])
+    contents = [[m["content"] for m in turn] for turn in logged]
+    assert contents == [["Be brief.", "Hi"], ["Be brief.", "Hi", "Hello!", "Why?"]], (
+        f"2 user turns with a reply to each (the last reply came after the last turn was sent): one list per user "
+        f"turn, and no turn sends the last reply: contents [['Be brief.', 'Hi'], ['Be brief.', 'Hi', 'Hello!', "
+        f"'Why?']]; got {contents}")
+    assert (got := impl.make_multi_turn("Be brief.", [], [])) == [], \
+        f"no user turns: no requests, []; got {got!r}"
 
 
 @pytest.mark.task("08.3b", "make_multi_turn's prompts are token prefixes of each other")
@@ -137,6 +168,37 @@ def test_predict_hits(impl):
     assert impl.predict_hit_tokens([a, a + [1]], block_size=8) == [0, 40], (
         f"block_size=8: a's 40 tokens are 5 full blocks, and the 41-token repeat a + [1] hits all 5 (its last token "
         f"is after them): expected [0, 40], got {impl.predict_hit_tokens([a, a + [1]], block_size=8)}")
+    first, second = [1] * 4 + [2] * 4 + [0], [3] * 4 + [4] * 4 + [0]
+    mixed = [1] * 4 + [4] * 4 + [0]
+    assert (got := impl.predict_hit_tokens([first, second, mixed], block_size=4)) == [0, 0, 4], (
+        f"block_size=4, prompts {first}, {second}, then {mixed}: the last one's block 0 was cached by the first "
+        f"prompt, but its block 1, [4, 4, 4, 4], was cached only behind a different block 0 (the second prompt's), "
+        f"and a block's hash names every token before it too (chapter 04): expected [0, 0, 4], got {got}")
+    _predictions_match_the_engine(impl)
+
+
+@st.composite
+def _prompt_runs(draw):
+    """(block_size, prompts): each prompt often a cut of an earlier one plus a tail, over a 3-token alphabet, so
+    that shared prefixes, equal blocks behind different prefixes, exact and block-aligned repeats are frequent."""
+    block_size = draw(st.integers(1, 4))
+    prompts = []
+    for _ in range(draw(st.integers(1, 6))):
+        base = draw(st.sampled_from(prompts)) if prompts and draw(st.booleans()) else []
+        prompt = base[: draw(st.integers(0, len(base)))] + draw(st.lists(st.integers(0, 2), max_size=10))
+        prompts.append(prompt or [0])
+    return block_size, prompts
+
+
+@settings(max_examples=300, deadline=None, database=None, derandomize=True, report_multiple_bugs=False)
+@given(run=_prompt_runs())
+def _predictions_match_the_engine(impl, run):
+    """Random prompt lists against the engine's own KVCacheManager (workloads.block_rows), with no model."""
+    block_size, prompts = run
+    expected = [r.hit_tokens for r in workloads.block_rows(prompts, block_size)]
+    assert (got := impl.predict_hit_tokens(prompts, block_size)) == expected, (
+        f"block_size={block_size}, prompts {prompts} run one at a time from an empty cache: the engine's "
+        f"KVCacheManager finds {expected} cached tokens, you predicted {got}")
 
 
 @pytest.mark.task("08.4b", "predict_hit_tokens matches the engine on a chapter workload")
