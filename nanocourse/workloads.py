@@ -195,6 +195,17 @@ def chatbot(tok, n: int = 5, system_tokens: int = 128, seed: int = 0) -> Workloa
                     tuple(_chat(tok, system, u) for u in USER_TURNS[:n]))
 
 
+BIKE_SHOP_SYSTEM = ("You are the help desk of a small bicycle shop in Utrecht. Answer in at most two sentences, "
+                    "give prices in euros, and suggest a visit to the workshop whenever a repair is needed. ") * 2
+
+
+def chat_ids(llm, question: str, system: str = BIKE_SHOP_SYSTEM) -> list[int]:
+    """The token ids of one question behind a system prompt, as the model's chat template renders them (chapters
+    06 and 13 serve these)."""
+    return llm.tokenizer.encode(llm.apply_chat_template([{"role": "system", "content": system},
+                                                         {"role": "user", "content": question}]))
+
+
 def conversations(system: str, user_turns: Sequence[str], replies: Sequence[str]) -> list[list[dict]]:
     """The messages of each turn of one chat: turn k resends the system prompt, the k earlier user
     turns with their replies, and user turn k. So every turn's messages start with the previous turn's."""
