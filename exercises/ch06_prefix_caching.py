@@ -86,7 +86,8 @@ class BlockPool(EngineBlockPool):
         - a block that reaches 0 becomes free: without a hash it holds nothing anyone can find, so it is
           reused first (it joins the queue at the HEAD); with a hash it may still serve a later prefix, so it
           joins at the TAIL; blocks that join the same end keep their given order, so a chain freed tail
-          first has its root evicted last; a block still referenced stays out of the queue;
+          first has its root evicted last; a block listed twice joins once, at the listing that drops its last
+          reference; a block still referenced stays out of the queue;
         - a block that would drop below 0 (a double free) raises ValueError and nothing changes at all.
         ordered_blocks may be any iterable, an iterator included. (vLLM 0.33: BlockPool.free_blocks, which
         prepends unhashed blocks and appends hashed ones the same way, and does not check for a double free.)

@@ -39,8 +39,9 @@ class BlockPool(EngineBlockPool):
             for block in blocks:  # undo, so a double free changes nothing
                 block.ref_cnt += 1
             raise ValueError("double free: a block has no reference left to drop")
-        # dict.fromkeys: a block listed twice (two references dropped) is queued once.
-        freed = list(dict.fromkeys(block for block in blocks if block.ref_cnt == 0))
+        # A block listed twice loses two references and is queued once, at the listing that takes its last.
+        last = {id(block): i for i, block in enumerate(blocks)}
+        freed = [block for i, block in enumerate(blocks) if block.ref_cnt == 0 and last[id(block)] == i]
         # Nothing can hit an unhashed block: reuse it first. A hashed one may still serve a later prefix.
         self.free_block_queue.prepend_n([block for block in freed if block.block_hash is None])
         self.free_block_queue.append_n([block for block in freed if block.block_hash is not None])

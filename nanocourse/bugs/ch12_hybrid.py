@@ -24,6 +24,8 @@ BUGS = [
      "if cached and (run >= needed or i == 0):", "if run >= needed or (i == 0 and run):"),
     ("12.2", "the skipped blocks freed first to last", "self.block_pool.free_blocks(freed)",
      "self.block_pool.free_blocks(reversed(freed))"),
+    ("12.2", "a request with no entry gets an empty one", "        blocks = self.req_to_blocks.get(request_id, [])\n",
+     "        blocks = self.req_to_blocks.setdefault(request_id, [])\n"),
     ("12.5", "the skipped blocks freed first to last", "self.block_pool.free_blocks(freed)",
      "self.block_pool.free_blocks(reversed(freed))"),
     ("12.5", "a run checked on a miss too: at W = 1 a hit of null blocks",

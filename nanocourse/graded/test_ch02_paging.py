@@ -126,6 +126,17 @@ def test_gather_kv(impl):
                                msg=lambda m: "gather_kv(cache, [5, 2, 7, 0, 0], 10) must be blocks 5, 2, 7 in table "
                                              f"order, the last cut to its first 2 tokens: {m}")
     assert impl.gather_kv(cache, table, 8).shape == (8, 2, 3), "a length that ends on a block boundary"
+    past = torch.tensor([5, 2, 7, 99], dtype=torch.int32)  # an entry past the needed ones may hold anything
+    try:
+        out = impl.gather_kv(cache, past, 10)
+    except IndexError as error:
+        raise AssertionError(f"gather_kv(cache of 10 blocks, table [5, 2, 7, 99], 10) read entry 3 (block 99), "
+                             f"past the 3 entries 10 tokens need: only those may be read ({error})") from error
+    assert out.shape == (10, 2, 3), f"gather_kv(cache, [5, 2, 7, 99], 10): expected [10, 2, 3], got {list(out.shape)}"
+    half = impl.gather_kv(cache.to(torch.bfloat16), table, 10)
+    assert half.dtype == torch.bfloat16, (
+        f"gather_kv on a bfloat16 cache (the engine's dtype on a GPU) must return the cache's dtype, bfloat16; got "
+        f"{half.dtype}")
 
 
 @pytest.mark.task("02.3b", "gather_kv reads back what the engine stored: the contiguous K and V")

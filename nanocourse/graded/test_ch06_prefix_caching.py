@@ -263,6 +263,21 @@ def test_free_shared_null_and_double(impl):
     assert pool.get_num_free_blocks() == 10, (
         f"a second free(C) must find nothing to release: all 10 usable blocks stay free, "
         f"get_num_free_blocks() is {pool.get_num_free_blocks()}")
+    # A block listed twice loses two references and joins the queue once, at the listing that takes its last.
+    kv = KVCacheManager(BS, 8)
+    _, table_a = running(kv, "A", range(9))
+    running(kv, "B", [*range(8), 99])  # B holds A's first two blocks too
+    pool = kv.block_pool
+    pool.free_blocks([table_a[1]])  # the engine's own call: A's block 1 keeps one reference, block 0 two
+    listed = [table_a[0], table_a[1], table_a[0]]
+    engine_pool = copy.deepcopy(pool)
+    engine_pool.free_blocks([engine_pool.blocks[x.block_id] for x in listed])
+    mine(impl, pool, "free_blocks", listed)
+    assert pool_state(pool) == pool_state(engine_pool), (
+        f"free_blocks({id_text(listed)}) with block {table_a[0].block_id} at ref_cnt 2 and {table_a[1].block_id} at 1: "
+        f"each listing drops one reference, and a block joins the queue once, when its last reference goes (block "
+        f"{table_a[1].block_id} at the second listing, block {table_a[0].block_id} at the third): "
+        f"{pool_diff(pool_state(engine_pool), pool_state(pool))}")
 
 
 @pytest.mark.task("06.3", "allocate_slots reuses the cached prefix, allocates the rest and caches full blocks")
@@ -296,6 +311,19 @@ def test_allocate_slots(impl):
     b.append_output_token_ids([60, 61, 62])  # 16 tokens: B's last block is now full
     assert mine(impl, kv, "allocate_slots", b, 3) == [], "still 4 blocks: nothing new"
     assert kv.num_cached_block["B"] == 4, "the block these tokens fill is named"
+    # Lookahead tokens need slots but are not named; tokens past num_tokens (a caller planning ahead) are not named
+    # either, since no hash covers them. Each call against the engine's allocate_slots on a copy of the manager.
+    for what, tokens, args in (("4 new tokens and 2 lookahead", range(4), (4, 0, None, 2)),
+                               ("12 new tokens for an 8-token request", range(8), (12,))):
+        kv = KVCacheManager(BS, 12)
+        req = request("L", tokens)
+        engine_kv, engine_req = copy.deepcopy(kv), copy.deepcopy(req)
+        want = engine_kv.allocate_slots(engine_req, *args)
+        got = mine(impl, kv, "allocate_slots", req, *args)
+        assert (got is None, len(got or ())) == (want is None, len(want)) and manager_state(kv) == manager_state(engine_kv), (
+            f"allocate_slots with {what} ({len(tokens)}-token request, block size {BS}): the engine returns "
+            f"{len(want)} new blocks and names {engine_kv.num_cached_block['L']}; yours returned "
+            f"{id_text(got)}: {manager_diff(manager_state(engine_kv), manager_state(kv))}")
 
 
 @pytest.mark.task("06.3b", "allocate_slots is all or nothing, counting hits that leave the free queue, for the whole "

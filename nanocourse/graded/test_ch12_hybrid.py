@@ -97,6 +97,12 @@ def check_removal(impl, window):
     m.allocate_new_blocks("short", 4)
     m.remove_skipped_blocks("short", 40)
     assert [b.is_null for b in held(m, "short")] == [True], "cap the skipped blocks at the blocks held"
+    before = free_ids(pool)
+    m.remove_skipped_blocks("never-admitted", 40)
+    assert "never-admitted" not in m.req_to_blocks and free_ids(pool) == before, (
+        f"W={window}: remove_skipped_blocks('never-admitted', 40) for a request with no entry (allocate_slots calls it "
+        f"for a request being admitted) must change nothing and add no entry; req_to_blocks now has "
+        f"{sorted(m.req_to_blocks)}")
 
 
 def cache(pool, group_id, indices):
