@@ -9,7 +9,7 @@ DEFAULT_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Huggin
 
 def render_chatml(messages: list[dict]) -> str:
     """Task 00.1: render a conversation in SmolLM2's chat format (ChatML), ready for the reply."""
-    if not messages or messages[0]["role"] != "system":
+    if messages and messages[0]["role"] != "system":
         messages = [{"role": "system", "content": DEFAULT_SYSTEM}, *messages]
     turns = [f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages]
     return "".join(turns) + "<|im_start|>assistant\n"

@@ -1,17 +1,22 @@
 """Chapter 00 graded tasks: prompts, tokens and blocks. Run with `make grade CH=00`."""
 
+import copy
 import functools
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from nanoengine.core import KVCacheManager, get_request_block_hasher
-from nanoengine.policies import longest_common_prefix
+from nanocourse.differential import short
 from nanocourse.hash_chains import block_chain
+from nanoengine.core import KVCacheManager, get_request_block_hasher
 from nanoengine.model.loader import unpacked_folder
-from nanoengine.request import Request
 from nanoengine.model.tokenizer import Tokenizer
+from nanoengine.policies import longest_common_prefix
+from nanoengine.request import Request
 
 CHAPTER = "ch00_tour"
+RANDOM = settings(max_examples=200, deadline=None, database=None, derandomize=True, report_multiple_bugs=False)
 
 
 @functools.cache
@@ -50,21 +55,66 @@ NANOENGINE = {
     "expected_cached_tokens": _engine_cached_tokens,
 }
 
+# ---- 00.1 ------------------------------------------------------------------------------------------------
+
+# Contents with the whitespace a careless renderer trims or adds, and markers that must pass through as text.
+_CONTENT = st.one_of(st.sampled_from(["", "Hi", " Hi ", "two\nlines\n", "\n", "<|im_end|>", "Be terse."]),
+                     st.text(alphabet=" \n\tab<|>é", max_size=8))
+_CONVERSATION = st.lists(st.fixed_dictionaries({"role": st.sampled_from(["system", "user", "assistant", "tool"]),
+                                                "content": _CONTENT}), max_size=5)
+
+
+@RANDOM
+@given(messages=_CONVERSATION)
+def _matches_the_template_on_random_conversations(impl, messages):
+    want = _tokenizer().apply_chat_template(copy.deepcopy(messages))
+    got = impl.render_chatml(copy.deepcopy(messages))
+    assert got == want, (f"render_chatml({short(messages)}) must match SmolLM2's chat template "
+                         f"(apply_chat_template) on any conversation: {_first_difference(got, want)}")
+
 
 @pytest.mark.task("00.1", "render_chatml matches SmolLM2's chat template")
 def test_chatml(impl):
-    assert impl.render_chatml([{"role": "user", "content": "Hi"}]) == (
-        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
-        "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"), "SmolLM2's format, written out by hand"
+    got = impl.render_chatml([{"role": "user", "content": "Hi"}])
+    want = ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
+    assert got == want, (f"render_chatml([user 'Hi']) must be SmolLM2's format, written out by hand (the default "
+                         f"system turn, the user turn, the assistant's opening): {_first_difference(got, want)}")
     tok = _tokenizer()
     for messages in (
         [{"role": "user", "content": "What is the capital of Japan?"}],
         [{"role": "system", "content": "Be terse."}, {"role": "user", "content": "Hi"},
          {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "Bye"}],
+        [{"role": "user", "content": "Hi"}, {"role": "system", "content": "Be terse."}],
+        [],
+        [{"role": "user", "content": "  two\nlines \n"}],
     ):
-        got, want = impl.render_chatml(messages), tok.apply_chat_template(messages)
-        assert got == want, (f"render_chatml(roles {[m['role'] for m in messages]}) must match SmolLM2's chat "
-                             f"template (apply_chat_template): {_first_difference(got, want)}")
+        given_messages = copy.deepcopy(messages)
+        got, want = impl.render_chatml(given_messages), tok.apply_chat_template(messages)
+        assert got == want, (f"render_chatml({short(messages)}) must match SmolLM2's chat template "
+                             f"(apply_chat_template): {_first_difference(got, want)}")
+        assert given_messages == messages, (f"render_chatml must leave the caller's list as it was: "
+                                            f"render_chatml({short(messages)}) changed it to {short(given_messages)}")
+    _matches_the_template_on_random_conversations(impl)
+
+
+# ---- 00.2 ------------------------------------------------------------------------------------------------
+
+_TOKENS = st.lists(st.integers(0, 2), max_size=14)
+
+
+@RANDOM
+@given(block_size=st.integers(1, 5), prefix=_TOKENS, tail_a=_TOKENS, tail_b=_TOKENS,
+       as_tuple=st.tuples(st.booleans(), st.booleans()), swap=st.booleans())
+def _matches_the_engines_hashes_on_random_sequences(impl, block_size, prefix, tail_a, tail_b, as_tuple, swap):
+    a, b = prefix + tail_a, prefix + tail_b
+    if swap:
+        a, b = b, a
+    a, b = (tuple(x) if t else x for x, t in zip((a, b), as_tuple))
+    want = _engine_shared_blocks(a, b, block_size)
+    got = impl.shared_prefix_blocks(a, b, block_size)
+    assert got == want, (f"shared_prefix_blocks({short(a)}, {short(b)}, {block_size}) must be {want}, the leading "
+                         f"full blocks whose engine block hashes agree; got {got}")
 
 
 @pytest.mark.task("00.2", "shared_prefix_blocks counts identical leading full blocks")
@@ -79,7 +129,27 @@ def test_shared_blocks(impl):
     got = impl.shared_prefix_blocks(a, [99] + a[1:], 16)
     assert got == 0, (f"shared_prefix_blocks(a, [99] + a[1:], 16) must be 0: token 0 differs, so block 0 differs "
                       f"and the count stops there, even though blocks 1 and 2 are equal again; got {got}")
-    assert impl.shared_prefix_blocks(a, a[:20], 16) == 1, "only full blocks count"
+    got = impl.shared_prefix_blocks(a, a[:20], 16)
+    assert got == 1, (f"shared_prefix_blocks(a, a[:20], 16) must be 1: a[:20] holds one full block of 16, and "
+                      f"tokens 16..19 are only a partial block; got {got}")
+    got = impl.shared_prefix_blocks(a, tuple(a[:40]), 16)
+    assert got == 2, (f"shared_prefix_blocks(a, tuple(a[:40]), 16) must be 2: a list and a tuple holding the same "
+                      f"token ids share their blocks (only the values count); got {got}")
+    got = impl.shared_prefix_blocks([], a, 16)
+    assert got == 0, f"shared_prefix_blocks([], a, 16) must be 0: an empty sequence has no block; got {got}"
+    _matches_the_engines_hashes_on_random_sequences(impl)
+
+
+# ---- 00.3 ------------------------------------------------------------------------------------------------
+
+@RANDOM
+@given(block_size=st.integers(1, 8), prompt_len=st.integers(1, 40), data=st.data())
+def _matches_the_kv_cache_manager(impl, block_size, prompt_len, data):
+    shared = data.draw(st.integers(0, prompt_len), label="shared_prefix_tokens")
+    want = _engine_cached_tokens(prompt_len, shared, block_size)
+    got = impl.expected_cached_tokens(prompt_len, shared, block_size)
+    assert got == want, (f"expected_cached_tokens({prompt_len}, {shared}, {block_size}) must be {want}, what the "
+                         f"engine's KVCacheManager.get_computed_blocks reports; got {got}")
 
 
 @pytest.mark.task("00.3", "expected_cached_tokens follows whole blocks and the last-token rule")
@@ -87,10 +157,17 @@ def test_expected_cached(impl):
     got = impl.expected_cached_tokens(100, 60, 16)
     assert got == 48, (f"expected_cached_tokens(100, 60, 16) must be 48: 60 shared tokens fill 3 whole blocks of 16, "
                        f"and the 12 shared tokens of the partial 4th block are computed again; got {got}")
-    assert impl.expected_cached_tokens(64, 64, 16) == 48, "a fully cached aligned prompt recomputes its last block"
+    got = impl.expected_cached_tokens(64, 64, 16)
+    assert got == 48, (f"expected_cached_tokens(64, 64, 16) must be 48: the prompt's last token (position 63) lies "
+                       f"in its 4th block, which must be computed again, so only 3 blocks are reused; got {got}")
     got = impl.expected_cached_tokens(65, 64, 16)
     assert got == 64, (f"expected_cached_tokens(65, 64, 16) must be 64: all 4 shared blocks are reused, since the "
                        f"prompt's last token (position 64) lies past them, (65 - 1) // 16 = 4; got {got}")
+    got = impl.expected_cached_tokens(60, 60, 16)
+    assert got == 48, (f"expected_cached_tokens(60, 60, 16) must be 48: a wholly shared prompt of 60 tokens has 3 "
+                       f"whole blocks, all reused; its last token (position 59) is in the partial 4th block, which "
+                       f"was never cached, so no whole block is given up; got {got}")
     got = impl.expected_cached_tokens(40, 10, 16)
     assert got == 0, (f"expected_cached_tokens(40, 10, 16) must be 0: 10 shared tokens fill no whole block of 16, "
                       f"and only whole blocks are reused; got {got}")
+    _matches_the_kv_cache_manager(impl)
