@@ -29,6 +29,8 @@ class FreeKVCacheBlockQueue:
       never to None; a sentinel is never handed out or listed.
     - A block outside the queue (popped or removed) has both links None.
     - `self.num_free_blocks` is the number of blocks in the queue.
+    - The sentinels are `self.fake_free_list_head` and `self.fake_free_list_tail`, vLLM's names: chapter 05's
+      diagram (`free_queue_diagram`) follows your links from them.
     (vLLM 0.33: FreeKVCacheBlockQueue in vllm/v1/core/kv_cache_utils.py, with sentinels fake_free_list_head
     and fake_free_list_tail.)
     """

@@ -16,9 +16,9 @@ class FreeKVCacheBlockQueue:
 
     def __init__(self, blocks: list[KVCacheBlock]) -> None:
         # Sentinels are never handed out, so every real block always has two real neighbours to relink.
-        self.head = KVCacheBlock(block_id=-1)
-        self.tail = KVCacheBlock(block_id=-1)
-        _link(self.head, self.tail)
+        self.fake_free_list_head = KVCacheBlock(block_id=-1)
+        self.fake_free_list_tail = KVCacheBlock(block_id=-1)
+        _link(self.fake_free_list_head, self.fake_free_list_tail)
         self.num_free_blocks = 0
         self.append_n(blocks)
 
@@ -30,7 +30,7 @@ class FreeKVCacheBlockQueue:
             raise ValueError(f"cannot pop {n} blocks from a queue of {self.num_free_blocks}")
         taken = []
         for _ in range(n):
-            block = self.head.next_free_block
+            block = self.fake_free_list_head.next_free_block
             self.remove(block)
             taken.append(block)
         return taken
@@ -44,10 +44,10 @@ class FreeKVCacheBlockQueue:
         self.append_n([block])
 
     def append_n(self, blocks: Sequence[KVCacheBlock]) -> None:
-        self._splice(blocks, self.tail.prev_free_block)
+        self._splice(blocks, self.fake_free_list_tail.prev_free_block)
 
     def prepend_n(self, blocks: Sequence[KVCacheBlock]) -> None:
-        self._splice(blocks, self.head)
+        self._splice(blocks, self.fake_free_list_head)
 
     def _splice(self, blocks: Sequence[KVCacheBlock], after: KVCacheBlock) -> None:
         # Chain after -> blocks... -> its old successor, keeping the blocks' order.
@@ -59,8 +59,8 @@ class FreeKVCacheBlockQueue:
         self.num_free_blocks += len(blocks)
 
     def get_all_free_blocks(self) -> list[KVCacheBlock]:
-        blocks, block = [], self.head.next_free_block
-        while block is not self.tail:
+        blocks, block = [], self.fake_free_list_head.next_free_block
+        while block is not self.fake_free_list_tail:
             blocks.append(block)
             block = block.next_free_block
         return blocks

@@ -64,6 +64,10 @@ def test_init_and_walk(impl):
     assert walked == [] and empty.num_free_blocks == 0, (
         f"a queue of no blocks (head sentinel linked straight to the tail sentinel) must walk as [] with "
         f"num_free_blocks 0; got {block_ids(walked)} and num_free_blocks {empty.num_free_blocks}")
+    head, tail = (getattr(empty, name, None) for name in ("fake_free_list_head", "fake_free_list_tail"))
+    assert head is not None and tail is not None and head.next_free_block is tail and tail.prev_free_block is head, (
+        "the sentinels are self.fake_free_list_head and self.fake_free_list_tail (vLLM's names, which chapter 05's "
+        "diagram follows), linked straight to each other in an empty queue")
 
 
 @pytest.mark.task("05.2", "popleft, popleft_n, append and append_n: FIFO order, popped blocks unlinked")
