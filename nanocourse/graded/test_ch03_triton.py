@@ -59,12 +59,21 @@ def _kernels_ran(impl, loads) -> set[str]:
     return {load.kernel for load in loads if load.module == module}
 
 
-def _traced(impl, call):
-    """call() under kernel_lab.trace_loads; on a GPU (no interpreter to watch) just call()."""
+def _traced(impl, call, batch=None):
+    """call() under kernel_lab.trace_loads; on a GPU (no interpreter to watch) just call(). With the batch the
+    kernels read, also check that no program loaded a K or V slot its request does not own."""
     if DEVICE != "cpu":
         return call(), None
     with kernel_lab.trace_loads() as loads:
         out = call()
+    if batch is not None:
+        for name, cache in (("K", batch.k_cache), ("V", batch.v_cache)):
+            for program, slots in kernel_lab.slots_read(loads, cache).items():
+                stray = sorted(set(slots.tolist()) - set(batch.owned_slots(program[0]).tolist()))
+                assert not stray, (
+                    f"program {program} (request {program[0]}, seq_len {int(batch.seq_lens[program[0]])}) loaded {name} "
+                    f"slots {stray[:8]} its request does not own (the rest of its last block, or padding): mask every "
+                    f"load by the request's length, even where the score is masked afterwards")
     return out, _kernels_ran(impl, loads)
 
 
@@ -165,7 +174,8 @@ def test_merge_splits(impl):
 def test_decode_kernel(impl):
     for kw in (dict(num_kv_heads=2, group=3, block_size=8, head_dim=16), dict(num_kv_heads=1, group=4, block_size=16, head_dim=32)):
         b = _on_device(random_paged_batch([1, 8, 17, 33], **kw, seed=4))
-        out, ran = _traced(impl, lambda: impl.paged_decode(b.q, b.k_cache, b.v_cache, b.block_tables, b.seq_lens, b.scale))
+        out, ran = _traced(impl, lambda: impl.paged_decode(b.q, b.k_cache, b.v_cache, b.block_tables, b.seq_lens, b.scale),
+                           b)
         assert ran is None or ran, "paged_decode must run a Triton kernel of its own module, not torch"
         assert out is not None and out.shape == b.q.shape, "return the [B, Hq, D] output"
         assert not out.isnan().any(), f"{kw}: NaN, so a masked or unowned slot was read"
