@@ -51,6 +51,11 @@ BUGS = [
      "        block = tl.load(table_ptr + seq * s_bt + start // BLOCK_SIZE)\n"
      "        mask = start + t < seq_len\n"
      "        rows = (block * s_cb).to(tl.int64) + t * s_ct + kv_head * s_ch\n"),
+    ("03.7", "K loaded without the mask: the tail of the last block is read, then its scores dropped",
+     "k = tl.load(k_cache_ptr + rows[:, None] + d[None, :], mask=mask[:, None], other=0.0).to(tl.float32)",
+     "k = tl.load(k_cache_ptr + rows[:, None] + d[None, :]).to(tl.float32)"),
+    ("03.7", "off by one: each token also sees the next one",
+     "lens += range(seq_len - n + 1, seq_len + 1)", "lens += [min(x + 1, seq_len) for x in range(seq_len - n + 1, seq_len + 1)]"),
     ("03.5", "off by one: each token also sees the next one",
      "lens += range(seq_len - n + 1, seq_len + 1)", "lens += [min(x + 1, seq_len) for x in range(seq_len - n + 1, seq_len + 1)]"),
     ("03.5", "every new token sees the whole chunk (no causal mask)",

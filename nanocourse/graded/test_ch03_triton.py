@@ -12,6 +12,8 @@ from contextlib import contextmanager
 import numpy as np
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 triton = pytest.importorskip("triton", reason="Triton is not installed (it publishes wheels for Linux only)")
 
@@ -375,3 +377,35 @@ def test_kernels_serve_requests(impl):
     got, want = [o.token_ids for o in yours], [o.token_ids for o in torch_outs]
     assert got == want, (f"greedy tokens on your TritonBackend must equal the torch backend's for both requests: "
                          f"expected {want}, got {got}")
+
+
+# ---- 03.7: random batches, where the interpreter's cost allows --------------------------------------------
+
+BATCHES = st.tuples(
+    st.lists(st.tuples(st.integers(0, 30), st.integers(1, 12)), min_size=1, max_size=3),  # (context, new tokens)
+    st.sampled_from([(1, 1), (1, 3), (2, 2), (3, 1)]),  # (KV heads, GQA group)
+    st.sampled_from([8, 16]), st.sampled_from([16, 32]), st.integers(0, 999))
+
+
+@pytest.mark.task("03.7", "random batches: decode and prefill equal TorchBackend, decode reads only its own slots")
+@settings(max_examples=20, deadline=None, database=None, derandomize=True, report_multiple_bugs=False,
+          suppress_health_check=list(HealthCheck))
+@given(batch=BATCHES)
+def test_random_batches(impl, batch):
+    """Ragged requests, any GQA group, block size and head size: each kernel's output equals TorchBackend's, and on
+    a CPU no decode program loads a slot its request does not own."""
+    requests, (num_kv_heads, group), block_size, head_dim, seed = batch
+    shape = dict(num_kv_heads=num_kv_heads, group=group, block_size=block_size, head_dim=head_dim, seed=seed)
+    what = f"{len(requests)} requests (context, new tokens) {requests}, {shape}"
+    b = _on_device(random_paged_batch([c for c, _ in requests], **shape))
+    out, _ = _traced(impl, lambda: impl.paged_decode(b.q, b.k_cache, b.v_cache, b.block_tables, b.seq_lens, b.scale), b)
+    torch.testing.assert_close(out, _decode_reference(b), atol=TOL, rtol=TOL,
+                               msg=lambda m: f"paged_decode on {what}: {m}")
+    seq_lens = [max(c, n) for c, n in requests]  # a chunk ends its context, so it is never longer than it
+    b = _on_device(random_paged_batch(seq_lens, [n for _, n in requests], **shape))
+    expected = TorchBackend().prefill(b.q, b.k_cache, b.v_cache, b.block_tables, b.query_start_loc, b.seq_lens,
+                                      b.max_query_len, b.scale)
+    out, _ = _traced(impl, lambda: impl.paged_prefill(b.q, b.k_cache, b.v_cache, b.block_tables, b.query_start_loc,
+                                                      b.seq_lens, b.max_query_len, b.scale))
+    torch.testing.assert_close(out, expected, atol=TOL, rtol=TOL,
+                               msg=lambda m: f"paged_prefill on {what} (contexts {seq_lens}): {m}")
