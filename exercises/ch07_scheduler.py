@@ -79,8 +79,9 @@ class Scheduler(EngineScheduler):
           default); its lookup is get_computed_blocks(request, record_stats=False), counted once by admit().
           The first request that does not get in ends admission.
         - Output: num_scheduled maps each planned request id to its tokens (running ones in order, then
-          admitted ones); new_blocks maps each planned running request to the ids of the blocks
-          allocate_slots just gave it; new_reqs lists admit()'s results; preempted lists the victims.
+          admitted ones); new_blocks maps each planned running request to the block_id of each block
+          allocate_slots just gave it (a list, in the order given); new_reqs lists admit()'s results;
+          preempted lists the victims.
 
         Example: budget 64, no threshold, a decoding (1 token) and b waiting with a 150-token prompt that
         fits: the step plans {a: 1, b: 63}; the next plans {a: 1, b: 63}; then {a: 1, b: 24}.

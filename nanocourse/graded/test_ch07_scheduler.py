@@ -163,8 +163,14 @@ def test_choose_victim(impl):
     for policy, victim in (("fcfs", "y"), ("priority", "x")):
         s = make(impl, policy=policy)
         s.running = [req("old", 1, 0, 1.0), req("x", 1, 0, 5.0), req("y", 1, 0, 3.0)]  # y was readmitted
-        assert s.choose_victim().request_id == victim, f"{policy}: FCFS takes the tail, priority the latest arrival"
-        assert victim not in [r.request_id for r in s.running], "the victim leaves the running list"
+        rule = ("FCFS takes the running list's tail, the newest admitted (y, readmitted), not the latest arrival"
+                if policy == "fcfs" else "priority takes the largest (priority, arrival_time): all priorities are 0 "
+                "here, so the latest arrival, x (5.0)")
+        got = s.choose_victim()
+        assert got.request_id == victim, (f"{policy}, running [old (arrived 1.0), x (5.0), y (3.0)]: {rule}; expected "
+                                          f"{victim}, got {getattr(got, 'request_id', got)}")
+        assert victim not in [r.request_id for r in s.running], \
+            f"{policy}: the victim {victim} must leave the running list; it is {[r.request_id for r in s.running]}"
     s = make(impl, policy="priority")
     s.running = [req("a", 1, 0, 1.0), req("b", 1, 5, 2.0), req("c", 1, 0, 3.0)]
     assert s.choose_victim().request_id == "b", "the largest priority value is the worst"
@@ -213,7 +219,9 @@ def test_admission(impl):
     s = make(impl, budget=64, max_num_seqs=2)
     for name in "abc":
         s.add_request(req(name, 4, first=10 * ord(name)))
-    assert plan(s) == ([("a", 4), ("b", 4)], []), "max_num_seqs=2: c waits"
+    assert (got := plan(s)) == ([("a", 4), ("b", 4)], []), (
+        f"max_num_seqs=2, three 4-token requests waiting: a and b are admitted, and c waits although budget and "
+        f"blocks are left, since two already run; got (plan, preempted) {got}")
     # The gate: 5 usable blocks, budget 8. a (18 tokens, 5 blocks) gets in; b must wait although its
     # first chunk would fit, because its whole prompt would not.
     s = make(impl, num_blocks=6, budget=8)
