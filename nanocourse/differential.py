@@ -54,12 +54,13 @@ class Story:
         steps = "\n".join(f"  {i}. {line}" for i, line in enumerate(self.lines, 1))
         return AssertionError(f"{rule}\nthe shortest sequence hypothesis found that shows it ({self.setup}):\n{steps}")
 
-    def call(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
+    def call(self, what: str, fn: Callable[..., Any], *args: Any, expected: tuple[type[Exception], ...] = ()) -> Any:
         """fn(*args) on the learner's part; an exception other than NotImplementedError (a stub, which the grader
-        reports as such) fails with the operations that led to it."""
+        reports as such) or one of `expected` (which the contract asks for) fails with the operations that led
+        to it."""
         try:
             return fn(*args)
-        except NotImplementedError:
+        except (NotImplementedError, *expected):
             raise
         except Exception as error:
             raise self.fail(f"{what} raised {type(error).__name__}: {error}") from error

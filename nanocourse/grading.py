@@ -17,6 +17,7 @@ import argparse
 import importlib.util
 import json
 import os
+import runpy
 import subprocess
 import sys
 import tempfile
@@ -29,6 +30,7 @@ import pytest
 # The graded suites ship inside the package, so grade() works wherever the course is installed. They grade
 # the `exercises` (or `solutions`) package found on the path: the learner's files in a checkout.
 GRADED = Path(__file__).resolve().parent / "graded"
+BUGS = GRADED.parent / "bugs"
 ROOT = Path(importlib.util.find_spec("exercises").submodule_search_locations[0]).parent
 IMPLS = ("exercises", "solutions", "nanoengine")  # or a folder holding chapter modules
 MAX_MESSAGE_LINES = 40
@@ -91,6 +93,12 @@ class Scorecard(list):
             if not r.passed:
                 lines += [f"           {line}" for line in r.message.splitlines()]
         return lines
+
+
+def seeded_bugs(module: str) -> list[tuple[str, str, str, str]]:
+    """A chapter module's seeded bugs (nanocourse/bugs/<module>.py): (task that must fail, the mistake, text found
+    once in the worked solution, its replacement)."""
+    return runpy.run_path(str(BUGS / f"{module}.py"))["BUGS"]
 
 
 def grade(chapter: str, impl: str = "exercises") -> Scorecard:

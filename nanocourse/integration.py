@@ -8,7 +8,6 @@ part gets its own engine and the whole comparison takes seconds.
 from __future__ import annotations
 
 import dataclasses
-import runpy
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -16,7 +15,7 @@ from nanoengine import LLM, SamplingParams
 from nanoengine.config import LlamaConfig
 from nanoengine.model import LlamaForCausalLM
 
-from .grading import GRADED
+from .grading import seeded_bugs
 from .my_engine import PARTS, SOURCES, Part, my_parts, part_status
 
 
@@ -97,8 +96,7 @@ def engines_per_part(source: str = "exercises") -> dict[str, dict]:
 def with_mistake(part: Part, mistake: str) -> dict:
     """The LLM arguments of the worked solution's part with one of its chapter's seeded bugs applied (the text of
     a mistake in nanocourse/bugs/)."""
-    bugs = runpy.run_path(str(GRADED.parent / "bugs" / f"{part.module}.py"))["BUGS"]
-    _, _, old, new = next(b for b in bugs if b[1] == mistake)
+    _, _, old, new = next(b for b in seeded_bugs(part.module) if b[1] == mistake)
     source = (SOURCES["solutions"] / f"{part.module}.py").read_text()
     module = ModuleType(f"mistake_{part.module}")
     exec(compile(source.replace(old, new, 1), f"{part.module}.py (with: {mistake})", "exec"), module.__dict__)

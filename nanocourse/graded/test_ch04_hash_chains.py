@@ -174,11 +174,11 @@ def test_hashes_name_content_exactly(impl, blocks, prompts, block_size):
         for i, block_hash in enumerate(got):
             tokens, keys = ids[i * block_size:(i + 1) * block_size], (salt,) if salt and i == 0 else ()
             chained = impl.hash_block_tokens(parent_hash, tokens, keys or None)
-            story.add(f"block {len(names)} = hash {i} of {what}")
+            line = f"block {len(names)} = hash {i} of {what}"
             if block_hash != chained:
+                story.add(line)
                 raise story.fail(f"hash {i} of {what} must be hash_block_tokens({'its parent' if i else None}, {tokens}, "
                                  f"{keys or None!r}): the chain of 04.2, the salt an extra key of block 0 only")
-            story.lines.pop()
             parent_name = (parent_name, tuple(tokens), tuple(keys))
-            add(f"block {len(names)} = hash {i} of {what}", parent_name, block_hash)
+            add(line, parent_name, block_hash)
             parent_hash = block_hash

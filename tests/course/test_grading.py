@@ -5,16 +5,14 @@ fails on the untouched stubs with NotImplementedError, every task rejects at lea
 import ast
 import importlib
 import inspect
-import runpy
 
 import pytest
 
 from nanoengine.attention import triton_available
-from nanocourse.grading import GRADED, grade
+from nanocourse.grading import BUGS, GRADED, grade, seeded_bugs
 
 CHAPTERS = sorted({p.name.split("_")[1][2:] for p in GRADED.glob("test_ch*_*.py")})
 MODULES = sorted(p.stem for p in (GRADED.parents[1] / "solutions").glob("ch*.py"))
-BUGS = GRADED.parent / "bugs"
 
 
 @pytest.fixture(scope="module")
@@ -30,17 +28,13 @@ def bug_results(tmp_path_factory) -> list:
     root = tmp_path_factory.mktemp("bugs")
     for module in MODULES:
         source = (GRADED.parents[1] / "solutions" / f"{module}.py").read_text()
-        for k, (task, mistake, old, new) in enumerate(_bugs(module)):
+        for k, (task, mistake, old, new) in enumerate(seeded_bugs(module)):
             assert source.count(old) == 1, f"{module}, {mistake}: the text to replace must occur once in the solution"
             folder = root / f"{module[:4]}_bug{k:02d}"
             folder.mkdir()
             (folder / f"{module}.py").write_text(source.replace(old, new))
             (folder / "TASK").write_text(task)
     return grade("all", str(root))
-
-
-def _bugs(module: str) -> list:
-    return runpy.run_path(str(BUGS / f"{module}.py"))["BUGS"]
 
 
 def _chapter(card, chapter: str) -> list:
@@ -99,7 +93,7 @@ def test_every_task_fails_on_the_stubs_with_not_implemented(cards, chapter):
 @pytest.mark.parametrize("module", MODULES)
 def test_every_task_rejects_two_seeded_bugs(cards, bug_results, module):
     _importable(module)
-    bugs = _bugs(module)
+    bugs = seeded_bugs(module)
     caught = {r.variant for r in bug_results if not r.passed and "not implemented" not in r.message}
     missed = [f"{task} {mistake}" for k, (task, mistake, _, _) in enumerate(bugs)
               if f"{module[:4]}_bug{k:02d}" not in caught]
