@@ -1,10 +1,18 @@
-"""Chapter 06 exercises: your BlockPool and KVCacheManager, the prefix cache's two layers.
+"""Chapter 06 exercises: the prefix cache's three layers, as vLLM 0.33 splits them.
 
-Both subclass the engine's classes, so construction, the free queue, the hash map and the counters are there;
-you write the operations the chapter is about. Once chapter 06 passes, my_llm() allocates every request from
-them. They mirror vLLM 0.33's BlockPool (vllm/v1/core/block_pool.py) and, for one full-attention group,
-KVCacheManager (vllm/v1/core/kv_cache_manager.py) with FullAttentionManager
-(vllm/v1/core/single_type_kv_cache_manager.py) folded in: read them beside this.
+- BlockPool (vllm/v1/core/block_pool.py): every block, the free queue and the hash map; find, touch, cache, free
+  and evict.
+- FullAttentionManager (vllm/v1/core/single_type_kv_cache_manager.py): the blocks of one full-attention KV cache
+  group: each request's block list, its cache hit, what its next tokens cost, its release. Chapter 12's
+  SlidingWindowManager is its sibling for sliding-window groups.
+- KVCacheManager (vllm/v1/core/kv_cache_manager.py): the thin top the scheduler calls. It asks
+  self.coordinator, which holds one single-type manager per KV cache group (self.coordinator.single_type_managers),
+  and hands blocks around as KVCacheBlocks: one list per group, `.blocks[g]`.
+
+Each subclasses the engine's class, so construction, the free queue, the hash map, the counters and the
+coordinator are there; you write the operations the chapter is about. Read vLLM's files beside this one. Once
+chapter 06 passes, my_llm() allocates every request from your three classes:
+`LLM(block_pool=BlockPool, full_attention_manager_cls=FullAttentionManager, kv_cache_manager_cls=KVCacheManager)`.
 
 Check your work with:   make grade CH=06
 Stuck? In the notebook, `from nanocourse import hint; hint("06")` lists this chapter's hints, from a nudge to
@@ -13,14 +21,22 @@ close-to-code; open them one at a time with hint("06", n).
 What you have:
 - a block (KVCacheBlock): block_id, ref_cnt, block_hash (None or bytes; set it once, reset_hash() to
   clear it), is_null;
-- self.free_block_queue (your chapter 05 queue's interface): popleft_n, remove, append_n, prepend_n,
-  get_all_free_blocks, num_free_blocks;
-- self.cached_block_hash_to_block: get_one_block(hash), insert(hash, block), pop(hash, block_id);
+- in the pool: self.free_block_queue (your chapter 05 queue's interface): popleft_n, remove, append_n,
+  prepend_n, get_all_free_blocks, num_free_blocks; self.cached_block_hash_to_block: get_one_block(key),
+  insert(key, block), pop(key, block_id); make_block_hash_with_group_id(block_hash, group_id), the key a
+  group's block is cached under (group 0's key is the bare hash);
+- in a FullAttentionManager: self.block_pool, self.block_size, self.req_to_blocks[request_id] (the request's
+  blocks in this group, block i holding tokens i * block_size .. (i + 1) * block_size - 1, append-only),
+  self.num_cached_block[request_id] (how many of them are named in the map; a request has an entry here
+  exactly while it holds blocks: from its admission until free), self.get_cached_blocks(block_hash, group_ids)
+  (one cached block per group, or None if any group misses);
+- in the KVCacheManager: self.coordinator, self.block_pool, self.block_size, self.enable_caching,
+  self.empty_kv_cache_blocks, self.record_prefix_cache_stats(request, num_hit_tokens);
 - a request: request_id, num_tokens, num_computed_tokens, block_hashes (one per full block),
   skip_reading_prefix_cache.
 
 Your pool leaves out two extras of the engine's BlockPool: KV events and hash-collision checks.
-Task 06.7 runs the engine's scheduler on your two classes and, beside it, on the engine's own, over random
+Task 06.7 runs the engine's scheduler on your three classes and, beside it, on the engine's own, over random
 workloads, and compares every step: the contracts below, and nothing else, decide what it sees.
 """
 
@@ -28,29 +44,35 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from nanoengine.core import BlockHash, KVCacheBlock
+from nanoengine.core import BlockHash, KVCacheBlock, KVCacheBlocks
+from nanoengine.core import make_block_hash_with_group_id  # noqa: F401  (a group's key in the pool's map)
 from nanoengine.core import BlockPool as EngineBlockPool
+from nanoengine.core import FullAttentionManager as EngineFullAttentionManager
 from nanoengine.core import KVCacheManager as EngineKVCacheManager
 from nanoengine.request import Request
 
 
 class BlockPool(EngineBlockPool):
-    """Find, touch, cache, free and evict.
+    """Find, touch, cache, free and evict, for every KV cache group of a model (they share one pool).
 
     Invariants after every method: a non-null block is in the free queue iff its ref_cnt is 0; a block has a
     hash iff the map holds it under that hash; the null block is never in the queue and its ref_cnt never
     changes. The free queue's order is the eviction order: head first.
     """
 
-    def get_cached_block(self, block_hash: BlockHash, token_ids: Sequence[int] | None = None) -> KVCacheBlock | None:
-        """Task 06.1: the block cached under block_hash, or None.
+    def get_cached_block(self, block_hash: BlockHash, token_ids: Sequence[int] | None = None,
+                         kv_cache_group_id: int = 0) -> KVCacheBlock | None:
+        """Task 06.1: the block group kv_cache_group_id has cached under block_hash, or None.
 
-        Contract: a lookup only: no ref_cnt, queue or map changes, since the request may be left waiting.
-        token_ids matter only to a pool that checks hash collisions (the engine's, with
-        check_hash_collisions=True); yours leaves that out, and LLM never passes them to a custom pool.
-        (vLLM 0.33: BlockPool.get_cached_block.)
-        Example: after block 3 was cached under h, get_cached_block(h) is block 3 and its ref_cnt is as before;
-        get_cached_block(an unknown hash) is None.
+        Contract: the same tokens have one hash in every group, but each group's block holds other layers'
+        KV, so a group finds only blocks cached for that group, under the key
+        make_block_hash_with_group_id(block_hash, kv_cache_group_id) (group 0: the bare hash). A lookup only:
+        no ref_cnt, queue or map changes, since the request may be left waiting. token_ids matter only to a
+        pool that checks hash collisions (the engine's, with check_hash_collisions=True); yours leaves that out,
+        and LLM never passes them to a custom pool.
+        (vLLM 0.33: BlockPool.get_cached_block, which takes a list of group ids and returns one block per group.)
+        Example: after block 3 was cached under h for group 0, get_cached_block(h) is block 3 and its ref_cnt is
+        as before; get_cached_block(h, kv_cache_group_id=1) is None; so is get_cached_block(an unknown hash).
         """
         raise NotImplementedError
 
@@ -66,15 +88,19 @@ class BlockPool(EngineBlockPool):
         raise NotImplementedError
 
     def cache_full_blocks(self, request: Request, blocks: Sequence[KVCacheBlock], num_cached_blocks: int,
-                          num_full_blocks: int, block_size: int) -> None:
-        """Task 06.5: name blocks[num_cached_blocks:num_full_blocks] by the request's hashes.
+                          num_full_blocks: int, block_size: int, kv_cache_group_id: int = 0) -> None:
+        """Task 06.5: name blocks[num_cached_blocks:num_full_blocks] of group kv_cache_group_id by the
+        request's hashes.
 
-        Contract: afterwards block i of that range has hash request.block_hashes[i] and get_cached_block of
-        that hash finds a block holding it, so a later request with the same prefix hits; the first
-        num_cached_blocks are named already and stay as they are; nothing else changes (no ref_cnt, no queue).
+        Contract: afterwards block i of that range has the hash
+        make_block_hash_with_group_id(request.block_hashes[i], kv_cache_group_id), and
+        get_cached_block(request.block_hashes[i], kv_cache_group_id=that group) finds a block holding it, so a
+        later request with the same prefix hits in that group, and in no other; the first num_cached_blocks are
+        named already and stay as they are; nothing else changes (no ref_cnt, no queue).
         (vLLM 0.33: BlockPool.cache_full_blocks.)
         Example: a request holding blocks [5, 6, 2] with 2 full blocks and num_cached_blocks 1: block 6 gets
-        block_hashes[1]; blocks 5 and 2 are untouched.
+        block_hashes[1] (group 0); blocks 5 and 2 are untouched. The same call with kv_cache_group_id=1 names
+        block 6 make_block_hash_with_group_id(block_hashes[1], 1), which group 0's lookups do not find.
         """
         raise NotImplementedError
 
@@ -109,71 +135,128 @@ class BlockPool(EngineBlockPool):
         raise NotImplementedError
 
 
-class KVCacheManager(EngineKVCacheManager):
-    """The scheduler's view: per request, the list of blocks it holds (self.req_to_blocks[request_id],
-    append-only: block i holds tokens i * block_size .. (i + 1) * block_size - 1) and how many of its leading
-    blocks are named in the cache map (self.num_cached_block[request_id]). A request has an entry in both
-    exactly while it holds blocks: from its admission until free()."""
+class FullAttentionManager(EngineFullAttentionManager):
+    """One full-attention KV cache group's blocks (self.kv_cache_group_id). The coordinator holds one manager
+    per group and calls each; what you do not write here (taking an admitted request's hits, allocating and
+    naming its new blocks) is inherited from the engine's SingleTypeKVCacheManager."""
 
-    def get_computed_blocks(self, request: Request, record_stats: bool = True) -> tuple[list[KVCacheBlock], int]:
+    def find_longest_cache_hit(self, block_hashes: list[BlockHash], max_length: int,
+                               group_ids: list[int]) -> tuple[list[KVCacheBlock], ...]:
+        """Task 06.1b: the longest cached prefix of at most max_length tokens that every group in group_ids
+        can serve: one list of blocks per group id, in group_ids' order, all of one length.
+
+        Contract:
+        - block i counts only if it is cached in every listed group (self.get_cached_blocks(block_hashes[i],
+          group_ids) is not None) and so are blocks 0 .. i - 1: the walk goes from the left and the first
+          miss ends the hit, since every later hash chains through the missing one;
+        - at most max_length // block_size blocks (the caller rounds max_length to whole blocks already);
+        - list k holds group group_ids[k]'s own cached blocks (the pool's objects); nothing changes (no
+          ref_cnt, queue or map).
+        self.use_eagle: leave it be. No engine of this course sets it (LLM has no EAGLE drafter); the engine's
+        FullAttentionManager then drops the last hit block, as chapter 12's SlidingWindowManager does.
+        (vLLM 0.33: FullAttentionManager.find_longest_cache_hit, a classmethod there that also takes the pool
+        and the spec and returns the hit length too.)
+        Example: block size 4, blocks 0, 1 and 3 of a request cached in group 0, block 2 not:
+        find_longest_cache_hit(hashes, 16, [0]) is ([c0, c1],). With blocks 0 and 1 cached in group 1 too but
+        block 1 missing there: find_longest_cache_hit(hashes, 16, [0, 1]) is ([c0], [d0]).
+        find_longest_cache_hit(hashes, 4, [0]) is ([c0],).
+        """
+        raise NotImplementedError
+
+    def get_num_blocks_to_allocate(self, request_id: str, num_tokens: int, new_computed_blocks: list[KVCacheBlock],
+                                   num_computed_tokens: int) -> int:
+        """Task 06.3c: how many free blocks this group must hand the request so that it has slots for its first
+        num_tokens tokens, new_computed_blocks (its cache hit in this group) included. A question only:
+        nothing changes.
+
+        Contract:
+        - the request needs ceil(num_tokens / block_size) blocks in all; the blocks it holds already
+          (self.req_to_blocks) and the hits count towards them; the rest are new blocks, never fewer than 0;
+        - a hit on a free cached block (ref_cnt 0) leaves the free queue when the request takes it: it costs a
+          free block just as a new block does; a hit that another request holds costs nothing;
+        - a running request (one in self.num_cached_block) takes no new hits: only its new blocks count.
+        num_computed_tokens matters only where a window skips tokens (chapter 12); full attention skips none.
+        (vLLM 0.33: SingleTypeKVCacheManager.get_num_blocks_to_allocate.)
+        Example: block size 4, a new 10-token request with 2 hits, one free (ref_cnt 0) and one held: 3 blocks
+        needed, 2 of them hits, so 1 new + 1 free hit = 2. The same request running, holding 3 blocks, at
+        num_tokens 13: 1.
+        """
+        raise NotImplementedError
+
+    def free(self, request_id: str) -> None:
+        """Task 06.2b: release every block the request holds in this group and forget the request.
+
+        Contract: the pool gets the request's blocks back last block first, in one free_blocks call (so its
+        chain's root, shared most, is evicted last); the request has no entry left in req_to_blocks or
+        num_cached_block; freeing a request that holds nothing (never admitted, or freed already) changes
+        nothing. (vLLM 0.33: SingleTypeKVCacheManager.free.)
+        Example: a request holding [5, 6, 2] (all hashed, ref_cnt 1) on an empty queue: afterwards the queue
+        is [2, 6, 5].
+        """
+        raise NotImplementedError
+
+
+class KVCacheManager(EngineKVCacheManager):
+    """The scheduler's view, thin over self.coordinator as in vLLM: every per-group rule is the single-type
+    managers' (your FullAttentionManager for full attention); this class decides when to ask them."""
+
+    def get_computed_blocks(self, request: Request, record_stats: bool = True) -> tuple[KVCacheBlocks, int]:
         """Task 06.1: the longest cached prefix of a waiting request: (its blocks, the tokens they cover).
 
         Contract:
-        - the hit is the longest run of the request's leading full blocks that the pool has cached, block 0
-          first: block i counts only if blocks 0 .. i - 1 do (a hash chains through all before it);
-        - it never covers the request's last token, whose logits give the next token: at most
-          (num_tokens - 1) // block_size blocks; the tokens covered are the hit blocks' tokens, whole blocks;
+        - the hit is what self.coordinator.find_longest_cache_hit(request.block_hashes, max_length) finds: one
+          list per KV cache group, returned as KVCacheBlocks, and its length in tokens;
+        - it never covers the request's last token, whose logits give the next token: max_length is
+          num_tokens - 1 rounded down to whole blocks;
         - nothing changes: no ref_cnt, queue or map (the request may be left waiting);
-        - no hit with prefix caching off (self.enable_caching False), nor for a request that skips reading the
-          cache (request.skip_reading_prefix_cache: it wants prompt logprobs, which need every position);
-        - the lookup is counted once in the prefix-cache stats when record_stats is true, never when false
-          (self.record_prefix_cache_stats(request, num_hit_tokens) counts one; a scheduler that may hold the
-          request back counts it at admission instead).
-        (vLLM 0.33: KVCacheManager.get_computed_blocks, FullAttentionManager.find_longest_cache_hit.)
-        Example: block size 4, blocks 0 and 2 of a 13-token request cached, block 1 not: ([block 0], 4).
-        All three cached and 12 tokens: ([block 0, block 1], 8), since block 2 holds the last token.
+        - no hit (self.empty_kv_cache_blocks, 0) with prefix caching off (self.enable_caching False), nor for a
+          request that skips reading the cache (request.skip_reading_prefix_cache: it wants prompt logprobs,
+          which need every position), and then nothing is counted;
+        - otherwise the lookup is counted once in the prefix-cache stats when record_stats is true, never when
+          false (self.record_prefix_cache_stats(request, num_hit_tokens) counts one; a scheduler that may hold
+          the request back counts it at admission instead).
+        (vLLM 0.33: KVCacheManager.get_computed_blocks, which returns a third value for hybrid models and leaves
+        all counting to the scheduler.)
+        Example: block size 4, blocks 0 and 2 of a 13-token request cached, block 1 not: blocks ([block 0],), 4
+        tokens. All three cached and 12 tokens: ([block 0, block 1],), 8 tokens, since block 2 holds the last
+        token.
         """
         raise NotImplementedError
 
     def allocate_slots(self, request: Request, num_new_tokens: int, num_new_computed_tokens: int = 0,
-                       new_computed_blocks: list[KVCacheBlock] | None = None, num_lookahead_tokens: int = 0,
-                       full_sequence_must_fit: bool = False) -> list[KVCacheBlock] | None:
-        """Task 06.3: make room for num_new_tokens more tokens; return the newly allocated blocks, or None.
+                       new_computed_blocks: KVCacheBlocks | None = None, num_lookahead_tokens: int = 0,
+                       full_sequence_must_fit: bool = False) -> KVCacheBlocks | None:
+        """Task 06.3: make room for num_new_tokens more tokens in every group; return the newly allocated
+        blocks (KVCacheBlocks, one list per group), or None.
 
         The request's tokens: | computed | new computed (the cache hit) | new | lookahead |.
         Contract:
         - afterwards the request holds exactly ceil((computed + new computed + new + lookahead) / block_size)
-          blocks (never fewer than it held): its list, the hit blocks (new_computed_blocks) first when it is
-          admitted, then new blocks from the pool; the return value is the new blocks alone, in list order;
+          entries in every group (never fewer than it held): when it is admitted its hit blocks first
+          (new_computed_blocks.blocks[g] in group g), then new blocks from the pool; the return value holds
+          the new blocks alone;
         - the hits are in use from now on: each holds one more reference, and a free one has left the queue;
-        - all or nothing: a hit at ref_cnt 0 costs a free block just as a new block does; when the free blocks
-          cannot cover both, return None and change nothing at all;
-        - with full_sequence_must_fit, the same holds for the request's whole sequence first: unless the blocks
-          for all request.num_tokens tokens (hits counted as above) fit in the free blocks now, return None and
-          change nothing. This is the scheduler's admission gate: it admits a request only if its whole prompt
-          fits, so that it is not preempted halfway through its prefill and readmitted over and over;
+        - all or nothing: the free blocks needed, hits at ref_cnt 0 included, are what
+          self.coordinator.get_num_blocks_to_allocate(request_id, num_tokens, hits, num_computed) says, summed
+          over the groups; when self.block_pool.get_num_free_blocks() cannot cover them, return None and change
+          nothing at all;
+        - with full_sequence_must_fit, the same holds for the request's whole sequence first, hits counted the
+          same way: unless the blocks for all request.num_tokens tokens fit in the free blocks now, return None
+          and change nothing. This is the scheduler's admission gate: it admits a request only if its whole
+          prompt fits, so that it is not preempted halfway through its prefill and readmitted over and over;
+        - blocks that a sliding window has left behind are given back (self.coordinator.remove_skipped_blocks)
+          before the room is counted, so they can serve this step (nothing, for full attention alone);
         - with caching on, every block that is full once the computed, new computed and new tokens are in
-          (never counting past request.num_tokens) is named in the cache map, and num_cached_block says how
-          many; with caching off nothing is named;
-        - cache hits come only with the admission (the request holds no blocks yet).
+          (never counting past request.num_tokens) is named in the cache map; with caching off none is.
+        The coordinator does each step for every group (allocate_new_computed_blocks, allocate_new_blocks,
+        cache_blocks, remove_skipped_blocks): this method decides which, in what order, and when to stop.
         (vLLM 0.33: KVCacheManager.allocate_slots.)
         Example: block size 4, 5 free blocks, a new 10-token request with a 4-token hit on a free cached block:
-        allocate_slots(r, 6, 4, [hit]) takes the hit out of the queue and returns 2 new blocks; the request
-        holds [hit, new, new], and 2 blocks are named. With 2 free blocks it returns None: 2 new + 1 free hit.
-        With 3 free blocks, allocate_slots(r, 2, 4, [hit]) grants 1 new block (2 in all with the hit), but with
-        full_sequence_must_fit=True it returns None: the whole 10 tokens need 3 blocks plus the free hit.
-        """
-        raise NotImplementedError
-
-    def free(self, request: Request) -> None:
-        """Task 06.2b: release every block the request holds and forget the request.
-
-        Contract: the pool gets the request's blocks back last block first (so its chain's root, shared most,
-        is evicted last), the request has no entry left in req_to_blocks or num_cached_block, and freeing a
-        request that holds nothing (never admitted, or freed already) changes nothing.
-        (vLLM 0.33: KVCacheManager.free and SingleTypeKVCacheManager.free.)
-        Example: a request holding [5, 6, 2] (all hashed, ref_cnt 1) on an empty queue: afterwards the queue
-        is [2, 6, 5].
+        allocate_slots(r, 6, 4, hit) takes the hit out of the queue and returns KVCacheBlocks(([new, new],));
+        the request holds [hit, new, new], and 2 blocks are named. With 2 free blocks it returns None: 2 new +
+        1 free hit. Still with 2 free blocks, allocate_slots(r, 2, 4, hit) grants 1 new block (2 in all with the
+        hit), but with full_sequence_must_fit=True it returns None: the whole 10 tokens need 2 new blocks plus
+        the free hit, 3 free blocks.
         """
         raise NotImplementedError
 

@@ -21,6 +21,12 @@ Your Scheduler subclasses the engine's, so the bookkeeping is there to reuse and
 | `self.make_output(num_scheduled, new_blocks, new_reqs, preempted)` | packages the step |
 
 A request has `request_id`, `num_tokens`, `num_computed_tokens`, `priority` and `arrival_time`.
+
+get_computed_blocks returns (the hit as a KVCacheBlocks, its length in tokens); allocate_slots returns the new
+blocks as a KVCacheBlocks, or None. A `KVCacheBlocks` (vLLM's name) holds one list of blocks per KV cache group,
+`.blocks[g]`; `get_block_ids()` gives one list of ids per group, a tuple (a one-group model's reads `([3, 4],)`).
+Your scheduler passes these along without looking inside, so it serves a model with several groups too: chapter
+12's windowed models.
 """
 
 from __future__ import annotations
@@ -79,9 +85,10 @@ class Scheduler(EngineScheduler):
           default); its lookup is get_computed_blocks(request, record_stats=False), counted once by admit().
           The first request that does not get in ends admission.
         - Output: num_scheduled maps each planned request id to its tokens (running ones in order, then
-          admitted ones); new_blocks maps each planned running request to the block_id of each block
-          allocate_slots just gave it (a list, in the order given); new_reqs lists admit()'s results;
-          preempted lists the victims.
+          admitted ones); new_blocks maps each planned running request to get_block_ids() of the KVCacheBlocks
+          allocate_slots just gave it: a tuple with one list of block ids per KV cache group, in the order
+          given, as vLLM's scheduler sends them (([],) when a one-group request got no new block);
+          new_reqs lists admit()'s results; preempted lists the victims.
 
         Example: budget 64, no threshold, a decoding (1 token) and b waiting with a 150-token prompt that
         fits: the step plans {a: 1, b: 63}; the next plans {a: 1, b: 63}; then {a: 1, b: 24}.

@@ -125,21 +125,33 @@ def scheduler_config(cfg: dict) -> SchedulerConfig:
                            long_prefill_token_threshold=cfg["threshold"])
 
 
+def per_group(block_ids: Any) -> Any:
+    """Block ids per KV cache group, as a tuple of lists (what vLLM's KVCacheBlocks.get_block_ids() returns), so a
+    tuple and a list of the same groups compare equal; anything else (a bare list of ints, None) is kept as it is,
+    so a part that sends one list where the engine sends one per group shows as a difference."""
+    if isinstance(block_ids, (list, tuple)) and block_ids and all(isinstance(g, (list, tuple)) for g in block_ids):
+        return tuple(list(g) for g in block_ids)
+    return block_ids
+
+
 def _observe(scheduler: Scheduler, so, finished) -> dict[str, Any]:
-    """Everything a step shows of a scheduler and its KV cache manager, each named for a failure message."""
+    """Everything a step shows of a scheduler and its KV cache manager, each named for a failure message.
+    Block ids are per KV cache group (a one-group model's read ([3, 4],)), as the scheduler sends them."""
     kv = scheduler.kv_cache_manager
     stats = kv.make_prefix_cache_stats()
+    cached = so.scheduled_cached_reqs
     return {
         "the requests preempted": sorted(so.preempted_req_ids),
         "the requests admitted (with the prompt tokens that were cache hits)":
             [(d.req_id, d.num_computed_tokens) for d in so.scheduled_new_reqs],
         "the tokens scheduled, in order (request, tokens)": list(so.num_scheduled_tokens.items()),
-        "the new block ids of the running requests": list(zip(so.scheduled_cached_reqs.req_ids,
-                                                              so.scheduled_cached_reqs.new_block_ids)),
+        "the new block ids of the running requests, per KV cache group":
+            [(r, per_group(ids)) for r, ids in zip(cached.req_ids, cached.new_block_ids)],
         "the requests that finished, with why": sorted((r.request_id, r.status.name) for r in finished),
         "the running list, in order": [r.request_id for r in scheduler.running],
         "the waiting queue, in order": [r.request_id for r in scheduler.waiting],
-        "each request's blocks": {r: kv.get_block_ids(r) for r in sorted(scheduler.requests)},
+        "each request's blocks, per KV cache group":
+            {r: per_group(kv.get_block_ids(r)) for r in sorted(scheduler.requests)},
         "the free queue, head to tail": [b.block_id for b in kv.block_pool.free_block_queue.get_all_free_blocks()],
         "the prefix-cache stats (lookups, tokens queried, tokens hit, readmissions)":
             stats and (stats.requests, stats.queries, stats.hits, stats.preempted_requests),

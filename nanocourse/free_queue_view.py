@@ -91,13 +91,14 @@ class FreeQueueLab:
         before = self.free_order()
         position = {block.block_id: i for i, block in enumerate(before)}
         hashed = {block.block_id for block in before if block.block_hash is not None}
-        hits, num_hit_tokens = self.manager.get_computed_blocks(request)
-        new = self.manager.allocate_slots(request, request.num_tokens - num_hit_tokens, num_hit_tokens, hits)
+        computed, num_hit_tokens = self.manager.get_computed_blocks(request)
+        new = self.manager.allocate_slots(request, request.num_tokens - num_hit_tokens, num_hit_tokens, computed)
         label = f"{name} ({request.num_tokens} tokens)"
         if new is None:
             return self._record(Event(label, refused=True))
         self.running[name] = request
-        popped = tuple(block.block_id for block in new)
+        hits = computed.blocks[0]  # KVCacheBlocks: one list per KV cache group, and this model has one
+        popped = tuple(block.block_id for block in new.blocks[0])
         return self._record(Event(
             label, popped=popped, evicted=tuple(i for i in popped if i in hashed),
             pulled=tuple((b.block_id, position[b.block_id]) for b in hits if b.block_id in position),
@@ -141,7 +142,7 @@ class FreeQueueLab:
         lines = [self.events[-1].describe() if self.events else "no action yet",
                  f"queue head -> tail ({len(queue)} free, * = hashed): {starred(queue)}"]
         for name in self.running:
-            blocks = self.manager.get_blocks(name)
+            blocks = self.manager.get_blocks(name).blocks[0]
             lines.append(f"held by {name}: blocks {[b.block_id for b in blocks]} ref_cnt {[b.ref_cnt for b in blocks]}")
         return "\n".join(lines)
 
@@ -180,7 +181,7 @@ def held_html(lab: FreeQueueLab) -> str:
     event = lab.events[-1] if lab.events else Event("")
     taken = set(event.popped + event.shared) | {i for i, _ in event.pulled}
     rows = [f"<div style='font:12px sans-serif'>held by <b>{html.escape(name)}</b> "
-            + "".join(chip_html(b, b.block_id in taken) for b in lab.manager.get_blocks(name)) + "</div>"
+            + "".join(chip_html(b, b.block_id in taken) for b in lab.manager.get_blocks(name).blocks[0]) + "</div>"
             for name in lab.running]
     return "".join(rows) or "<div style='font:12px sans-serif'>no request holds a block</div>"
 

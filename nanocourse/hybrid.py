@@ -52,8 +52,8 @@ class WindowTableView:
     """One request on the tiny hybrid model, step by step: each KV cache group's block table.
 
     `step()`, `reset()` and the buttons drive it; `text()` is the same picture in plain text. The
-    tables are the manager's own lists (`kv_cache_manager.managers[g].req_to_blocks`), so a freed
-    block is the null block there; the model runner's table keeps the old id, which no query reads.
+    tables are the group managers' own lists (`kv_cache_manager.coordinator.single_type_managers[g].req_to_blocks`),
+    so a freed block is the null block there; the model runner's table keeps the old id, which no query reads.
     """
 
     def __init__(self, window: int = 8, block_size: int = 4, prompt_tokens: int = 10, max_tokens: int = 22):
@@ -93,8 +93,8 @@ class WindowTableView:
 
     def rows(self) -> list[list[int]]:
         """Each group's block ids for the request (0: the null block)."""
-        kv = self.llm.engine.kv_cache_manager
-        return [[b.block_id for b in m.req_to_blocks.get(self.req_id, [])] for m in kv.managers]
+        managers = self.llm.engine.kv_cache_manager.coordinator.single_type_managers
+        return [[b.block_id for b in m.req_to_blocks.get(self.req_id, [])] for m in managers]
 
     def computed(self) -> int:
         request = self.llm.engine.scheduler.requests.get(self.req_id)
@@ -160,7 +160,8 @@ def block_trace(llm: LLM, prompt: Sequence[int], max_tokens: int) -> list[TraceP
         request = engine.scheduler.requests.get(req_id)
         if request is None:
             break
-        full, sliding = (sum(not b.is_null for b in m.req_to_blocks[req_id]) for m in kv.managers[:2])
+        full, sliding = (sum(not b.is_null for b in m.req_to_blocks[req_id])
+                         for m in kv.coordinator.single_type_managers[:2])
         points.append(TracePoint(request.num_tokens, full, sliding, pool.num_gpu_blocks - 1 - pool.get_num_free_blocks()))
     return points
 
@@ -205,9 +206,10 @@ def cache_blocks_at(pool: BlockPool, group_id: int, indices: Iterable[int], bloc
 
 
 def traced_hit(coordinator: HybridKVCacheCoordinator, block_hashes: Sequence[BlockHash], max_length: int):
-    """coordinator.find_longest_cache_hit, with every search it makes: (group ids, max tokens in, tokens out)."""
+    """coordinator.find_longest_cache_hit, with every search it makes: (hit blocks, one list per group; hit
+    tokens; the searches as (group ids, max tokens in, tokens out))."""
     calls = []
-    for manager in coordinator.managers:
+    for manager in coordinator.single_type_managers:
         search = manager.find_longest_cache_hit
 
         def traced(hashes, length, group_ids, search=search):
@@ -219,6 +221,6 @@ def traced_hit(coordinator: HybridKVCacheCoordinator, block_hashes: Sequence[Blo
     try:
         hits, length = coordinator.find_longest_cache_hit(list(block_hashes), max_length)
     finally:
-        for manager in coordinator.managers:
+        for manager in coordinator.single_type_managers:
             del manager.find_longest_cache_hit
     return hits, length, calls

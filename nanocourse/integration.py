@@ -100,7 +100,9 @@ def with_mistake(part: Part, mistake: str) -> dict:
     source = (SOURCES["solutions"] / f"{part.module}.py").read_text()
     module = ModuleType(f"mistake_{part.module}")
     exec(compile(source.replace(old, new, 1), f"{part.module}.py (with: {mistake})", "exec"), module.__dict__)
-    return {part.argument: getattr(module, part.name)}
+    # A part whose classes go in together (chapter 06's KVCacheManager and FullAttentionManager) brings them all.
+    return {part.argument: getattr(module, part.name),
+            **{argument: getattr(module, name) for name, argument in getattr(part, "also", ())}}
 
 
 def part_diff(engines: dict[str, dict], model: LlamaForCausalLM | None = None) -> str:

@@ -26,7 +26,6 @@ from nanoengine.core import (
     BlockPool,
     BlockRemoved,
     FreeKVCacheBlockQueue,
-    HybridKVCacheManager,
     KVCacheBlock,
     KVCacheManager,
     get_request_block_hasher,
@@ -96,7 +95,7 @@ def replay_hit_rate(prompts: Sequence[Sequence[int]], pool: BlockPool, block_siz
                     max_tokens: int = 4, max_num_seqs: int = 4,
                     groups: Sequence[KVCacheGroupSpec] | None = None) -> float:
     """Serve prompts through the engine's Scheduler and KVCacheManager with the model left out
-    (a HybridKVCacheManager when groups, a hybrid model's KV cache groups, are given).
+    (one single-type manager per group when groups, a hybrid model's KV cache groups, are given).
 
     Every prompt is queued at once, at most max_num_seqs run together (LLM.generate does the same),
     and each decodes exactly max_tokens tokens. The sampled ids are a fixed stand-in: lookups only
@@ -105,7 +104,7 @@ def replay_hit_rate(prompts: Sequence[Sequence[int]], pool: BlockPool, block_siz
     Returns the prefix-cache hit rate in tokens, as EngineStats counts it; raises ValueError when
     a prompt cannot fit in the pool at all.
     """
-    manager = HybridKVCacheManager(block_size, pool, groups) if groups else KVCacheManager(block_size, pool)
+    manager = KVCacheManager(block_size, pool, kv_cache_groups=tuple(groups)) if groups else KVCacheManager(block_size, pool)
     scheduler = Scheduler(SchedulerConfig(max_num_seqs=max_num_seqs), manager)
     hasher = get_request_block_hasher(block_size)
     params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
@@ -139,9 +138,11 @@ def block_views(manager: KVCacheManager, evicted: Iterable[int] = ()) -> list[Bl
     pool, evicted = manager.block_pool, set(evicted)
     position = {block_id: i for i, block_id in enumerate(free_queue_ids(pool))}
     owners: dict[int, list[str]] = {}
-    for req_id, blocks in sorted(manager.req_to_blocks.items()):
-        for block in blocks:
-            owners.setdefault(block.block_id, []).append(req_id)
+    for group in manager.coordinator.single_type_managers:  # one per KV cache group
+        for req_id, blocks in sorted(group.req_to_blocks.items()):
+            for block in blocks:
+                if req_id not in owners.setdefault(block.block_id, []):
+                    owners[block.block_id].append(req_id)
     return [BlockView(b.block_id, b.ref_cnt, short_hash(b.block_hash), position.get(b.block_id),
                       tuple(owners.get(b.block_id, ())), b.block_id in evicted, b.is_null)
             for b in pool.blocks]
@@ -262,13 +263,13 @@ class EvictionTimeline:
         request = Request(name, list(tokens), SamplingParams(max_tokens=1), block_hasher=self.hasher)
         self.scheduler.add_request(request)
         self.scheduler.schedule()
-        ids = self.manager.get_block_ids(name)
+        ids = self.manager.get_block_ids(name)[0]  # the one KV cache group's ids
         hits = request.num_cached_tokens // self.block_size
         reused = f"reuses blocks {ids[:hits]} from the cache" if hits else "finds nothing cached"
         return f"{name} ({request.num_tokens} tokens) {reused} and takes {ids[hits:]} from the free queue's head."
 
     def _finish(self, name: str) -> str:
-        ids = self.manager.get_block_ids(name)
+        ids = self.manager.get_block_ids(name)[0]  # the one KV cache group's ids
         self.scheduler.finish_requests([name], RequestStatus.FINISHED_STOPPED)
         return f"{name} finishes; its blocks {ids} are freed as {ids[::-1]} (last first)."
 

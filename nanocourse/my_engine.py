@@ -41,6 +41,7 @@ class Part:
     name: str  # the class or function in that module
     argument: str  # the LLM(...) keyword its seam is
     instantiate: bool = False  # pass an instance (an attention backend) rather than the class
+    also: tuple[tuple[str, str], ...] = ()  # more (name, LLM keyword) pairs of the same module that go in with it
 
 
 PARTS = (
@@ -49,7 +50,10 @@ PARTS = (
     Part("04", "block hash", "ch04_hash_chains", "hash_block_tokens", "hash_block_tokens"),
     Part("05", "free-block queue", "ch05_free_queue", "FreeKVCacheBlockQueue", "free_queue_cls"),
     Part("06", "block pool", "ch06_prefix_caching", "BlockPool", "block_pool"),
-    Part("06", "KV cache manager", "ch06_prefix_caching", "KVCacheManager", "kv_cache_manager_cls"),
+    # vLLM's split: the KV cache manager is thin over one single-type manager per KV cache group; chapter 06's
+    # learner writes both it and the full-attention one, and they go into the engine together.
+    Part("06", "KV cache manager", "ch06_prefix_caching", "KVCacheManager", "kv_cache_manager_cls",
+         also=(("FullAttentionManager", "full_attention_manager_cls"),)),
     Part("07", "scheduler", "ch07_scheduler", "Scheduler", "scheduler_cls"),
 )
 
@@ -190,7 +194,9 @@ def part_status(part: Part, source: str = "exercises", use_kernels: bool = False
     if source == "solutions":
         finished, why = True, "the worked solution"
     elif left := stubs_left(part.module):
-        left.sort(key=lambda name: not name.startswith(part.name))  # this part's own stubs first
+        own = [part.name, *(name for name, _ in part.also)]
+        # This part's own stubs first, its main class's before the classes that go in with it.
+        left.sort(key=lambda stub: next((i for i, name in enumerate(own) if stub.startswith(f"{name}.")), len(own)))
         return PartStatus(part, False, False, f"stubs left: {', '.join(left[:3])}{' …' if len(left) > 3 else ''}")
     else:
         card = chapter_grade(part.chapter)
@@ -217,6 +223,8 @@ def my_parts(statuses: list[PartStatus], source: str = "exercises") -> dict[str,
                 loaded[part.module] = load_exercise(part.module, SOURCES[source])
             obj = getattr(loaded[part.module], part.name)
             kwargs[part.argument] = obj() if part.instantiate else obj
+            for name, argument in part.also:
+                kwargs[argument] = getattr(loaded[part.module], name)
     return kwargs
 
 

@@ -62,9 +62,11 @@ class BlockState:
 def block_states(manager: KVCacheManager) -> list[BlockState]:
     """Every block of manager's pool, in block-id order, read from the live objects."""
     owners: dict[int, list[str]] = {}
-    for req_id, blocks in manager.req_to_blocks.items():
-        for block in blocks:
-            owners.setdefault(block.block_id, []).append(req_id)
+    for group in manager.coordinator.single_type_managers:  # one per KV cache group; one for a full-attention model
+        for req_id, blocks in group.req_to_blocks.items():
+            for block in blocks:
+                if req_id not in owners.setdefault(block.block_id, []):
+                    owners[block.block_id].append(req_id)
     return [
         BlockState(b.block_id, b.ref_cnt, b.block_hash is not None, tuple(sorted(owners.get(b.block_id, ()), key=_id_order)),
                    b.is_null)
@@ -127,9 +129,10 @@ def block_table_lines(engine) -> list[str]:
     lines = []
     for req_id in sorted(engine.scheduler.requests, key=_id_order):
         request = engine.scheduler.requests[req_id]
-        table = manager.get_block_ids(req_id)
+        per_group = manager.get_block_ids(req_id)  # one list per KV cache group
+        table = per_group[0] if len(per_group) == 1 else per_group
         computed = request.num_computed_tokens
-        waste = len(table) * size - computed
+        waste = len(per_group[0]) * size - computed
         lines.append(f"req {req_id:>3} {request.status.name.lower():8} {computed:4d}/{request.num_tokens:<4d} tokens "
                      f"in KV, blocks {table}, {waste} empty slots")
     return lines

@@ -309,7 +309,7 @@ def block_rows(prompts: Sequence[Sequence[int]], block_size: int = 16) -> list[R
     for i, ids in enumerate(prompts):
         req = Request(str(i), list(ids), block_hasher=hasher)
         hit_blocks, hit = kv.get_computed_blocks(req)
-        num_hit, num_full = len(hit_blocks), len(req.block_hashes)
+        num_hit, num_full = len(hit_blocks.blocks[0]), len(req.block_hashes)
         statuses = [HIT] * num_hit + [NEW] * (num_full - num_hit) + [PARTIAL] * (len(ids) % block_size > 0)
         # A cached block right after the hit means the num_tokens - 1 cap, not a miss, ended the walk.
         if num_hit < num_full and kv.block_pool.get_cached_block(req.block_hashes[num_hit]):

@@ -1,11 +1,13 @@
-"""Chapter 06 solutions: the block pool and the KV cache manager of the prefix cache."""
+"""Chapter 06 solutions: the block pool, the full-attention manager and the KV cache manager of the prefix cache."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from nanoengine.core import BlockHash, KVCacheBlock
+from nanoengine.core import BlockHash, KVCacheBlock, KVCacheBlocks
+from nanoengine.core import make_block_hash_with_group_id
 from nanoengine.core import BlockPool as EngineBlockPool
+from nanoengine.core import FullAttentionManager as EngineFullAttentionManager
 from nanoengine.core import KVCacheManager as EngineKVCacheManager
 from nanoengine.request import Request
 
@@ -13,9 +15,10 @@ from nanoengine.request import Request
 class BlockPool(EngineBlockPool):
     """Tasks 06.1, 06.2, 06.4b, 06.5: find, touch, cache, free and evict (no events, no collision checks)."""
 
-    def get_cached_block(self, block_hash: BlockHash, token_ids: Sequence[int] | None = None) -> KVCacheBlock | None:
+    def get_cached_block(self, block_hash: BlockHash, token_ids: Sequence[int] | None = None,
+                         kv_cache_group_id: int = 0) -> KVCacheBlock | None:
         # token_ids are ignored: this pool leaves hash-collision checks to the engine's BlockPool.
-        return self.cached_block_hash_to_block.get_one_block(block_hash)
+        return self.cached_block_hash_to_block.get_one_block(make_block_hash_with_group_id(block_hash, kv_cache_group_id))
 
     def touch(self, blocks: Iterable[KVCacheBlock]) -> None:
         for block in blocks:
@@ -26,10 +29,12 @@ class BlockPool(EngineBlockPool):
             block.ref_cnt += 1
 
     def cache_full_blocks(self, request: Request, blocks: Sequence[KVCacheBlock], num_cached_blocks: int,
-                          num_full_blocks: int, block_size: int) -> None:
+                          num_full_blocks: int, block_size: int, kv_cache_group_id: int = 0) -> None:
         for i in range(num_cached_blocks, num_full_blocks):
-            blocks[i].block_hash = request.block_hashes[i]
-            self.cached_block_hash_to_block.insert(request.block_hashes[i], blocks[i])
+            # Each group's block holds other layers' KV: the key says which group it serves.
+            key = make_block_hash_with_group_id(request.block_hashes[i], kv_cache_group_id)
+            blocks[i].block_hash = key
+            self.cached_block_hash_to_block.insert(key, blocks[i])
 
     def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock]) -> None:
         blocks = [block for block in ordered_blocks if not block.is_null]
@@ -56,57 +61,72 @@ class BlockPool(EngineBlockPool):
         return blocks
 
 
-class KVCacheManager(EngineKVCacheManager):
-    """Tasks 06.1, 06.2b, 06.3: look up, allocate all or nothing, free last block first."""
+class FullAttentionManager(EngineFullAttentionManager):
+    """Tasks 06.1b, 06.2b, 06.3c: one full-attention KV cache group's blocks: its hits, its cost, its release."""
 
-    def get_computed_blocks(self, request: Request, record_stats: bool = True) -> tuple[list[KVCacheBlock], int]:
+    def find_longest_cache_hit(self, block_hashes: list[BlockHash], max_length: int,
+                               group_ids: list[int]) -> tuple[list[KVCacheBlock], ...]:
+        hits: tuple[list[KVCacheBlock], ...] = tuple([] for _ in group_ids)
+        for block_hash in block_hashes[: max_length // self.block_size]:
+            blocks = self.get_cached_blocks(block_hash, group_ids)
+            if blocks is None:
+                break  # every later hash chains through this one
+            for hit, block in zip(hits, blocks):
+                hit.append(block)
+        return hits
+
+    def get_num_blocks_to_allocate(self, request_id: str, num_tokens: int, new_computed_blocks: list[KVCacheBlock],
+                                   num_computed_tokens: int) -> int:
+        num_required = -(-num_tokens // self.block_size)
+        num_held = len(self.req_to_blocks.get(request_id, ()))
+        if request_id in self.num_cached_block:  # running: it takes no new hits
+            return max(num_required - num_held, 0)
+        num_new = max(num_required - num_held - len(new_computed_blocks), 0)
+        # A hit on a free cached block leaves the free queue when touched: it costs a free block too.
+        return num_new + sum(block.ref_cnt == 0 for block in new_computed_blocks)
+
+    def free(self, request_id: str) -> None:
+        blocks = self.req_to_blocks.pop(request_id, [])
+        self.num_cached_block.pop(request_id, None)
+        self.block_pool.free_blocks(reversed(blocks))  # the root last: it is evicted last
+
+
+class KVCacheManager(EngineKVCacheManager):
+    """Tasks 06.1, 06.3, 06.3b: the thin top over the coordinator: look up, then allocate all or nothing."""
+
+    def get_computed_blocks(self, request: Request, record_stats: bool = True) -> tuple[KVCacheBlocks, int]:
         # A request that wants prompt logprobs needs every prompt position's logits: a hit would skip them.
         if not self.enable_caching or request.skip_reading_prefix_cache:
-            return [], 0
-        hits = []
+            return self.empty_kv_cache_blocks, 0
         # The last token is computed again for its logits, so the hit stops one token short.
-        for block_hash in request.block_hashes[: (request.num_tokens - 1) // self.block_size]:
-            block = self.block_pool.get_cached_block(block_hash)
-            if block is None:
-                break  # every later hash chains through this one
-            hits.append(block)
-        num_hit_tokens = len(hits) * self.block_size
+        max_length = (request.num_tokens - 1) // self.block_size * self.block_size
+        hits, num_hit_tokens = self.coordinator.find_longest_cache_hit(request.block_hashes, max_length)
         if record_stats:
             self.record_prefix_cache_stats(request, num_hit_tokens)
-        return hits, num_hit_tokens
+        return KVCacheBlocks(hits), num_hit_tokens
 
     def allocate_slots(self, request: Request, num_new_tokens: int, num_new_computed_tokens: int = 0,
-                       new_computed_blocks: list[KVCacheBlock] | None = None, num_lookahead_tokens: int = 0,
-                       full_sequence_must_fit: bool = False) -> list[KVCacheBlock] | None:
-        hits = new_computed_blocks or []
-        held = len(self.req_to_blocks.get(request.request_id, ()))
-
-        def fits(num_tokens: int) -> tuple[bool, int]:
-            num_new = max(-(-num_tokens // self.block_size) - held - len(hits), 0)
-            # A hit on a free cached block takes it out of the free queue: it costs a free block too.
-            return num_new + sum(block.ref_cnt == 0 for block in hits) <= self.block_pool.get_num_free_blocks(), num_new
-
-        if full_sequence_must_fit and not fits(request.num_tokens)[0]:
-            return None
+                       new_computed_blocks: KVCacheBlocks | None = None, num_lookahead_tokens: int = 0,
+                       full_sequence_must_fit: bool = False) -> KVCacheBlocks | None:
+        request_id = request.request_id
+        hits = (new_computed_blocks or self.empty_kv_cache_blocks).blocks
         num_computed = request.num_computed_tokens + num_new_computed_tokens
-        room, num_new = fits(num_computed + num_new_tokens + num_lookahead_tokens)
-        if not room:
-            return None
-        held = self.req_to_blocks.setdefault(request.request_id, [])
-        if request.request_id not in self.num_cached_block:
-            self.block_pool.touch(hits)
-            held.extend(hits)
-            self.num_cached_block[request.request_id] = len(hits)
-        new_blocks = self.block_pool.get_new_blocks(num_new)
-        held.extend(new_blocks)
-        if self.enable_caching:
-            self.cache_blocks(request, min(num_computed + num_new_tokens, request.num_tokens))
-        return new_blocks
 
-    def free(self, request: Request) -> None:
-        blocks = self.req_to_blocks.pop(request.request_id, [])
-        self.num_cached_block.pop(request.request_id, None)
-        self.block_pool.free_blocks(reversed(blocks))  # the root last: it is evicted last
+        def fits(num_tokens: int) -> bool:
+            needed = self.coordinator.get_num_blocks_to_allocate(request_id, num_tokens, hits, num_computed)
+            return needed <= self.block_pool.get_num_free_blocks()
+
+        if full_sequence_must_fit and not fits(request.num_tokens):
+            return None
+        self.coordinator.remove_skipped_blocks(request_id, num_computed)
+        num_tokens_need_slot = num_computed + num_new_tokens + num_lookahead_tokens
+        if not fits(num_tokens_need_slot):
+            return None
+        self.coordinator.allocate_new_computed_blocks(request_id, hits, num_computed)
+        new_blocks = self.coordinator.allocate_new_blocks(request_id, num_tokens_need_slot)
+        if self.enable_caching:
+            self.coordinator.cache_blocks(request, min(num_computed + num_new_tokens, request.num_tokens))
+        return KVCacheBlocks(new_blocks)
 
 
 def eviction_order(pool: EngineBlockPool, num_blocks: int) -> list[int]:

@@ -34,7 +34,7 @@ class Scheduler(EngineScheduler):
         threshold = self.long_prefill_threshold()  # 0 while one request is alone: nobody to starve
         kv = self.kv_cache_manager
         num_scheduled: dict[str, int] = {}
-        new_blocks: dict[str, list[int]] = {}
+        new_blocks: dict[str, tuple[list[int], ...]] = {}
         preempted: list[Request] = []
 
         # Running requests first: they hold blocks already, and stalling them wastes those blocks.
@@ -62,7 +62,7 @@ class Scheduler(EngineScheduler):
                     continue  # it preempted itself: the higher-ranked requests after it may still fit
                 break
             num_scheduled[request.request_id] = n
-            new_blocks[request.request_id] = [b.block_id for b in blocks]
+            new_blocks[request.request_id] = blocks.get_block_ids()  # one list of ids per KV cache group
             budget -= n
             i += 1
 

@@ -27,7 +27,7 @@ def _engine_num_blocks(num_tokens, block_size):
     """What the engine's KVCacheManager really allocates for a request of num_tokens."""
     manager = KVCacheManager(block_size, num_tokens // block_size + 2, enable_caching=False)
     manager.allocate_slots(Request("r", [0] * num_tokens), num_tokens)
-    return len(manager.get_block_ids("r"))
+    return len(manager.get_block_ids("r")[0])  # one list per KV cache group; this model has one
 
 
 def _engine_slot_mapping(block_table, start_pos, num_tokens, block_size):

@@ -1,10 +1,10 @@
-"""Chapter 06 graded tasks: your BlockPool and KVCacheManager. Run with `make grade CH=06`.
+"""Chapter 06 graded tasks: your BlockPool, FullAttentionManager and KVCacheManager. Run with `make grade CH=06`.
 
 Each task calls one of your methods on a pool or manager that the engine itself brought into a known
 state. For that call the object becomes an instance of your class in which every other seam method is
 the engine's, so a task fails only for the method it names, while helpers you add to your class (and
-super()) still work. The expected values were worked out by hand. The last task runs the whole engine
-on your two classes.
+super()) still work. The expected values were worked out by hand. The last two tasks run the whole engine
+on your three classes.
 """
 
 import contextlib
@@ -16,7 +16,9 @@ from hypothesis import HealthCheck, given, settings
 
 from nanoengine import LLM, SamplingParams
 from nanoengine.config import LlamaConfig
-from nanoengine.core import BlockPool, BlockRemoved, KVCacheBlock, KVCacheManager, get_request_block_hasher
+from nanoengine.core import (BlockPool, BlockRemoved, FullAttentionManager, KVCacheBlock, KVCacheBlocks, KVCacheManager,
+                             get_request_block_hasher, make_block_hash_with_group_id)
+from nanoengine.kv_cache_interface import KVCacheGroupSpec
 from nanocourse.lru_view import free_queue_ids
 from nanoengine.model import LlamaForCausalLM
 from nanoengine.request import Request, RequestStatus
@@ -35,20 +37,25 @@ def _engine_eviction_order(pool, num_blocks):
     return [block.block_id for block in clone.get_new_blocks(num_blocks) if block.block_id in had_hash]
 
 
-NANOENGINE = {"BlockPool": BlockPool, "KVCacheManager": KVCacheManager, "eviction_order": _engine_eviction_order}
+NANOENGINE = {"BlockPool": BlockPool, "FullAttentionManager": FullAttentionManager, "KVCacheManager": KVCacheManager,
+              "eviction_order": _engine_eviction_order}
 
 
 POOL_SEAM = ("get_cached_block", "touch", "cache_full_blocks", "free_blocks", "get_new_blocks")
-MANAGER_SEAM = ("get_computed_blocks", "allocate_slots", "free")
+FULL_ATTENTION_SEAM = ("find_longest_cache_hit", "get_num_blocks_to_allocate", "free")
+MANAGER_SEAM = ("get_computed_blocks", "allocate_slots")
 
 
 def mine(impl, obj, name, *args):
-    """Your method `name` called on obj (an engine BlockPool or KVCacheManager in a known state).
+    """Your method `name` called on obj (an engine BlockPool, FullAttentionManager or KVCacheManager in a
+    known state).
 
     For the call obj is lent a subclass of your class whose other seam methods are the engine's: the
     task tests this one method of yours, and your helper methods and super() calls still resolve.
     """
     yours, engine, seam = ((impl.BlockPool, BlockPool, POOL_SEAM) if isinstance(obj, BlockPool)
+                           else (impl.FullAttentionManager, FullAttentionManager, FULL_ATTENTION_SEAM)
+                           if isinstance(obj, FullAttentionManager)
                            else (impl.KVCacheManager, KVCacheManager, MANAGER_SEAM))
     only_name = type(yours.__name__, (yours,), {n: getattr(engine, n) for n in seam if n != name})
     own_class, obj.__class__ = obj.__class__, only_name
@@ -62,6 +69,16 @@ def request(req_id, tokens):
     return Request(req_id, list(tokens), block_hasher=HASHER)
 
 
+def full(manager, group=0):
+    """The KV cache manager's single-type manager of one group (the only one, for a one-group model)."""
+    return manager.coordinator.single_type_managers[group]
+
+
+def full_attention(pool):
+    """A lone FullAttentionManager of group 0 over pool, as the coordinator builds one."""
+    return FullAttentionManager(KVCacheGroupSpec(layer_ids=()), pool, BS, 0)
+
+
 def running(manager, req_id, tokens):
     """A request admitted by the engine's own scheduler; returns it and its block table."""
     req = request(req_id, tokens)
@@ -72,7 +89,7 @@ def running(manager, req_id, tokens):
         f"setup: the engine's own scheduler could not admit request {req_id} ({req.num_tokens} tokens) with "
         f"{manager.block_pool.get_num_free_blocks()} blocks free (status {req.status.name}): a call to your code "
         f"above left the pool in another state than the hand-worked one")
-    return req, list(manager.get_blocks(req_id))
+    return req, list(manager.get_blocks(req_id).blocks[0])
 
 
 def pool_state(pool):
@@ -81,8 +98,11 @@ def pool_state(pool):
 
 
 def manager_state(manager):
-    return (pool_state(manager.block_pool), {r: [b.block_id for b in bs] for r, bs in manager.req_to_blocks.items()},
-            dict(manager.num_cached_block))
+    """The pool's state, then each group's req_to_blocks (block ids) and num_cached_block."""
+    groups = manager.coordinator.single_type_managers
+    return (pool_state(manager.block_pool),
+            [{r: [b.block_id for b in bs] for r, bs in m.req_to_blocks.items()} for m in groups],
+            [dict(m.num_cached_block) for m in groups])
 
 
 _REPR = reprlib.Repr()
@@ -102,6 +122,10 @@ def id_text(blocks) -> str:
     """What a method returned, in block ids: 'block 3', 'blocks [3, 4]', or the value itself."""
     if isinstance(blocks, KVCacheBlock):
         return f"block {blocks.block_id}"
+    if isinstance(blocks, KVCacheBlocks):
+        return f"KVCacheBlocks({', '.join(id_text(list(group)) for group in blocks.blocks)})"
+    if isinstance(blocks, tuple) and all(isinstance(g, list) for g in blocks):
+        return f"({', '.join(id_text(g) for g in blocks)}{',' if len(blocks) == 1 else ''})"
     if isinstance(blocks, (list, tuple)) and all(isinstance(b, KVCacheBlock) for b in blocks):
         return f"blocks {short([b.block_id for b in blocks])}"
     return short(blocks)
@@ -127,14 +151,16 @@ def pool_diff(before, after) -> str:
 
 
 def manager_diff(before, after) -> str:
-    """The first part of two manager_state()s that differs, in words: the pool's, then req_to_blocks,
-    then num_cached_block."""
+    """The first part of two manager_state()s that differs, in words: the pool's, then each group's
+    req_to_blocks, then num_cached_block."""
     if before[0] != after[0]:
         return pool_diff(before[0], after[0])
-    if before[1] != after[1]:
-        return f"req_to_blocks (block ids) was {short(before[1])}, is now {short(after[1])}"
-    if before[2] != after[2]:
-        return f"num_cached_block was {short(before[2])}, is now {short(after[2])}"
+    for g, (was, now) in enumerate(zip(before[1], after[1])):
+        if was != now:
+            return f"group {g}'s req_to_blocks (block ids) was {short(was)}, is now {short(now)}"
+    for g, (was, now) in enumerate(zip(before[2], after[2])):
+        if was != now:
+            return f"group {g}'s num_cached_block was {short(was)}, is now {short(now)}"
     return "nothing differs"
 
 
@@ -149,10 +175,28 @@ def must_raise(exception, rule):
 
 
 def lookup(impl, kv, req, record_stats=True):
-    return mine(impl, kv, "get_computed_blocks", req, record_stats)
+    """Your get_computed_blocks, its blocks as block ids per group: (ids, tokens), or what it returned."""
+    got = mine(impl, kv, "get_computed_blocks", req, record_stats)
+    assert isinstance(got, tuple) and len(got) == 2 and isinstance(got[0], KVCacheBlocks), (
+        f"get_computed_blocks({req.request_id}) must return (KVCacheBlocks, num_hit_tokens), the blocks one list "
+        f"per KV cache group as the coordinator finds them; got {id_text(got)}")
+    return got[0].get_block_ids(), got[1]
 
 
-@pytest.mark.task("06.1", "find: get_cached_block and get_computed_blocks, capped one token short, touching nothing")
+def two_group_pool():
+    """A pool where R's 12 tokens are cached as 2 blocks for group 0 and 3 for group 1, S's first block for group 0
+    alone; returns the pool, R, S and the blocks of group 0, of group 1 and S's."""
+    pool = BlockPool(12, enable_caching=True, hash_block_size=BS)
+    r, s = request("R", range(12)), request("S", range(500, 504))
+    group0, group1, s_blocks = pool.get_new_blocks(2), pool.get_new_blocks(3), pool.get_new_blocks(1)
+    pool.cache_full_blocks(r, group0, 0, 2, BS, kv_cache_group_id=0)
+    pool.cache_full_blocks(r, group1, 0, 3, BS, kv_cache_group_id=1)
+    pool.cache_full_blocks(s, s_blocks, 0, 1, BS, kv_cache_group_id=0)
+    return pool, r, s, group0, group1, s_blocks
+
+
+@pytest.mark.task("06.1", "find: get_cached_block per group, get_computed_blocks capped one token short, counted once, "
+                          "touching nothing")
 def test_lookup(impl):
     kv = KVCacheManager(BS, 11)
     a, table = running(kv, "A", range(13))
@@ -165,42 +209,102 @@ def test_lookup(impl):
         f"block {table[1].block_id}: got {id_text(got)}")
     got = mine(impl, pool, "get_cached_block", b"unknown")
     assert got is None, f"get_cached_block(b'unknown'), a hash nobody cached, must return None: got {id_text(got)}"
-    hits, n = lookup(impl, kv, request("B", range(13)), record_stats=False)
-    assert [b.block_id for b in hits] == [b.block_id for b in table[:3]] and n == 12, (
-        f"all 3 full blocks hit: a 13-token B starting with A's 12 cached tokens must get A's "
-        f"{id_text(table[:3])} and 12 tokens (hits count in tokens), got {id_text(hits)} and {n}")
-    assert all(x is y for x, y in zip(hits, table)), "return the pool's own KVCacheBlock objects"
-    assert lookup(impl, kv, request("C", range(12)), False)[1] == 8, \
-        "a 12-token prompt may reuse 8 tokens at most: its last token must be computed"
+    # Two KV cache groups: each finds only its own blocks, keyed make_block_hash_with_group_id(hash, group).
+    pool2, r, s, group0, group1, s_blocks = two_group_pool()
+    for what, block_hash, group, want in (
+            ("R's hash 0 in group 0", r.block_hashes[0], 0, group0[0]),
+            ("R's hash 0 in group 1", r.block_hashes[0], 1, group1[0]),
+            ("R's hash 2 in group 1", r.block_hashes[2], 1, group1[2]),
+            ("R's hash 2 in group 0, cached for group 1 only", r.block_hashes[2], 0, None),
+            ("S's hash 0 in group 1, cached for group 0 only", s.block_hashes[0], 1, None),
+            ("S's hash 0 in group 0", s.block_hashes[0], 0, s_blocks[0])):
+        got = mine(impl, pool2, "get_cached_block", block_hash, None, group)
+        assert got is want, (
+            f"get_cached_block({what}, kv_cache_group_id={group}): R's 12 tokens are cached as blocks "
+            f"{[b.block_id for b in group0]} for group 0 and {[b.block_id for b in group1]} for group 1, S's block "
+            f"{s_blocks[0].block_id} for group 0; each group finds only what was cached for it (the key is "
+            f"make_block_hash_with_group_id(hash, group)), so it must return {id_text(want)}: got {id_text(got)}")
+    table_ids = [b.block_id for b in table]
+    got = lookup(impl, kv, request("B", range(13)), record_stats=False)
+    assert got == ((table_ids[:3],), 12), (
+        f"all 3 full blocks hit: a 13-token B starting with A's 12 cached tokens must get A's blocks "
+        f"{table_ids[:3]} (one list: one KV cache group) and 12 tokens (hits count in tokens), got {got}")
+    got = lookup(impl, kv, request("C", range(12)), False)
+    assert got == ((table_ids[:2],), 8), (
+        f"a 12-token prompt, all of it cached, may reuse 8 tokens at most (blocks {table_ids[:2]}): its last token "
+        f"must be computed, so the hit stops at (12 - 1) // 4 = 2 blocks; got {got}")
     got = lookup(impl, kv, request("D", [99, *range(1, 13)]), False)
-    assert got == ([], 0), (
-        f"D differs from A in its first token, so its first block misses and the walk stops there: "
-        f"expected ([], 0), got {id_text(got)}")
+    assert got == (((),), 0) or got == (([],), 0), (
+        f"D differs from A in its first token, so its first block misses: expected no block and 0 tokens, got {got}")
     after = pool_state(pool)
     assert after == before, f"a lookup must not change ref_cnt or the free queue: {pool_diff(before, after)}"
-    off = KVCacheManager(BS, 11, enable_caching=False)
-    assert lookup(impl, off, request("E", range(13)), False) == ([], 0), "no prefix caching, no hit"
-
-
-@pytest.mark.task("06.1b", "get_computed_blocks stops at the first miss and counts the lookup once")
-def test_lookup_stops_at_first_miss(impl):
-    kv = KVCacheManager(BS, 4)  # three usable blocks
-    a, table = running(kv, "A", range(12))
-    pool = kv.block_pool
-    pool.free_blocks([table[1], table[0], table[2]])  # the middle block first in line...
-    pool.get_new_blocks(1)  # ...so it alone is evicted
-    del kv.req_to_blocks["A"], kv.num_cached_block["A"]
-    assert pool.get_cached_block(a.block_hashes[2]) is table[2], "block 2 is still cached"
+    # Counting: once with record_stats, never without, never for a request that looks nothing up.
     kv.make_prefix_cache_stats()
-    hits, n = lookup(impl, kv, request("B", range(13)))
-    assert [b.block_id for b in hits] == [table[0].block_id], "block 2 is cached but unreachable past the miss"
+    lookup(impl, kv, request("E", range(13)))
     stats = kv.make_prefix_cache_stats()
-    assert (stats.requests, stats.queries, stats.hits) == (1, 13, 4), "record_stats counts this lookup"
-    lookup(impl, kv, request("C", range(13)), record_stats=False)
+    assert (stats.requests, stats.queries, stats.hits) == (1, 13, 12), (
+        f"get_computed_blocks(E, record_stats=True), 13 tokens of which 12 hit, must count one lookup of 13 tokens "
+        f"with 12 hit (self.record_prefix_cache_stats): the stats say {stats.requests} lookups, {stats.queries} "
+        f"tokens, {stats.hits} hit")
+    lookup(impl, kv, request("F", range(13)), False)
     counted = kv.make_prefix_cache_stats().requests
     assert counted == 0, (
-        f"get_computed_blocks(C, record_stats=False) must not count the lookup (the scheduler records it "
+        f"get_computed_blocks(F, record_stats=False) must not count the lookup (the scheduler records it "
         f"at admission), yet the stats counted {counted} request(s)")
+    g = Request("G", list(range(13)), SamplingParams(prompt_logprobs=1), block_hasher=HASHER)
+    assert g.skip_reading_prefix_cache, "a request that wants prompt logprobs skips reading the cache"
+    got = lookup(impl, kv, g)
+    assert got[1] == 0 and not any(got[0]), (
+        f"G asks for prompt logprobs (request.skip_reading_prefix_cache), which need every prompt position's "
+        f"logits: no hit, though its 12 tokens are cached; got {got}")
+    assert kv.make_prefix_cache_stats().requests == 0, "a request that skips reading the cache is not counted"
+    off = KVCacheManager(BS, 11, enable_caching=False)
+    got = lookup(impl, off, request("E", range(13)), False)
+    assert got[1] == 0 and not any(got[0]), f"no prefix caching (enable_caching False), no hit: got {got}"
+
+
+@pytest.mark.task("06.1b", "find_longest_cache_hit walks from the left, stops at the first miss, serves every group")
+def test_find_longest_cache_hit(impl):
+    pool = BlockPool(12, enable_caching=True, hash_block_size=BS)
+    r = request("R", range(20))  # five full blocks
+    blocks = pool.get_new_blocks(5)
+    pool.cache_full_blocks(r, blocks, 0, 2, BS)  # blocks 0 and 1 cached for group 0...
+    pool.cache_full_blocks(r, blocks, 3, 5, BS)  # ...block 2 not, blocks 3 and 4 again
+    group1 = pool.get_new_blocks(1)
+    pool.cache_full_blocks(r, group1, 0, 1, BS, kv_cache_group_id=1)  # group 1 has block 0 alone
+    ids = [b.block_id for b in blocks]
+    manager = full_attention(pool)
+    before = pool_state(pool)
+
+    def find(max_length, group_ids):
+        got = mine(impl, manager, "find_longest_cache_hit", r.block_hashes, max_length, group_ids)
+        ok = isinstance(got, tuple) and all(isinstance(g, list) for g in got)
+        return tuple([b.block_id for b in g] for g in got) if ok else got
+
+    setup = (f"R's blocks {ids} for its 5 full blocks, all cached for group 0 but block 2 (block {ids[2]}), "
+             f"and block {group1[0].block_id} cached as R's block 0 for group 1")
+    got = find(20, [0])
+    assert got == (ids[:2],), (
+        f"{setup}: find_longest_cache_hit(R's hashes, 20, [0]) walks from the left and stops at the first miss, "
+        f"block 2 (every later hash chains through it): it must return ({ids[:2]},), one list for the one group "
+        f"id; got {id_text(got)}")
+    got = find(4, [0])
+    assert got == (ids[:1],), (
+        f"{setup}: find_longest_cache_hit(R's hashes, 4, [0]) may return max_length // block_size = 1 block: "
+        f"({ids[:1]},); got {id_text(got)}")
+    got = find(7, [0])
+    assert got == (ids[:1],), f"max_length 7 covers 7 // 4 = 1 whole block: expected ({ids[:1]},), got {id_text(got)}"
+    got = find(20, [0, 1])
+    assert got == (ids[:1], [group1[0].block_id]), (
+        f"{setup}: find_longest_cache_hit(R's hashes, 20, [0, 1]) counts a block only if every listed group has it "
+        f"cached: group 1 misses block 1, so the hit is block 0 alone, one list per group in group_ids' order, "
+        f"each that group's own block: ({ids[:1]}, {[group1[0].block_id]}); got {id_text(got)}")
+    got = find(20, [1])
+    assert got == ([group1[0].block_id],), (
+        f"find_longest_cache_hit(R's hashes, 20, [1]): group 1's own cached block 0, block {group1[0].block_id}; "
+        f"got {id_text(got)}")
+    after = pool_state(pool)
+    assert after == before, f"a lookup must not change the pool: {pool_diff(before, after)}"
 
 
 @pytest.mark.task("06.2", "free_blocks: unhashed blocks to the head, the chain to the tail, root last")
@@ -223,7 +327,8 @@ def test_free_blocks_order(impl):
     assert pool.get_cached_block(a.block_hashes[0]) is table[0], "freeing keeps the hashes (lazy eviction)"
 
 
-@pytest.mark.task("06.2b", "free_blocks keeps shared blocks and the null block out; free releases a request once")
+@pytest.mark.task("06.2b", "free_blocks keeps shared blocks and the null block out; FullAttentionManager.free releases "
+                          "a request once, last block first")
 def test_free_shared_null_and_double(impl):
     kv = KVCacheManager(BS, 11)
     a, table_a = running(kv, "A", range(9))
@@ -251,17 +356,27 @@ def test_free_shared_null_and_double(impl):
     assert pool.get_num_free_blocks() == 10, (
         f"A and B freed: all 10 usable blocks must be free, each once; get_num_free_blocks() is "
         f"{pool.get_num_free_blocks()}")
-    # The manager's free: every block of the request, last first, once.
+    # The group's free: every block of the request, last first, once.
     c, table_c = running(kv, "C", range(300, 313))  # three full blocks and a partial one
-    mine(impl, kv, "free", c)
+    manager = full(kv)
+    mine(impl, manager, "free", "C")
     assert free_queue_ids(pool)[0] == table_c[3].block_id, (
-        f"free(C) must release every block C holds: its partial last block {table_c[3].block_id} has no hash "
+        f"free('C') must release every block C holds: its partial last block {table_c[3].block_id} has no hash "
         f"and goes to the head of the free queue, which is {short(free_queue_ids(pool))}")
-    assert free_queue_ids(pool)[-3:] == [x.block_id for x in table_c[2::-1]], "the root is freed last"
-    assert "C" not in kv.req_to_blocks and "C" not in kv.num_cached_block, "the manager forgets C"
-    mine(impl, kv, "free", c)  # a second free finds nothing to release
+    want = [x.block_id for x in table_c[2::-1]]
+    assert free_queue_ids(pool)[-3:] == want, (
+        f"free('C') hands C's blocks {id_text(table_c)} to the pool last block first, so its hashed chain joins the "
+        f"tail as {want}, root last (evicted last); the free queue ends {free_queue_ids(pool)[-3:]}")
+    assert "C" not in manager.req_to_blocks and "C" not in manager.num_cached_block, (
+        f"after free('C') the manager forgets C: req_to_blocks holds {sorted(manager.req_to_blocks)}, "
+        f"num_cached_block {sorted(manager.num_cached_block)}")
+    try:
+        mine(impl, manager, "free", "C")  # a second free finds nothing to release
+    except ValueError as e:
+        pytest.fail(f"a second free('C') must find nothing to release, but the pool raised ValueError ({e}): the first "
+                    f"free must drop C's entry from req_to_blocks, so its blocks are not freed twice")
     assert pool.get_num_free_blocks() == 10, (
-        f"a second free(C) must find nothing to release: all 10 usable blocks stay free, "
+        f"a second free('C') must find nothing to release: all 10 usable blocks stay free, "
         f"get_num_free_blocks() is {pool.get_num_free_blocks()}")
     # A block listed twice loses two references and joins the queue once, at the listing that takes its last.
     kv = KVCacheManager(BS, 8)
@@ -283,34 +398,49 @@ def test_free_shared_null_and_double(impl):
 @pytest.mark.task("06.3", "allocate_slots reuses the cached prefix, allocates the rest and caches full blocks")
 def test_allocate_slots(impl):
     kv = KVCacheManager(BS, 11)
+    manager = full(kv)
+
+    def allocate(req, *args):
+        got = mine(impl, kv, "allocate_slots", req, *args)
+        assert got is None or isinstance(got, KVCacheBlocks), (
+            f"allocate_slots({req.request_id}, ...) must return the new blocks as KVCacheBlocks (one list per KV "
+            f"cache group, what self.coordinator.allocate_new_blocks gives) or None: got {id_text(got)}")
+        return got
 
     def admit(req):
         hits, n = kv.get_computed_blocks(req)
-        new = mine(impl, kv, "allocate_slots", req, req.num_tokens - n, n, hits)
-        return None if new is None else n
+        return None if allocate(req, req.num_tokens - n, n, hits) is None else n
+
+    def held(req_id):
+        return list(kv.get_blocks(req_id).blocks[0])
 
     a = request("A", range(10))
     got = admit(a)
-    assert got == 0 and len(kv.get_blocks("A")) == 3, (
+    assert got == 0 and len(held("A")) == 3, (
         f"A (10 tokens, empty cache) hits nothing and needs ceil(10 / 4) = 3 blocks: "
         f"{'allocate_slots returned None' if got is None else f'A was admitted with {got} hit tokens'}, "
-        f"and A holds {id_text(kv.get_blocks('A'))}")
-    assert [x.block_hash for x in kv.get_blocks("A")[:2]] == a.block_hashes and kv.num_cached_block["A"] == 2, \
-        "the two full blocks are named at once, the partial third is not"
+        f"and A holds {id_text(held('A'))}")
+    assert [x.block_hash for x in held("A")[:2]] == a.block_hashes and manager.num_cached_block["A"] == 2, (
+        f"A's two full blocks are named at once (with caching on, the blocks full after this step's tokens), the "
+        f"partial third is not: their hashes are {[hex6(x.block_hash) for x in held('A')]}, num_cached_block "
+        f"{manager.num_cached_block.get('A')}")
     b = request("B", [*range(8), 50, 51, 52, 53, 54])
     assert admit(b) == 8, (
         f"B (13 tokens, its first 8 in A's 2 cached blocks) needs 2 new blocks, and "
         f"{kv.block_pool.get_num_free_blocks()} are free: allocate_slots must admit it, not return None")
-    assert (kv.get_blocks("B")[:2] == kv.get_blocks("A")[:2]
-            and [x.ref_cnt for x in kv.get_blocks("B")[:2]] == [2, 2]), (
-        f"on admission B's list starts with its hits, touched: it must start with A's "
-        f"{id_text(kv.get_blocks('A')[:2])} at ref_cnt [2, 2] (A and B hold them), got "
-        f"{id_text(kv.get_blocks('B')[:2])} at ref_cnt {[x.ref_cnt for x in kv.get_blocks('B')[:2]]}")
-    assert len(kv.get_blocks("B")) == 4, "13 tokens need 4 blocks: 2 reused, 2 new"
+    assert held("B")[:2] == held("A")[:2] and [x.ref_cnt for x in held("B")[:2]] == [2, 2], (
+        f"on admission B's list starts with its hits, taken (self.coordinator.allocate_new_computed_blocks): it must "
+        f"start with A's {id_text(held('A')[:2])} at ref_cnt [2, 2] (A and B hold them), got "
+        f"{id_text(held('B')[:2])} at ref_cnt {[x.ref_cnt for x in held('B')[:2]]}")
+    assert len(held("B")) == 4, f"13 tokens need 4 blocks, 2 reused and 2 new: B holds {id_text(held('B'))}"
     b.num_computed_tokens = b.num_tokens
     b.append_output_token_ids([60, 61, 62])  # 16 tokens: B's last block is now full
-    assert mine(impl, kv, "allocate_slots", b, 3) == [], "still 4 blocks: nothing new"
-    assert kv.num_cached_block["B"] == 4, "the block these tokens fill is named"
+    got = allocate(b, 3)
+    assert got is not None and got.get_block_ids() == ([],), (
+        f"allocate_slots(B, 3) with B at 16 tokens in 4 blocks: nothing new, so KVCacheBlocks(([],)); got {id_text(got)}")
+    assert manager.num_cached_block["B"] == 4, (
+        f"the 3 new tokens fill B's last block, so it is named: num_cached_block['B'] must be 4, is "
+        f"{manager.num_cached_block['B']}")
     # Lookahead tokens need slots but are not named; tokens past num_tokens (a caller planning ahead) are not named
     # either, since no hash covers them. Each call against the engine's allocate_slots on a copy of the manager.
     for what, tokens, args in (("4 new tokens and 2 lookahead", range(4), (4, 0, None, 2)),
@@ -320,10 +450,21 @@ def test_allocate_slots(impl):
         engine_kv, engine_req = copy.deepcopy(kv), copy.deepcopy(req)
         want = engine_kv.allocate_slots(engine_req, *args)
         got = mine(impl, kv, "allocate_slots", req, *args)
-        assert (got is None, len(got or ())) == (want is None, len(want)) and manager_state(kv) == manager_state(engine_kv), (
+        same = (got is not None and isinstance(got, KVCacheBlocks)
+                and [len(g) for g in got.blocks] == [len(g) for g in want.blocks])
+        assert same and manager_state(kv) == manager_state(engine_kv), (
             f"allocate_slots with {what} ({len(tokens)}-token request, block size {BS}): the engine returns "
-            f"{len(want)} new blocks and names {engine_kv.num_cached_block['L']}; yours returned "
+            f"{len(want.blocks[0])} new blocks and names {full(engine_kv).num_cached_block['L']}; yours returned "
             f"{id_text(got)}: {manager_diff(manager_state(engine_kv), manager_state(kv))}")
+
+
+def assert_refused(impl, kv, req, args, rule: str) -> None:
+    """Your allocate_slots(req, *args) must return None and leave the pool and the managers as they were."""
+    before = manager_state(kv)
+    got = mine(impl, kv, "allocate_slots", req, *args)
+    after = manager_state(kv)
+    assert got is None and after == before, (
+        f"{rule}; got {id_text(got)}{'' if after == before else '; ' + manager_diff(before, after)}")
 
 
 @pytest.mark.task("06.3b", "allocate_slots is all or nothing, counting hits that leave the free queue, for the whole "
@@ -334,38 +475,86 @@ def test_allocate_all_or_nothing(impl):
     kv.free(a)  # four free blocks, two of them cached
     b = request("B", [*range(8), *range(50, 59)])  # 2 hits + 3 new blocks: 5 of 4
     hits, n = kv.get_computed_blocks(b)
-    before = manager_state(kv)
-    assert mine(impl, kv, "allocate_slots", b, b.num_tokens - n, n, hits) is None, \
-        "the hits leave the free queue too: B needs 5 free blocks, 4 are free"
-    after = manager_state(kv)
-    assert after == before, f"a refused allocation changes nothing: {manager_diff(before, after)}"
+    assert_refused(impl, kv, b, (b.num_tokens - n, n, hits),
+                   "allocate_slots(B, 9, 8, 2 hits) on 4 free blocks, 2 of them B's cached hits: B needs 3 new blocks + "
+                   "the 2 free hits, which leave the free queue too (self.coordinator.get_num_blocks_to_allocate counts "
+                   "them): 5 > 4, so it must return None and change nothing at all, before touching a hit or taking a "
+                   "block")
     c = request("C", [*range(8), *range(50, 58)])  # 2 hits + 2 new blocks
     hits, n = kv.get_computed_blocks(c)
     new = mine(impl, kv, "allocate_slots", c, c.num_tokens - n, n, hits)
-    assert new is not None and len(new) == 2, (
+    assert new is not None and [len(g) for g in new.blocks] == [2], (
         f"C (16 tokens, 2 hit blocks) needs 2 new blocks; 2 new + 2 free hits fit the 4 free blocks, so "
         f"allocate_slots must return the 2 new blocks: got {id_text(new)}")
-    assert kv.block_pool.get_num_free_blocks() == 0 and [x.ref_cnt for x in hits] == [1, 1], (
+    assert kv.block_pool.get_num_free_blocks() == 0 and [x.ref_cnt for x in hits.blocks[0]] == [1, 1], (
         f"C's admission takes all 4 free blocks (2 new, 2 hits touched out of the queue): expected 0 free and "
         f"the hits at ref_cnt [1, 1], got {kv.block_pool.get_num_free_blocks()} free and "
-        f"{[x.ref_cnt for x in hits]}")
+        f"{[x.ref_cnt for x in hits.blocks[0]]}")
     # The admission gate: B's first chunk of 4 tokens (1 new block + 2 free hits) fits the 4 free blocks; its whole
     # 17 tokens (3 new + 2 hits) do not.
     kv = KVCacheManager(BS, 5)
     kv.free(running(kv, "A", range(9))[0])
     b = request("B", [*range(8), *range(50, 59)])
     hits, n = kv.get_computed_blocks(b)
-    before = manager_state(kv)
-    got = mine(impl, kv, "allocate_slots", b, 4, n, hits, 0, True)
-    after = manager_state(kv)
-    assert got is None and after == before, (
-        f"allocate_slots(B, 4, 8, hits, full_sequence_must_fit=True) on 4 free blocks: B's whole 17 tokens need 3 new "
-        f"blocks + 2 free hits = 5, so it must return None and change nothing; got {id_text(got)}"
-        f"{'' if after == before else '; ' + manager_diff(before, after)}")
+    assert_refused(impl, kv, b, (4, n, hits, 0, True),
+                   "allocate_slots(B, 4, 8, hits, full_sequence_must_fit=True) on 4 free blocks: B's whole 17 tokens "
+                   "need 3 new blocks + 2 free hits = 5, so it must return None and change nothing")
     got = mine(impl, kv, "allocate_slots", b, 4, n, hits)
-    assert got is not None and len(got) == 1, (
+    assert got is not None and [len(g) for g in got.blocks] == [1], (
         f"allocate_slots(B, 4, 8, hits) without full_sequence_must_fit: the 12 tokens need 1 new block + 2 free hits "
         f"= 3 of the 4 free blocks, so it must return 1 new block; got {id_text(got)}")
+    # The gate counts the hits as the coordinator does: hits that A still holds cost nothing and cover 2 of the
+    # 3 blocks B's whole 12 tokens need.
+    kv = KVCacheManager(BS, 5)
+    running(kv, "A", range(9))  # A holds 3 blocks, 2 of them cached; 1 block is free
+    b = request("B", [*range(8), 70, 71, 72, 73])
+    hits, n = kv.get_computed_blocks(b)
+    got = mine(impl, kv, "allocate_slots", b, b.num_tokens - n, n, hits, 0, True)
+    assert got is not None and [len(g) for g in got.blocks] == [1], (
+        f"allocate_slots(B, 4, 8, A's 2 blocks, full_sequence_must_fit=True) with 1 free block: B's whole 12 tokens "
+        f"need 3 blocks, 2 of them hits that A holds (no free block to take), so 1 new block: the gate must count the "
+        f"hits as the second check does, and grant 1 new block; got {id_text(got)}")
+
+
+@pytest.mark.task("06.3c", "get_num_blocks_to_allocate: new blocks plus free hits, the held blocks counted, "
+                           "no hits for a running request")
+def test_num_blocks_to_allocate(impl):
+    kv = KVCacheManager(BS, 9)  # eight usable blocks
+    a, table = running(kv, "A", range(12))  # three full blocks, all named
+    kv.free(a)
+    running(kv, "X", [*range(4), *range(70, 76)])  # X (10 tokens) hits A's block 0 and holds 3 blocks
+    held_hit = table[0]
+    manager = full(kv)
+    before = manager_state(kv)
+    setup = (f"A's blocks {[x.block_id for x in table]} cached, the first held by the running X (ref_cnt "
+             f"{held_hit.ref_cnt}), the other two free (ref_cnt 0)")
+
+    def count(*args):
+        return mine(impl, manager, "get_num_blocks_to_allocate", *args)
+
+    got = count("R", 13, table, 12)
+    assert got == 3, (
+        f"{setup}: get_num_blocks_to_allocate('R', 13, those 3 hits, 12) for a new 13-token R: 4 blocks needed, 3 "
+        f"are hits, so 1 new block, plus the 2 free hits, which leave the free queue when R takes them: 3; got {got}")
+    got = count("R", 13, [held_hit], 4)
+    assert got == 3, (
+        f"{setup}: get_num_blocks_to_allocate('R', 13, [block {held_hit.block_id}], 4): 4 blocks needed, 1 is a hit "
+        f"X holds (it costs nothing), so 3 new: 3; got {got}")
+    got = count("R", 8, [], 0)
+    assert got == 2, f"get_num_blocks_to_allocate('R', 8, [], 0), no hit: ceil(8 / 4) = 2 new blocks; got {got}"
+    got = count("X", 17, [], 10)
+    assert got == 2, (
+        f"X runs and holds 3 blocks (10 tokens): get_num_blocks_to_allocate('X', 17, [], 10) needs ceil(17 / 4) = 5 "
+        f"blocks, 3 held, so 2; got {got}")
+    got = count("X", 12, [], 10)
+    assert got == 0, f"X holds 3 blocks, enough for 12 tokens: get_num_blocks_to_allocate('X', 12, [], 10) is 0; got {got}"
+    got = count("X", 17, [held_hit], 10)
+    assert got == 2, (
+        f"X runs (it is in num_cached_block): a running request takes no new hits, so "
+        f"get_num_blocks_to_allocate('X', 17, [block {held_hit.block_id}], 10) counts only its new blocks, 5 - 3 "
+        f"held = 2; got {got}")
+    after = manager_state(kv)
+    assert after == before, f"counting must change nothing: {manager_diff(before, after)}"
 
 
 @pytest.mark.task("06.4", "eviction_order predicts lazy eviction along a mini timeline")
@@ -434,9 +623,10 @@ def test_get_new_blocks(impl):
         f"{pool.get_num_free_blocks()} blocks are free")
 
 
-@pytest.mark.task("06.5", "touch takes a reference and rescues free cached blocks; cache_full_blocks names blocks")
+@pytest.mark.task("06.5", "touch takes a reference and rescues free cached blocks; cache_full_blocks names blocks by "
+                          "hash and group")
 def test_touch_and_cache(impl):
-    kv = KVCacheManager(BS, 7)
+    kv = KVCacheManager(BS, 9)
     pool = kv.block_pool
     a, table = running(kv, "A", range(9))
     kv.free(a)
@@ -445,9 +635,9 @@ def test_touch_and_cache(impl):
         f"touch([block 1, block 2, null block]) takes one reference on each block and skips the null block: "
         f"expected ref_cnt [1, 1] and 0 for the null block, got {[x.ref_cnt for x in table[:2]]} and "
         f"{pool.null_block.ref_cnt}")
-    assert free_queue_ids(pool) == [3, 4, 5, 6], "touched free blocks leave the queue: nobody can evict them"
+    assert free_queue_ids(pool) == [3, 4, 5, 6, 7, 8], "touched free blocks leave the queue: nobody can evict them"
     mine(impl, pool, "touch", [table[0]])
-    assert table[0].ref_cnt == 2 and free_queue_ids(pool) == [3, 4, 5, 6], "a held block only counts one more"
+    assert table[0].ref_cnt == 2 and free_queue_ids(pool) == [3, 4, 5, 6, 7, 8], "a held block only counts one more"
     b = request("B", range(300, 313))
     blocks = pool.get_new_blocks(4)
     mine(impl, pool, "cache_full_blocks", b, blocks, 0, 2, BS)
@@ -462,6 +652,19 @@ def test_touch_and_cache(impl):
     mine(impl, pool, "cache_full_blocks", b, blocks, 2, 3, BS)
     assert blocks[2].block_hash == b.block_hashes[2] and pool.get_cached_block(b.block_hashes[2]) is blocks[2], \
         "only blocks[num_cached_blocks:num_full_blocks] are named"
+    # Another KV cache group: the same hashes, other blocks, other keys.
+    others = pool.get_new_blocks(2)
+    mine(impl, pool, "cache_full_blocks", b, others, 0, 2, BS, 1)
+    keys = [make_block_hash_with_group_id(h, 1) for h in b.block_hashes[:2]]
+    assert [x.block_hash for x in others] == keys, (
+        f"cache_full_blocks(B, blocks {[x.block_id for x in others]}, 0, 2, kv_cache_group_id=1) names each block by "
+        f"make_block_hash_with_group_id(B's hash, 1) ({', '.join(hex6(k) for k in keys)}): a group-1 block holds other "
+        f"layers' KV than group 0's; got {', '.join(hex6(x.block_hash) for x in others)}")
+    found = [pool.get_cached_block(h, kv_cache_group_id=g) for g in (0, 1) for h in b.block_hashes[:2]]
+    assert found == [*blocks[:2], *others], (
+        f"after caching B's first 2 blocks for group 0 (blocks {[x.block_id for x in blocks[:2]]}) and for group 1 "
+        f"(blocks {[x.block_id for x in others]}), each group's lookup finds its own: got {id_text(found)} for group 0 "
+        f"then group 1")
 
 
 def first_token_difference(yours, engine) -> str:
@@ -471,46 +674,91 @@ def first_token_difference(yours, engine) -> str:
             f"{short(list(yours[i].token_ids))}, the engine's classes {short(list(engine[i].token_ids))}")
 
 
-@pytest.mark.task("06.6", "your BlockPool and KVCacheManager serve the engine: same tokens, same hits, no leak")
+@pytest.mark.task("06.6", "your BlockPool, FullAttentionManager and KVCacheManager serve the engine: same tokens, same "
+                          "hits, no leak, for a hybrid model too")
 def test_serves_the_engine(impl):
     model = LlamaForCausalLM.random(LlamaConfig.tiny(), seed=2, std=0.2)  # outputs that depend on the context
     system = list(range(100, 112))  # three full blocks every request shares
     prompts = [system + [7, 8], system, list(range(200, 222)), system + [5, 6, 7]]
     params = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
+    yours = dict(block_pool=impl.BlockPool, full_attention_manager_cls=impl.FullAttentionManager,
+                 kv_cache_manager_cls=impl.KVCacheManager)
 
-    def serve(**parts):
-        # 8 usable blocks of 4 tokens: request 2 (22 + 6 tokens) takes 7 of them and evicts all cached
-        # blocks but the one at the free queue's tail, the system prompt's root
-        llm = LLM(model, block_size=4, num_gpu_blocks_override=9, **parts)
+    def serve(model, prompts, **parts):
+        llm = LLM(model, progress=False, **parts)
         outs = [llm.generate(prompt_token_ids=p, sampling_params=params)[0] for p in prompts]
         return llm, outs
 
-    llm, yours = serve(block_pool=impl.BlockPool, kv_cache_manager_cls=impl.KVCacheManager)
-    _, engine = serve()
-    assert [o.num_cached_tokens for o in yours] == [0, 8, 0, 4], \
-        "request 1 is the system prompt alone: it reuses 2 of its 3 blocks (the last token is computed); " \
-        "after request 2's evictions only the root is left"
-    assert [o.token_ids for o in yours] == [o.token_ids for o in engine], first_token_difference(yours, engine)
-    pool = llm.engine.kv_cache_manager.block_pool
-    assert isinstance(pool, impl.BlockPool) and isinstance(llm.engine.kv_cache_manager, impl.KVCacheManager), (
-        f"LLM(block_pool=..., kv_cache_manager_cls=...) must serve from your classes, but it built a "
-        f"{type(pool).__name__} and a {type(llm.engine.kv_cache_manager).__name__}")
-    assert pool.get_num_free_blocks() == pool.num_gpu_blocks - 1, "every block is free again: none leaked"
+    # 8 usable blocks of 4 tokens: request 2 (22 + 6 tokens) takes 7 of them and evicts all cached
+    # blocks but the one at the free queue's tail, the system prompt's root
+    llm, mine_ = serve(model, prompts, block_size=4, num_gpu_blocks_override=9, **yours)
+    _, engine = serve(model, prompts, block_size=4, num_gpu_blocks_override=9)
+    kv = llm.engine.kv_cache_manager
+    assert (isinstance(kv.block_pool, impl.BlockPool) and isinstance(kv, impl.KVCacheManager)
+            and isinstance(full(kv), impl.FullAttentionManager)), (
+        f"LLM(block_pool=..., full_attention_manager_cls=..., kv_cache_manager_cls=...) must serve from your classes, "
+        f"but it built a {type(kv.block_pool).__name__}, a {type(full(kv)).__name__} and a {type(kv).__name__}")
+    got = [o.num_cached_tokens for o in mine_]
+    assert got == [0, 8, 0, 4], (
+        f"tokens served from the cache per request must be [0, 8, 0, 4] (the engine's "
+        f"{[o.num_cached_tokens for o in engine]}): request 1 is the system prompt alone, so it reuses 2 of its 3 "
+        f"blocks (the last token is computed); after request 2's evictions only the root is left; got {got}")
+    assert [o.token_ids for o in mine_] == [o.token_ids for o in engine], first_token_difference(mine_, engine)
+    pool = kv.block_pool
+    assert pool.get_num_free_blocks() == pool.num_gpu_blocks - 1, (
+        f"every block is free again after the run, none leaked: {pool.get_num_free_blocks()} of "
+        f"{pool.num_gpu_blocks - 1} are free")
+    # A hybrid model (three sliding layers of window 16, one full): four KV cache groups share your pool, the
+    # full group's blocks are your FullAttentionManager's, the sliding groups' the engine's SlidingWindowManager's.
+    hybrid = LlamaForCausalLM.random(LlamaConfig.tiny_hybrid(16), seed=3, std=0.2)
+    shared = list(range(40, 80))
+    prompts = [shared + list(range(100, 120)), shared + list(range(150, 181)), shared + [9, 8, 7]]
+
+    def serve_steps(**parts):
+        """Every request's tokens, its cached tokens and the free blocks after every step."""
+        llm = LLM(hybrid, progress=False, block_size=8, kv_cache_memory_bytes=2**20, **parts)
+        engine, pool = llm.engine, llm.engine.kv_cache_manager.block_pool
+        outputs, free = {}, []
+        for p in prompts:
+            engine.add_request(p, params)
+            while engine.has_unfinished_requests():
+                outputs.update((o.request_id, o) for o in engine.step())
+                free.append(pool.get_num_free_blocks())
+        done = [outputs[k] for k in sorted(outputs, key=int)]
+        return [o.outputs[0].token_ids for o in done], [o.num_cached_tokens for o in done], free, pool
+
+    tokens, cached, free, pool = serve_steps(**yours)
+    want_tokens, want_cached, want_free, _ = serve_steps()
+    assert cached == want_cached, (
+        f"a hybrid model (4 KV cache groups in one pool, each naming its blocks by hash and group id) served from "
+        f"your classes must reuse the engine's cached tokens per request, {want_cached}: got {cached}")
+    step = next((i for i, (a, b) in enumerate(zip(free, want_free)) if a != b), None)
+    assert step is None, (
+        f"a hybrid model served from your classes must hold the blocks the engine's classes hold: after step {step} "
+        f"{free[step]} blocks are free, with the engine's classes {want_free[step]} (a sliding group gives back the "
+        f"blocks its window has left, self.coordinator.remove_skipped_blocks, before allocate_slots counts the room)")
+    assert tokens == want_tokens, "hybrid model: with your classes the model generates other greedy tokens"
+    assert pool.get_num_free_blocks() == pool.num_gpu_blocks - 1, (
+        f"hybrid model: every block is free again after the run: {pool.get_num_free_blocks()} of "
+        f"{pool.num_gpu_blocks - 1} are free")
 
 
-# ---- 06.7: your pool and manager beside the engine's, over random workloads ----------------------------------
+# ---- 06.7: your pool and managers beside the engine's, over random workloads ----------------------------------
 
-@pytest.mark.task("06.7", "under random workloads your pool and manager hold, hit, free and evict as the engine's")
+@pytest.mark.task("06.7", "under random workloads your pool and managers hold, hit, free and evict as the engine's")
 @settings(max_examples=600, deadline=None, database=None, derandomize=True, report_multiple_bugs=False,
           suppress_health_check=list(HealthCheck))
 @given(workload=scheduler_workloads())
 def test_matches_the_engine(impl, workload):
-    """The engine's scheduler drives your BlockPool and KVCacheManager and, beside them, the engine's own; after
-    each step every plan, block id, the free queue's order and the prefix-cache counts must agree."""
+    """The engine's scheduler drives your BlockPool, FullAttentionManager and KVCacheManager and, beside them, the
+    engine's own; after each step every plan, block id, the free queue's order and the prefix-cache counts must
+    agree."""
     cfg, ops = workload
 
     def build(yours: bool) -> Scheduler:
-        pool_cls, manager_cls = (impl.BlockPool, impl.KVCacheManager) if yours else (BlockPool, KVCacheManager)
-        return Scheduler(scheduler_config(cfg), manager_cls(BS, pool_cls(cfg["num_blocks"], cfg["caching"])))
+        pool_cls, full_cls, manager_cls = ((impl.BlockPool, impl.FullAttentionManager, impl.KVCacheManager) if yours
+                                           else (BlockPool, FullAttentionManager, KVCacheManager))
+        manager = manager_cls(BS, pool_cls(cfg["num_blocks"], cfg["caching"]), full_attention_manager_cls=full_cls)
+        return Scheduler(scheduler_config(cfg), manager)
 
     replay_workload(build, cfg, ops, BS, f"{cfg['num_blocks'] - 1} usable blocks of {BS} tokens")

@@ -63,6 +63,13 @@ def plan(s):
     return list(so.num_scheduled_tokens.items()), sorted(so.preempted_req_ids)
 
 
+def _per_group(new_block_ids: list) -> list:
+    """Each entry as a tuple of lists, so a tuple and a list of the same groups compare equal; a bare list of ids
+    (one list for the whole request, not one per group) stays as it is and shows as a difference."""
+    return [tuple(list(g) for g in ids) if isinstance(ids, (list, tuple)) and ids
+            and all(isinstance(g, (list, tuple)) for g in ids) else ids for ids in new_block_ids]
+
+
 def _first_difference(yours: str, engine: str) -> str:
     """The first step line where two timelines part (for a failure message), spaces squeezed."""
     a, b = yours.splitlines(), engine.splitlines()
@@ -114,9 +121,20 @@ def test_running_first(impl):
         f"step 1: b was admitted this step (new_reqs: what admit() returned) and a was already running, so "
         f"make_output should list new ['b'] and cached ['a']; got new {[d.req_id for d in so.scheduled_new_reqs]} "
         f"and cached {so.scheduled_cached_reqs.req_ids}")
-    assert (got := plan(s)) == ([("a", 1), ("b", 9)], []), (
+    assert _per_group(so.scheduled_cached_reqs.new_block_ids) == [([],)], (
+        f"step 1: a's decode at position 3 still fits its first block, so allocate_slots gives it no new block; "
+        f"new_blocks['a'] is that KVCacheBlocks' get_block_ids(), one list per KV cache group, here ([],) "
+        f"(one group, empty); make_output got {so.scheduled_cached_reqs.new_block_ids}")
+    so = step(s)
+    got = (list(so.num_scheduled_tokens.items()), sorted(so.preempted_req_ids))
+    assert got == ([("a", 1), ("b", 9)], []), (
         f"step 2 (budget 10): expected running a's decode (1) first, then running b's next chunk (9, the budget "
         f"left), got {got}")
+    assert _per_group(so.scheduled_cached_reqs.new_block_ids) == [([5],), ([6, 7],)], (
+        f"step 2: allocate_slots gives a block 5 and b blocks 6 and 7; new_blocks[req_id] is "
+        f"blocks.get_block_ids() of what it returned (a KVCacheBlocks): a tuple with one list of ids per KV cache "
+        f"group, vLLM's shape, so ([5],) and ([6, 7],) for this one-group model; make_output got "
+        f"{so.scheduled_cached_reqs.new_block_ids}")
     assert (got := plan(s)) == ([("a", 1), ("b", 2)], []), (
         f"step 3 (budget 10): expected a's decode (1), then the last 2 of b's 20 prompt tokens, got {got}")
 
@@ -195,7 +213,7 @@ def test_preemption(impl):
         f"step 5 (FCFS, 6 usable blocks): expected a and b to decode 1 token each with nobody preempted (b's new "
         f"block is the pool's last free one), got {plans[5]}")
     assert plans[6] == ([("a", 1)], ["b"]), "FCFS preempts the newest running request"
-    assert s.requests["b"].num_computed_tokens == 0 and s.kv_cache_manager.get_block_ids("b") == [], (
+    assert s.requests["b"].num_computed_tokens == 0 and s.kv_cache_manager.get_block_ids("b") == ([],), (
         f"after step 6 preempted b: preemption by recompute (self.preempt) frees all its blocks and resets its "
         f"num_computed_tokens to 0; got {s.requests['b'].num_computed_tokens} computed tokens and blocks "
         f"{s.kv_cache_manager.get_block_ids('b')}")

@@ -3,13 +3,13 @@
 import random
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from nanocourse.differential import replay_workload, scheduler_config, scheduler_workloads
 from nanoengine import LLM, SamplingParams
 from nanoengine.config import LlamaConfig
-from nanoengine.core import BlockPool, HybridKVCacheManager
+from nanoengine.core import BlockPool, KVCacheManager
 from nanoengine.core.sched.scheduler import Scheduler
 from nanoengine.kv_cache_interface import KVCacheGroupSpec, get_kv_cache_groups
 from nanoengine.core import SlidingWindowManager as EngineSlidingWindowManager
@@ -170,7 +170,7 @@ def serve(model, manager_cls, **kwargs):
         outputs.update((o.request_id, o.outputs[0].token_ids) for o in engine.step())
         for request in engine.scheduler.running:
             c = request.num_computed_tokens
-            for g, m in enumerate(engine.kv_cache_manager.managers[1:], 1):
+            for g, m in enumerate(engine.kv_cache_manager.coordinator.single_type_managers[1:], 1):
                 assert request.request_id in m.req_to_blocks, (
                     f"running request {request.request_id} has no block table in sliding group {g}'s "
                     f"req_to_blocks (it holds {sorted(m.req_to_blocks)}): a running request keeps its entry; "
@@ -210,18 +210,26 @@ def test_your_manager_serves_a_hybrid_model(impl):
           suppress_health_check=list(HealthCheck))
 @given(workload=scheduler_workloads(window=st.one_of(st.integers(1, 4), st.integers(1, 13)), sliding_groups=st.integers(1, 2),
                                     use_eagle=st.sampled_from([False, False, True])))
+# W = 1: a's three sliding blocks, freed while it decodes, are evicted by b; c then repeats a's prompt, and only the
+# full group still has it, so no hit (a search that takes a miss for the end of a run finds 8 tokens of null blocks).
+@example(workload=(dict(num_blocks=5, budget=16, policy="fcfs", caching=True, threshold=0, max_num_seqs=4, window=1,
+                        sliding_groups=1, use_eagle=False),
+                   [("add", 12, 0, 0, 2, False), ("step", 3), ("add", 10, 1, 0, 1, False), ("step", 2),
+                    ("add", 13, 0, 0, 1, False), ("step", 2)]))
 def test_matches_the_engine(impl, workload):
-    """The engine's scheduler drives two hybrid KV cache managers (a full-attention group and one or two sliding
-    groups, blocks of 4 tokens), one with your SlidingWindowManager, one with the engine's; after each step every
-    plan, block id of every group, the free queue's order and the prefix-cache counts must agree."""
+    """The engine's scheduler drives two KV cache managers of a hybrid model (a full-attention group and one or two
+    sliding groups, blocks of 4 tokens, so a HybridKVCacheCoordinator), one with your SlidingWindowManager, one with
+    the engine's; after each step every plan, block id of every group, the free queue's order and the prefix-cache
+    counts must agree."""
     cfg, ops = workload
     groups = get_kv_cache_groups([cfg["window"]] * cfg["sliding_groups"] + [None])
     num_blocks = cfg["num_blocks"] * len(groups)
 
     def build(yours: bool) -> Scheduler:
-        manager = HybridKVCacheManager(BS, BlockPool(num_blocks, cfg["caching"]), groups, use_eagle=cfg["use_eagle"],
-                                       sliding_window_manager_cls=impl.SlidingWindowManager if yours
-                                       else EngineSlidingWindowManager)
+        manager = KVCacheManager(BS, BlockPool(num_blocks, cfg["caching"]), kv_cache_groups=groups,
+                                 use_eagle=cfg["use_eagle"],
+                                 sliding_window_manager_cls=impl.SlidingWindowManager if yours
+                                 else EngineSlidingWindowManager)
         return Scheduler(scheduler_config(cfg), manager)
 
     replay_workload(build, cfg, ops, BS, f"{num_blocks - 1} usable blocks of {BS} tokens shared by {len(groups)} groups")

@@ -6,14 +6,12 @@ pulls in.
 
 from .block_pool import BlockHashToBlockMap, BlockPool, BlockPoolInterface
 from .kv_cache_coordinator import (
-    BlockIds,
     HybridKVCacheCoordinator,
-    HybridKVCacheManager,
-    KVCacheBlocks,
-    block_ids_per_group,
-    get_block_ids,
+    KVCacheCoordinator,
+    UnitaryKVCacheCoordinator,
+    get_kv_cache_coordinator,
 )
-from .kv_cache_manager import KVCacheManager, KVCacheManagerInterface, PrefixCacheStats
+from .kv_cache_manager import KVCacheBlocks, KVCacheManager, KVCacheManagerInterface, PrefixCacheStats
 from .single_type_kv_cache_manager import FullAttentionManager, SingleTypeKVCacheManager, SlidingWindowManager
 from .kv_cache_utils import (
     DEFAULT_HASH_SEED,
@@ -40,7 +38,6 @@ from .kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KVCacheEvent
 __all__ = [
     "AllBlocksCleared",
     "BlockHash",
-    "BlockIds",
     "BlockHashToBlockMap",
     "BlockPool",
     "BlockPoolInterface",
@@ -54,8 +51,8 @@ __all__ = [
     "HASH_ALGOS",
     "HashFn",
     "HybridKVCacheCoordinator",
-    "HybridKVCacheManager",
     "KVCacheBlock",
+    "KVCacheCoordinator",
     "KVCacheBlocks",
     "KVCacheEvent",
     "KVCacheManager",
@@ -64,10 +61,10 @@ __all__ = [
     "PrefixCacheStats",
     "SingleTypeKVCacheManager",
     "SlidingWindowManager",
-    "block_ids_per_group",
+    "UnitaryKVCacheCoordinator",
     "encode_extra_keys",
     "generate_block_hash_extra_keys",
-    "get_block_ids",
+    "get_kv_cache_coordinator",
     "get_hash_fn_by_name",
     "get_request_block_hasher",
     "hash_block_tokens",

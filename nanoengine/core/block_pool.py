@@ -68,11 +68,13 @@ class BlockHashToBlockMap:
 
 @runtime_checkable
 class BlockPoolInterface(Protocol):
-    """The seam of chapter 06: the pool operations KVCacheManager and the scheduler call.
+    """The seam of chapter 06: the pool operations the KV cache managers and the scheduler call.
 
     find (get_cached_block), touch, cache (cache_full_blocks), free (free_blocks) and evict (lazily,
     inside get_new_blocks); BlockPool below is the engine's and states the invariants every
     implementation keeps. KVCacheManager(block_size, pool) and LLM(block_pool=factory) take any.
+    Every KV cache group shares the pool: find and cache name a block by its hash and the group's
+    id (make_block_hash_with_group_id), so a pool that does serves models with sliding windows too.
     """
 
     num_gpu_blocks: int
@@ -84,12 +86,12 @@ class BlockPoolInterface(Protocol):
     cached_token_ids: dict[int, tuple[int, ...]] | None
 
     def get_cached_block(
-        self, block_hash: BlockHash, token_ids: Sequence[int] | None = None
+        self, block_hash: BlockHash, token_ids: Sequence[int] | None = None, kv_cache_group_id: int = 0
     ) -> KVCacheBlock | None: ...
     def touch(self, blocks: Iterable[KVCacheBlock]) -> None: ...
     def cache_full_blocks(
         self, request: Any, blocks: Sequence[KVCacheBlock], num_cached_blocks: int,
-        num_full_blocks: int, block_size: int,
+        num_full_blocks: int, block_size: int, kv_cache_group_id: int = 0,
     ) -> None: ...
     def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock]) -> None: ...
     def get_new_blocks(self, num_blocks: int) -> list[KVCacheBlock]: ...
@@ -154,16 +156,15 @@ class BlockPool:
         self,
         block_hash: BlockHash,
         token_ids: Sequence[int] | None = None,
-        kv_cache_group_id: int | None = None,
+        kv_cache_group_id: int = 0,
     ) -> KVCacheBlock | None:
         """A block cached under block_hash, or None. Does not touch it.
 
         token_ids are required when collisions are checked: a block counts
-        only if it was cached with exactly these tokens. A hybrid model's
-        managers pass their kv_cache_group_id (see make_block_hash_with_group_id).
+        only if it was cached with exactly these tokens. Each KV cache group's
+        manager passes its kv_cache_group_id (see make_block_hash_with_group_id).
         """
-        if kv_cache_group_id is not None:
-            block_hash = make_block_hash_with_group_id(block_hash, kv_cache_group_id)
+        block_hash = make_block_hash_with_group_id(block_hash, kv_cache_group_id)
         if self.cached_token_ids is None:
             return self.cached_block_hash_to_block.get_one_block(block_hash)
         if token_ids is None:
@@ -187,14 +188,14 @@ class BlockPool:
         num_cached_blocks: int,
         num_full_blocks: int,
         block_size: int,
-        kv_cache_group_id: int | None = None,
+        kv_cache_group_id: int = 0,
     ) -> None:
         """Name blocks[num_cached_blocks:num_full_blocks] by the request's hashes.
 
         The blocks must be full and unhashed, and request.block_hashes must
         cover them (the request's block hasher runs as tokens are appended).
-        With a kv_cache_group_id the blocks are named by hash and group id,
-        and so are their events.
+        The blocks are named by hash and kv_cache_group_id, and so are their
+        events (group 0 by the bare hash).
         """
         if num_cached_blocks >= num_full_blocks:
             return
@@ -204,7 +205,7 @@ class BlockPool:
             request, new_blocks, new_hashes, num_cached_blocks, num_full_blocks, block_size
         )
         parent = request.block_hashes[num_cached_blocks - 1] if num_cached_blocks else None
-        if kv_cache_group_id is not None:
+        if kv_cache_group_id:
             new_hashes = [make_block_hash_with_group_id(h, kv_cache_group_id) for h in new_hashes]
             parent = parent and make_block_hash_with_group_id(parent, kv_cache_group_id)
         insert = self.cached_block_hash_to_block.insert

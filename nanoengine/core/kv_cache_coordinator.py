@@ -1,57 +1,99 @@
-"""A hybrid model's KV cache: one manager per group, and the hit every group can serve
-(vllm/v1/core/kv_cache_coordinator.py, and the hybrid path of vllm/v1/core/kv_cache_manager.py).
+"""One manager per KV cache group, and the longest prefix hit all of them can serve
+(vllm/v1/core/kv_cache_coordinator.py).
 
-Models with one group keep KVCacheManager, which folds all of this into one list per request.
+KVCacheManager always goes through a coordinator, as vLLM's does: UnitaryKVCacheCoordinator for a model with
+one group (every layer full attention, or every layer one window), HybridKVCacheCoordinator for several.
+Coordinators speak in tuples with one list of blocks per group; KVCacheManager wraps them in KVCacheBlocks.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .block_pool import BlockPool
 from nanoengine.kv_cache_interface import KVCacheGroupSpec
-from .kv_cache_manager import KVCacheManager
+
+from .block_pool import BlockPoolInterface
 from .kv_cache_utils import BlockHash, KVCacheBlock
 from .single_type_kv_cache_manager import FullAttentionManager, SingleTypeKVCacheManager, SlidingWindowManager
 
 if TYPE_CHECKING:
     from nanoengine.request import Request
 
-
-@dataclass(slots=True)
-class KVCacheBlocks:
-    """One list of blocks per KV cache group (vLLM's KVCacheBlocks). len() is the blocks per group,
-    the same in every group: a group whose window has moved on holds null blocks there."""
-
-    blocks: tuple[list[KVCacheBlock], ...]
-
-    def __len__(self) -> int:
-        return len(self.blocks[0])
-
-    def get_block_ids(self) -> tuple[list[int], ...]:
-        return tuple([block.block_id for block in group] for group in self.blocks)
+BlocksPerGroup = tuple[Sequence[KVCacheBlock], ...]
 
 
-# A request's block ids as the scheduler sends them: one list, or one list per KV cache group (hybrid models).
-BlockIds = list[int] | tuple[list[int], ...]
+class KVCacheCoordinator:
+    """The groups' managers over one shared pool: each call goes to every group in group order.
+
+    Invariant: every group holds the same number of entries for a request (a sliding group's entries behind
+    its window are the null block), so one token count names the same blocks in every group.
+    """
+
+    def __init__(self, groups: Sequence[KVCacheGroupSpec], block_pool: BlockPoolInterface, block_size: int,
+                 use_eagle: bool = False,
+                 full_attention_manager_cls: type[FullAttentionManager] = FullAttentionManager,
+                 sliding_window_manager_cls: type[SlidingWindowManager] = SlidingWindowManager) -> None:
+        self.block_pool = block_pool
+        self.block_size = block_size
+        self.use_eagle = use_eagle
+        self.single_type_managers: tuple[SingleTypeKVCacheManager, ...] = tuple(
+            (full_attention_manager_cls if g.sliding_window is None else sliding_window_manager_cls)(
+                g, block_pool, block_size, group_id, use_eagle)
+            for group_id, g in enumerate(groups)
+        )
+
+    def get_num_blocks_to_allocate(self, request_id: str, num_tokens: int, new_computed_blocks: BlocksPerGroup,
+                                   num_computed_tokens: int) -> int:
+        """Free blocks the request needs in all groups together to have slots for num_tokens tokens."""
+        return sum(m.get_num_blocks_to_allocate(request_id, num_tokens, hits, num_computed_tokens)
+                   for m, hits in zip(self.single_type_managers, new_computed_blocks, strict=True))
+
+    def allocate_new_computed_blocks(self, request_id: str, new_computed_blocks: BlocksPerGroup,
+                                     num_computed_tokens: int) -> None:
+        # Every group takes its hits before any group takes a new block: a hit that sits free in the
+        # queue would otherwise be evicted by another group's new blocks and then written twice.
+        for manager, hits in zip(self.single_type_managers, new_computed_blocks, strict=True):
+            manager.allocate_new_computed_blocks(request_id, list(hits), num_computed_tokens)
+
+    def allocate_new_blocks(self, request_id: str, num_tokens: int) -> tuple[list[KVCacheBlock], ...]:
+        return tuple(m.allocate_new_blocks(request_id, num_tokens) for m in self.single_type_managers)
+
+    def cache_blocks(self, request: Request, num_computed_tokens: int) -> None:
+        for manager in self.single_type_managers:
+            manager.cache_blocks(request, num_computed_tokens)
+
+    def free(self, request_id: str) -> None:
+        for manager in self.single_type_managers:
+            manager.free(request_id)
+
+    def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
+        for manager in self.single_type_managers:
+            manager.remove_skipped_blocks(request_id, num_computed_tokens)
+
+    def get_blocks(self, request_id: str) -> tuple[list[KVCacheBlock], ...]:
+        return tuple(m.req_to_blocks.get(request_id, []) for m in self.single_type_managers)
+
+    def find_longest_cache_hit(self, block_hashes: list[BlockHash], max_length: int,
+                               token_ids: Sequence[int] | None = None) -> tuple[tuple[list[KVCacheBlock], ...], int]:
+        """The longest hit of at most max_length tokens every group can serve: one list per group, and its
+        length in tokens. token_ids, the request's, come only for a pool that checks hash collisions, which
+        KVCacheManager allows for one full-attention group."""
+        raise NotImplementedError
 
 
-def block_ids_per_group(block_ids: BlockIds) -> tuple[list[int], ...]:
-    """One list per group whatever the manager gave: KVCacheManager's one list is group 0's."""
-    return block_ids if isinstance(block_ids, tuple) else (block_ids,)
+class UnitaryKVCacheCoordinator(KVCacheCoordinator):
+    """One group: its manager's hit is the hit."""
+
+    def find_longest_cache_hit(self, block_hashes, max_length, token_ids=None):
+        # The learner's managers take no token_ids: they are passed only to a pool that checks collisions.
+        tokens = {} if token_ids is None else {"token_ids": token_ids}
+        hits = self.single_type_managers[0].find_longest_cache_hit(block_hashes, max_length, [0], **tokens)
+        return hits, len(hits[0]) * self.block_size
 
 
-def get_block_ids(blocks: Sequence[KVCacheBlock] | KVCacheBlocks) -> BlockIds:
-    """Block ids as the model runner takes them: a list for one group, one list per group for several."""
-    if isinstance(blocks, KVCacheBlocks):
-        return blocks.get_block_ids()
-    return [block.block_id for block in blocks]
-
-
-class HybridKVCacheCoordinator:
-    """The groups' managers, and the longest prefix hit all of them can serve.
+class HybridKVCacheCoordinator(KVCacheCoordinator):
+    """Several groups, and the longest prefix hit all of them can serve.
 
     Groups with the same window form one attention type and are searched together. Full attention
     goes first: its left-to-right walk is cheap, and any prefix of its hit is a hit, so later types
@@ -68,16 +110,8 @@ class HybridKVCacheCoordinator:
     here every round searches the same way, which differs only for two or more sliding types.
     """
 
-    def __init__(self, groups: Sequence[KVCacheGroupSpec], block_pool: BlockPool, block_size: int,
-                 use_eagle: bool = False,
-                 sliding_window_manager_cls: type[SlidingWindowManager] = SlidingWindowManager) -> None:
-        self.block_size = block_size
-        self.use_eagle = use_eagle
-        self.managers: list[SingleTypeKVCacheManager] = [
-            (FullAttentionManager if g.sliding_window is None else sliding_window_manager_cls)(
-                g, block_pool, block_size, group_id, use_eagle)
-            for group_id, g in enumerate(groups)
-        ]
+    def __init__(self, groups: Sequence[KVCacheGroupSpec], *args, **kwargs) -> None:
+        super().__init__(groups, *args, **kwargs)
         by_window: dict[int | None, list[int]] = {}
         for group_id, g in enumerate(groups):
             by_window.setdefault(g.sliding_window, []).append(group_id)
@@ -86,9 +120,8 @@ class HybridKVCacheCoordinator:
         # within everyone else's hit): vLLM stops there too.
         self.one_pass = sum(w is not None for w, _ in self.attention_groups) <= 1
 
-    def find_longest_cache_hit(self, block_hashes: list[BlockHash],
-                               max_length: int) -> tuple[KVCacheBlocks, int]:
-        hits: list[list[KVCacheBlock]] = [[] for _ in self.managers]
+    def find_longest_cache_hit(self, block_hashes, max_length, token_ids=None):
+        hits: list[list[KVCacheBlock]] = [[] for _ in self.single_type_managers]
         hit_length = max_length
         searched_full = False
         while True:
@@ -100,7 +133,7 @@ class HybridKVCacheCoordinator:
                 # As in vLLM 0.33, that block may be any full block the request has, past max_length too: a
                 # block-aligned prompt, whose last block the last-token rule already gave back, loses no more.
                 limit = min(length + self.block_size, len(block_hashes) * self.block_size) if self.use_eagle else length
-                found = self.managers[group_ids[0]].find_longest_cache_hit(block_hashes, limit, group_ids)
+                found = self.single_type_managers[group_ids[0]].find_longest_cache_hit(block_hashes, limit, group_ids)
                 searched_full |= window is None
                 length = len(found[0]) * self.block_size
                 for group_id, blocks in zip(group_ids, found):
@@ -110,84 +143,12 @@ class HybridKVCacheCoordinator:
             if converged:
                 break
         num_blocks = hit_length // self.block_size
-        return KVCacheBlocks(tuple(blocks[:num_blocks] for blocks in hits)), num_blocks * self.block_size
+        return tuple(blocks[:num_blocks] for blocks in hits), num_blocks * self.block_size
 
 
-class HybridKVCacheManager(KVCacheManager):
-    """KVCacheManager for a model with sliding-window layers: every call goes to each KV cache group.
-
-    Hits, new blocks and block ids come as one list per group (KVCacheBlocks, tuples of id lists).
-    req_to_blocks and num_cached_block are group 0's (full attention when the model has it), so a
-    view written for one group shows the full-attention layers. The pool must be nanoengine's
-    BlockPool, which names a block by hash and group id. A sliding group's list keeps its length but
-    not its entries: those behind the window become the null block (the runner's append-only table
-    keeps the old ids, which no kernel reads again).
-    """
-
-    def __init__(self, block_size: int, block_pool: BlockPool, groups: Sequence[KVCacheGroupSpec],
-                 log_stats: bool = True, use_eagle: bool = False,
-                 sliding_window_manager_cls: type[SlidingWindowManager] = SlidingWindowManager) -> None:
-        super().__init__(block_size, block_pool, log_stats=log_stats)
-        self.groups = list(groups)
-        self.coordinator = HybridKVCacheCoordinator(groups, block_pool, block_size, use_eagle,
-                                                    sliding_window_manager_cls)
-        self.managers = self.coordinator.managers
-        self.req_to_blocks = self.managers[0].req_to_blocks
-        self.num_cached_block = self.managers[0].num_cached_block
-
-    def _find_longest_cache_hit(self, request: Request, max_num_blocks: int) -> KVCacheBlocks:
-        return self.coordinator.find_longest_cache_hit(request.block_hashes, max_num_blocks * self.block_size)[0]
-
-    def get_num_blocks_to_allocate(self, request: Request, num_tokens: int,
-                                   new_computed_blocks: KVCacheBlocks | tuple | list) -> int:
-        """The sum over groups; a sliding group counts no block for tokens already out of its window."""
-        hits = self._per_group(new_computed_blocks)
-        num_computed = request.num_computed_tokens + len(hits[0]) * self.block_size
-        return sum(m.get_num_blocks_to_allocate(request.request_id, num_tokens, h, num_computed)
-                   for m, h in zip(self.managers, hits))
-
-    def _per_group(self, blocks: KVCacheBlocks | tuple | list | None) -> tuple[list[KVCacheBlock], ...]:
-        if isinstance(blocks, KVCacheBlocks):
-            return blocks.blocks
-        return blocks or tuple([] for _ in self.managers)
-
-    def allocate_slots(self, request: Request, num_new_tokens: int, num_new_computed_tokens: int = 0,
-                       new_computed_blocks: KVCacheBlocks | None = None, num_lookahead_tokens: int = 0,
-                       full_sequence_must_fit: bool = False) -> KVCacheBlocks | None:
-        """KVCacheManager.allocate_slots in every group. Blocks that have left a window are freed
-        first, so they can serve this step; if the pool still falls short, that is the only change."""
-        self._check_allocation(request, num_new_tokens, num_new_computed_tokens, new_computed_blocks,
-                               num_lookahead_tokens)
-        request_id = request.request_id
-        hits = self._per_group(new_computed_blocks)
-        if full_sequence_must_fit and not self._fits(request, request.num_tokens, hits):
-            return None
-        num_computed = request.num_computed_tokens + num_new_computed_tokens
-        for manager in self.managers:
-            manager.remove_skipped_blocks(request_id, num_computed)
-        num_tokens_need_slot = num_computed + num_new_tokens + num_lookahead_tokens
-        if not self._fits(request, num_tokens_need_slot, hits):
-            return None
-        # Every group takes its hits before any group takes a new block: a hit that sits free in the
-        # queue would otherwise be evicted by another group's new blocks and then written twice.
-        for manager, group_hits in zip(self.managers, hits):
-            manager.allocate_new_computed_blocks(request_id, group_hits, num_computed)
-        new_blocks = [manager.allocate_new_blocks(request_id, num_tokens_need_slot) for manager in self.managers]
-        if self.enable_caching:
-            self.cache_blocks(request, min(num_computed + num_new_tokens, request.num_tokens))
-        return KVCacheBlocks(tuple(new_blocks))
-
-    def cache_blocks(self, request: Request, num_computed_tokens: int) -> None:
-        for manager in self.managers:
-            manager.cache_blocks(request, num_computed_tokens)
-
-    def free(self, request: Request) -> None:
-        """Release every group's blocks, each group last block first. Freeing twice is a no-op."""
-        for manager in self.managers:
-            manager.free(request.request_id)
-
-    def get_blocks(self, request_id: str) -> KVCacheBlocks:
-        return KVCacheBlocks(tuple(m.req_to_blocks.get(request_id, []) for m in self.managers))
-
-    def get_block_ids(self, request_id: str) -> tuple[list[int], ...]:
-        return self.get_blocks(request_id).get_block_ids()
+def get_kv_cache_coordinator(groups: Sequence[KVCacheGroupSpec], block_pool: BlockPoolInterface, block_size: int,
+                             **kwargs) -> KVCacheCoordinator:
+    """vLLM's factory of the same name. vLLM also has a coordinator for caching off; here KVCacheManager skips the
+    lookup itself then (prefix_cache_lookup_enabled), and the pool names no block."""
+    cls = UnitaryKVCacheCoordinator if len(groups) == 1 else HybridKVCacheCoordinator
+    return cls(groups, block_pool, block_size, **kwargs)

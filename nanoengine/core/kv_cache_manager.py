@@ -1,23 +1,29 @@
 """The scheduler's view of the KV cache (vllm/v1/core/kv_cache_manager.py).
 
-One cache group with full attention, so vLLM's coordinator and
-single-type manager fold into this class. A hybrid model, with several
-groups, runs on HybridKVCacheManager (kv_cache_coordinator.py).
+KVCacheManager always goes through a coordinator (kv_cache_coordinator.py) with one single-type manager
+per KV cache group, and hands out blocks as KVCacheBlocks, one list per group, as vLLM's does: one
+shape for a model of one full-attention group and for a hybrid model alike.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from itertools import islice
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from nanoengine.kv_cache_interface import KVCacheGroupSpec
+
 from .block_pool import BlockPool, BlockPoolInterface
+from .kv_cache_coordinator import get_kv_cache_coordinator
 from .kv_cache_utils import KVCacheBlock
 from .kv_events import KVCacheEvent
+from .single_type_kv_cache_manager import FullAttentionManager, SlidingWindowManager
 
 if TYPE_CHECKING:
     from nanoengine.request import Request
+
+# The KV cache groups of a model whose every layer has full attention: one group.
+FULL_ATTENTION_GROUPS = (KVCacheGroupSpec(layer_ids=()),)
 
 
 @dataclass(slots=True)
@@ -53,6 +59,21 @@ class PrefixCacheStats:
         return self.hits / self.queries if self.queries else 0.0
 
 
+
+
+@dataclass(slots=True)
+class KVCacheBlocks:
+    """What KVCacheManager hands the scheduler: blocks[g][i] is group g's block for tokens
+    i * block_size .. (i + 1) * block_size - 1 (vLLM's KVCacheBlocks). Every group has the same number
+    of entries; a sliding group's entries behind its window are the null block."""
+
+    blocks: tuple[Sequence[KVCacheBlock], ...]
+
+    def get_block_ids(self) -> tuple[list[int], ...]:
+        """One list of block ids per group, the shape the model runner's block table takes."""
+        return tuple([block.block_id for block in group] for group in self.blocks)
+
+
 @runtime_checkable
 class KVCacheManagerInterface(Protocol):
     """The seam of chapter 06 the scheduler allocates through; KVCacheManager below is the engine's.
@@ -60,8 +81,9 @@ class KVCacheManagerInterface(Protocol):
     get_computed_blocks finds a waiting request's cached prefix without taking it; allocate_slots
     takes it and new blocks all at once or not at all (None, nothing changed), and with
     full_sequence_must_fit only if the request's whole sequence would fit (the scheduler's admission
-    gate); free releases every block of a request, last block first. The scheduler reads the pool only
-    through these. LLM(kv_cache_manager_cls=...) takes another class with KVCacheManager's constructor.
+    gate); free releases every block of a request, each group's last block first. Blocks come as
+    KVCacheBlocks, one list per KV cache group. The scheduler reads the pool only through these.
+    LLM(kv_cache_manager_cls=...) takes another class with KVCacheManager's constructor.
     """
 
     block_size: int
@@ -70,29 +92,28 @@ class KVCacheManagerInterface(Protocol):
 
     @property
     def usage(self) -> float: ...
-    def get_computed_blocks(
-        self, request: Request, record_stats: bool = True
-    ) -> tuple[list[KVCacheBlock], int]: ...
+    def get_computed_blocks(self, request: Request, record_stats: bool = True) -> tuple[KVCacheBlocks, int]: ...
     def record_prefix_cache_stats(self, request: Request, num_hit_tokens: int) -> None: ...
     def make_prefix_cache_stats(self) -> PrefixCacheStats | None: ...
     def allocate_slots(
         self, request: Request, num_new_tokens: int, num_new_computed_tokens: int = 0,
-        new_computed_blocks: list[KVCacheBlock] | None = None, num_lookahead_tokens: int = 0,
+        new_computed_blocks: KVCacheBlocks | None = None, num_lookahead_tokens: int = 0,
         full_sequence_must_fit: bool = False,
-    ) -> list[KVCacheBlock] | None: ...
+    ) -> KVCacheBlocks | None: ...
     def free(self, request: Request) -> None: ...
-    def get_block_ids(self, request_id: str) -> list[int]: ...
+    def get_block_ids(self, request_id: str) -> tuple[list[int], ...]: ...
     def reset_prefix_cache(self) -> bool: ...
     def take_events(self) -> list[KVCacheEvent]: ...
 
 
 class KVCacheManager:
-    """Allocates, caches and frees the KV blocks of requests.
+    """Allocates, caches and frees the KV blocks of requests, through one coordinator.
 
-    Each request's block list is append-only: blocks are added as it grows
-    and never replaced, so the block table on the device only ever grows.
-    num_blocks may be a ready pool (any BlockPoolInterface), which then keeps
-    its own caching, event and collision settings.
+    Each request's block lists are append-only: blocks are added as it grows and never replaced (a
+    sliding group's old entries become the null block), so the block table on the device only grows.
+    num_blocks may be a ready pool (any BlockPoolInterface), which then keeps its own caching, event
+    and collision settings. kv_cache_groups defaults to one full-attention group; the manager classes
+    are the seams of chapters 06 (full attention) and 12 (sliding windows).
     """
 
     def __init__(
@@ -103,6 +124,10 @@ class KVCacheManager:
         log_stats: bool = True,
         enable_kv_cache_events: bool = False,
         check_hash_collisions: bool = False,
+        kv_cache_groups: Sequence[KVCacheGroupSpec] = FULL_ATTENTION_GROUPS,
+        use_eagle: bool = False,
+        full_attention_manager_cls: type[FullAttentionManager] = FullAttentionManager,
+        sliding_window_manager_cls: type[SlidingWindowManager] = SlidingWindowManager,
     ) -> None:
         if block_size <= 0:
             raise ValueError(f"block_size must be positive, got {block_size}.")
@@ -118,10 +143,18 @@ class KVCacheManager:
                 check_hash_collisions=check_hash_collisions,
             )
         self.enable_caching = self.block_pool.enable_caching
+        self.kv_cache_groups = tuple(kv_cache_groups)
+        # Only a full-attention walk hands the pool each block's tokens to compare.
+        self._check_tokens = getattr(self.block_pool, "cached_token_ids", None) is not None
+        if self._check_tokens and (len(self.kv_cache_groups) > 1 or self.kv_cache_groups[0].sliding_window):
+            raise ValueError("check_hash_collisions serves a model of one full-attention KV cache group only.")
         self.prefix_cache_stats = PrefixCacheStats() if log_stats else None
-        self.req_to_blocks: dict[str, list[KVCacheBlock]] = {}
-        # Number of leading blocks of each request that are in the cache map.
-        self.num_cached_block: dict[str, int] = {}
+        self.coordinator = get_kv_cache_coordinator(
+            self.kv_cache_groups, self.block_pool, block_size, use_eagle=use_eagle,
+            full_attention_manager_cls=full_attention_manager_cls,
+            sliding_window_manager_cls=sliding_window_manager_cls,
+        )
+        self.empty_kv_cache_blocks = KVCacheBlocks(tuple(() for _ in self.kv_cache_groups))
 
     @property
     def usage(self) -> float:
@@ -134,8 +167,8 @@ class KVCacheManager:
             self.prefix_cache_stats = PrefixCacheStats()
         return stats
 
-    def get_computed_blocks(self, request: Request, record_stats: bool = True) -> tuple[list[KVCacheBlock], int]:
-        """The longest cached prefix of a waiting request, and its token count.
+    def get_computed_blocks(self, request: Request, record_stats: bool = True) -> tuple[KVCacheBlocks, int]:
+        """The longest cached prefix of a waiting request that every group can serve, and its token count.
 
         The hit stops one token short of the request so that the last token is
         always computed (its logits give the next token); since hits are whole
@@ -145,13 +178,13 @@ class KVCacheManager:
         counted in the stats, as in vLLM; the blocks it computes are still cached for others.
         """
         if not self.prefix_cache_lookup_enabled(request):
-            return [], 0
-        max_num_blocks = (request.num_tokens - 1) // self.block_size
-        blocks = self._find_longest_cache_hit(request, max_num_blocks)
-        num_hit_tokens = len(blocks) * self.block_size
+            return self.empty_kv_cache_blocks, 0
+        max_length = (request.num_tokens - 1) // self.block_size * self.block_size
+        tokens = {"token_ids": request.all_token_ids} if self._check_tokens else {}
+        hits, num_hit_tokens = self.coordinator.find_longest_cache_hit(request.block_hashes, max_length, **tokens)
         if record_stats:
             self.record_prefix_cache_stats(request, num_hit_tokens)
-        return blocks, num_hit_tokens
+        return KVCacheBlocks(hits), num_hit_tokens
 
     def prefix_cache_lookup_enabled(self, request: Request) -> bool:
         """Whether the request looks the prefix cache up at all (vLLM's method of the same name): not with
@@ -166,84 +199,51 @@ class KVCacheManager:
         if self.prefix_cache_stats is not None and self.prefix_cache_lookup_enabled(request):
             self.prefix_cache_stats.record(request.num_tokens, num_hit_tokens, request.num_preemptions > 0)
 
-    def _find_longest_cache_hit(
-        self, request: Request, max_num_blocks: int
-    ) -> list[KVCacheBlock]:
-        # A miss ends the walk: every later hash chains through the missing one.
-        get_cached_block = self.block_pool.get_cached_block
-        check_tokens = self.block_pool.cached_token_ids is not None
-        tokens, size = request.all_token_ids, self.block_size
-        hits = []
-        for i, block_hash in enumerate(islice(request.block_hashes, max_num_blocks)):
-            block = get_cached_block(
-                block_hash, tokens[i * size : (i + 1) * size] if check_tokens else None
-            )
-            if block is None:
-                break
-            hits.append(block)
-        return hits
-
     def allocate_slots(
         self,
         request: Request,
         num_new_tokens: int,
         num_new_computed_tokens: int = 0,
-        new_computed_blocks: list[KVCacheBlock] | None = None,
+        new_computed_blocks: KVCacheBlocks | None = None,
         num_lookahead_tokens: int = 0,
         full_sequence_must_fit: bool = False,
-    ) -> list[KVCacheBlock] | None:
-        """Make room for num_new_tokens more tokens of the request.
+    ) -> KVCacheBlocks | None:
+        """Make room for num_new_tokens more tokens of the request, in every group.
 
         Layout of the request's tokens:
         | computed | new computed (cache hit) | new | lookahead |
         Blocks are needed up to the end of lookahead; blocks full after the
         new tokens are cached. Returns the newly allocated blocks, or None if
-        the pool cannot provide them, in which case nothing has changed.
-        With full_sequence_must_fit, also None unless the blocks for the
-        request's whole sequence (num_tokens) fit now: the scheduler admits a
-        request only then, as vLLM 0.33's scheduler_reserve_full_isl does.
+        the pool cannot provide them. Blocks that have left a sliding window are
+        freed first, so they can serve this step; if the pool still falls short,
+        that is the only change. With full_sequence_must_fit, also None (and no
+        change) unless the blocks for the request's whole sequence (num_tokens)
+        fit now: the scheduler admits a request only then, as vLLM 0.33's
+        scheduler_reserve_full_isl does.
         """
         self._check_allocation(request, num_new_tokens, num_new_computed_tokens, new_computed_blocks,
                                num_lookahead_tokens)
         request_id = request.request_id
-        new_computed_blocks = new_computed_blocks or []
-        if full_sequence_must_fit and not self._fits(request, request.num_tokens, new_computed_blocks):
+        hits = (new_computed_blocks or self.empty_kv_cache_blocks).blocks
+        num_computed = request.num_computed_tokens + num_new_computed_tokens
+        if full_sequence_must_fit and not self._fits(request_id, request.num_tokens, hits, num_computed):
             return None
-        num_computed_tokens = request.num_computed_tokens + num_new_computed_tokens
-        num_tokens_need_slot = num_computed_tokens + num_new_tokens + num_lookahead_tokens
-        if not self._fits(request, num_tokens_need_slot, new_computed_blocks):
+        self.coordinator.remove_skipped_blocks(request_id, num_computed)
+        num_tokens_need_slot = num_computed + num_new_tokens + num_lookahead_tokens
+        if not self._fits(request_id, num_tokens_need_slot, hits, num_computed):
             return None
-
-        req_blocks = self.req_to_blocks.setdefault(request_id, [])
-        if request_id not in self.num_cached_block:
-            self.block_pool.touch(new_computed_blocks)
-            req_blocks.extend(new_computed_blocks)
-            self.num_cached_block[request_id] = len(new_computed_blocks)
-        num_new_blocks = max(-(-num_tokens_need_slot // self.block_size) - len(req_blocks), 0)
-        new_blocks = self.block_pool.get_new_blocks(num_new_blocks)
-        req_blocks.extend(new_blocks)
+        self.coordinator.allocate_new_computed_blocks(request_id, hits, num_computed)
+        new_blocks = self.coordinator.allocate_new_blocks(request_id, num_tokens_need_slot)
         if self.enable_caching:
-            self.cache_blocks(request, min(num_computed_tokens + num_new_tokens, request.num_tokens))
-        return new_blocks
+            self.coordinator.cache_blocks(request, min(num_computed + num_new_tokens, request.num_tokens))
+        return KVCacheBlocks(new_blocks)
 
-    def _fits(self, request: Request, num_tokens: int, new_computed_blocks) -> bool:
-        return self.get_num_blocks_to_allocate(request, num_tokens, new_computed_blocks) <= \
+    def _fits(self, request_id: str, num_tokens: int, hits, num_computed: int) -> bool:
+        return self.coordinator.get_num_blocks_to_allocate(request_id, num_tokens, hits, num_computed) <= \
             self.block_pool.get_num_free_blocks()
 
-    def get_num_blocks_to_allocate(self, request: Request, num_tokens: int,
-                                   new_computed_blocks: list[KVCacheBlock]) -> int:
-        """Free blocks the request needs to have slots for num_tokens tokens, taking new_computed_blocks.
-
-        A hit on a free cached block takes it out of the free queue, so it costs a free block just
-        like a new one.
-        """
-        num_required = -(-num_tokens // self.block_size)
-        num_held = len(self.req_to_blocks.get(request.request_id, ()))
-        num_new = max(num_required - num_held - len(new_computed_blocks), 0)
-        return num_new + sum(block.ref_cnt == 0 for block in new_computed_blocks)
-
     def _check_allocation(self, request: Request, num_new_tokens: int, num_new_computed_tokens: int,
-                          new_computed_blocks, num_lookahead_tokens: int) -> None:
+                          new_computed_blocks: KVCacheBlocks | None, num_lookahead_tokens: int) -> None:
         """Raise, before anything changes, on an allocate_slots call that cannot be right."""
         if min(num_new_tokens, num_new_computed_tokens, num_lookahead_tokens) < 0:
             raise ValueError(
@@ -252,7 +252,13 @@ class KVCacheManager:
                 f"num_lookahead_tokens={num_lookahead_tokens}."
             )
         request_id = request.request_id
-        if new_computed_blocks and request_id in self.num_cached_block:
+        if new_computed_blocks is not None and not isinstance(new_computed_blocks, KVCacheBlocks):
+            raise TypeError(
+                f"new_computed_blocks must be the KVCacheBlocks that get_computed_blocks returned, got a "
+                f"{type(new_computed_blocks).__name__}."
+            )
+        running = request_id in self.coordinator.single_type_managers[0].num_cached_block
+        if running and new_computed_blocks is not None and any(new_computed_blocks.blocks):
             raise ValueError(
                 f"Request {request_id!r} already holds blocks; cache hits can only "
                 "be added when it is admitted (free it first if it was preempted)."
@@ -265,44 +271,25 @@ class KVCacheManager:
                 "create it with block_hasher=get_request_block_hasher(block_size)."
             )
 
-    def cache_blocks(self, request: Request, num_computed_tokens: int) -> None:
-        """Cache the request's blocks that the first num_computed_tokens fill."""
-        request_id = request.request_id
-        num_cached_blocks = self.num_cached_block[request_id]
-        num_full_blocks = num_computed_tokens // self.block_size
-        if num_cached_blocks >= num_full_blocks:
-            return
-        self.block_pool.cache_full_blocks(
-            request,
-            self.req_to_blocks[request_id],
-            num_cached_blocks,
-            num_full_blocks,
-            self.block_size,
-        )
-        self.num_cached_block[request_id] = num_full_blocks
-
     def free(self, request: Request) -> None:
-        """Release the request's blocks, last block first.
+        """Release the request's blocks in every group, each group last block first.
 
         Freeing in reverse puts a chain's tail ahead of its root in the free
         queue, so the shared root (the likeliest future hit) is evicted last.
-        Freeing a request twice is a no-op. The record goes only once the pool
-        has taken the blocks back, so a pool that raises leaves them to free again.
+        Freeing a request twice is a no-op.
         """
-        self.block_pool.free_blocks(reversed(self.req_to_blocks.get(request.request_id, [])))
-        self.req_to_blocks.pop(request.request_id, None)
-        self.num_cached_block.pop(request.request_id, None)
+        self.coordinator.free(request.request_id)
 
     def evict_blocks(self, block_ids: Iterable[int]) -> None:
         """Forget the cached content of these blocks (vLLM's KVCacheManager.evict_blocks): the engine calls it
         after a failed step for the blocks that step named before writing their KV."""
         self.block_pool.evict_blocks(block_ids)
 
-    def get_blocks(self, request_id: str) -> list[KVCacheBlock]:
-        return self.req_to_blocks.get(request_id, [])
+    def get_blocks(self, request_id: str) -> KVCacheBlocks:
+        return KVCacheBlocks(self.coordinator.get_blocks(request_id))
 
-    def get_block_ids(self, request_id: str) -> list[int]:
-        return [block.block_id for block in self.get_blocks(request_id)]
+    def get_block_ids(self, request_id: str) -> tuple[list[int], ...]:
+        return self.get_blocks(request_id).get_block_ids()
 
     def reset_prefix_cache(self) -> bool:
         """Clear the prefix cache; False (and no change) while requests hold blocks."""

@@ -77,11 +77,16 @@ NONE_HASH = make_none_hash()
 
 
 def make_block_hash_with_group_id(block_hash: BlockHash, kv_cache_group_id: int) -> BlockHash:
-    """The key of a hybrid model's block: its hash and its KV cache group, as vLLM keys them.
+    """The key of a block in a KV cache group: its hash and the group id, as vLLM keys them.
 
     The same tokens have one hash in every group, but each group's block holds other layers'
-    KV, so a full-attention layer must never be served a sliding layer's block.
+    KV, so a full-attention layer must never be served a sliding layer's block. Group 0 keeps
+    the bare hash (vLLM appends 0 too): a model with one group, every chapter before 12, names
+    its blocks by the hashes chapter 04 computes. Every hash of one hasher has one length, so a
+    bare hash never equals another group's longer key.
     """
+    if kv_cache_group_id == 0:
+        return block_hash
     return BlockHash(block_hash + kv_cache_group_id.to_bytes(4, "big"))
 
 _U32 = struct.Struct("<I")

@@ -1,8 +1,8 @@
 """The blocks of one KV cache group, by attention type (vllm/v1/core/single_type_kv_cache_manager.py).
 
-A hybrid model's coordinator holds one of these per group: FullAttentionManager for full-attention
-layers, SlidingWindowManager for sliding ones. Both draw from the one BlockPool every group shares,
-and name their blocks by hash and group id.
+The coordinator holds one of these per KV cache group: FullAttentionManager for full-attention
+layers, SlidingWindowManager for sliding ones. All draw from the one pool every group shares, and
+name their blocks by hash and group id (group 0's by the hash alone, see make_block_hash_with_group_id).
 """
 
 from __future__ import annotations
@@ -10,7 +10,9 @@ from __future__ import annotations
 from itertools import islice
 from typing import TYPE_CHECKING
 
-from .block_pool import BlockPool
+from collections.abc import Sequence
+
+from .block_pool import BlockPoolInterface
 from nanoengine.kv_cache_interface import KVCacheGroupSpec
 from .kv_cache_utils import BlockHash, KVCacheBlock
 
@@ -26,7 +28,7 @@ class SingleTypeKVCacheManager:
     the same number of entries; the first num_cached_block[r] entries are cached or null.
     """
 
-    def __init__(self, spec: KVCacheGroupSpec, block_pool: BlockPool, block_size: int,
+    def __init__(self, spec: KVCacheGroupSpec, block_pool: BlockPoolInterface, block_size: int,
                  kv_cache_group_id: int, use_eagle: bool = False) -> None:
         self.spec = spec
         self.block_pool = block_pool
@@ -94,11 +96,13 @@ class SingleTypeKVCacheManager:
         self.req_to_blocks.pop(request_id, None)
         self.num_cached_block.pop(request_id, None)
 
-    def get_cached_blocks(self, block_hash: BlockHash, group_ids: list[int]) -> list[KVCacheBlock] | None:
-        """The block cached under block_hash in each of group_ids, or None unless every group has one."""
+    def get_cached_blocks(self, block_hash: BlockHash, group_ids: list[int],
+                          token_ids: Sequence[int] | None = None) -> list[KVCacheBlock] | None:
+        """The block cached under block_hash in each of group_ids, or None unless every group has one.
+        token_ids, the block's tokens, are needed only by a pool that checks hash collisions."""
         blocks = []
         for group_id in group_ids:
-            block = self.block_pool.get_cached_block(block_hash, kv_cache_group_id=group_id)
+            block = self.block_pool.get_cached_block(block_hash, token_ids, kv_cache_group_id=group_id)
             if block is None:
                 return None
             blocks.append(block)
@@ -112,12 +116,15 @@ class SingleTypeKVCacheManager:
 
 
 class FullAttentionManager(SingleTypeKVCacheManager):
-    def find_longest_cache_hit(self, block_hashes, max_length, group_ids):
+    def find_longest_cache_hit(self, block_hashes, max_length, group_ids, token_ids=None):
         """Walk from the left: a miss ends the hit, since every later hash chains through it. With
-        use_eagle the last hit block is dropped, so its tokens are recomputed for EAGLE's draft head."""
+        use_eagle the last hit block is dropped, so its tokens are recomputed for EAGLE's draft head.
+        token_ids (the request's) come only for a pool that checks hash collisions (chapter 04)."""
         hits: tuple[list[KVCacheBlock], ...] = tuple([] for _ in group_ids)
-        for block_hash in islice(block_hashes, max_length // self.block_size):
-            blocks = self.get_cached_blocks(block_hash, group_ids)
+        size = self.block_size
+        for i, block_hash in enumerate(islice(block_hashes, max_length // size)):
+            tokens = None if token_ids is None else token_ids[i * size:(i + 1) * size]
+            blocks = self.get_cached_blocks(block_hash, group_ids, tokens)
             if blocks is None:
                 break
             for hit, block in zip(hits, blocks):

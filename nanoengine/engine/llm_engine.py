@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from collections.abc import Iterable
 from typing import Protocol
 
-from nanoengine.core import (BlockTokensHasher, KVCacheManagerInterface, PrefixCacheStats, block_ids_per_group,
+from nanoengine.core import (BlockTokensHasher, KVCacheManagerInterface, PrefixCacheStats,
                              get_hash_fn_by_name, get_request_block_hasher)
 from nanoengine.errors import EngineStalledError
 from nanoengine.worker.model_runner import ModelRunner
@@ -198,8 +198,7 @@ class LLMEngine:
         if self.stage in ("schedule", "execute"):
             for req_id in self.scheduler.requests:
                 first = computed.get(req_id, 0) // self.scheduler.block_size
-                block_ids = kv.get_block_ids(req_id)
-                for group in block_ids_per_group(block_ids):
+                for group in kv.get_block_ids(req_id):
                     suspect.update(b for b in group[first:] if b)
         evict = getattr(kv, "evict_blocks", None)
         if suspect and evict is not None:

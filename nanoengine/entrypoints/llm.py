@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import logging
 import numbers
 import os
@@ -22,7 +23,7 @@ from nanoengine.core import (
     BlockPoolInterface,
     BlockTokensHasher,
     FreeBlockQueue,
-    HybridKVCacheManager,
+    FullAttentionManager,
     KVCacheBlock,
     KVCacheManager,
     KVCacheManagerInterface,
@@ -98,11 +99,14 @@ def _device_memory(device: torch.device) -> int:
         return 2**62
 
 
-_SEAMS = ("hash_block_tokens", "block_pool", "free_queue_cls", "kv_cache_manager_cls", "scheduler_cls",
-          "block_table_cls", "sliding_window_manager_cls")
+_SEAMS = ("hash_block_tokens", "block_pool", "free_queue_cls", "full_attention_manager_cls", "kv_cache_manager_cls",
+          "scheduler_cls", "block_table_cls", "sliding_window_manager_cls")
 # The seams with a default part, which None (like leaving the argument out) also takes.
 _SEAM_DEFAULTS = {"kv_cache_manager_cls": KVCacheManager, "scheduler_cls": Scheduler, "block_table_cls": BlockTable,
+                  "full_attention_manager_cls": FullAttentionManager,
                   "sliding_window_manager_cls": SlidingWindowManager}
+# The single-type manager seams: subclasses of the engine's class, since the coordinator builds them itself.
+_MANAGER_SEAMS = {"full_attention_manager_cls": FullAttentionManager, "sliding_window_manager_cls": SlidingWindowManager}
 _FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 
 
@@ -131,6 +135,19 @@ def _build(name: str | None, factory, protocol, call: str, *args, **kwargs):
             "them, or subclass the engine's own part and override only what you change.",
             parameter=name, value=factory)
     return part
+
+
+def _check_pool_names_groups(pool) -> None:
+    """A model of several KV cache groups names each block by hash and group: a pool given through block_pool
+    must take kv_cache_group_id where the Protocol has it, or one group would be served another's blocks."""
+    for method in ("get_cached_block", "cache_full_blocks"):
+        params = inspect.signature(getattr(pool, method)).parameters
+        if "kv_cache_group_id" not in params and not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            raise InvalidEngineArgumentError(
+                f"block_pool gave a {type(pool).__name__} whose {method} takes no kv_cache_group_id, and this model has "
+                "sliding-window layers, so several KV cache groups share the pool. Name each block by "
+                "make_block_hash_with_group_id(block_hash, kv_cache_group_id) (BlockPoolInterface), or leave "
+                "block_pool out for this model.", parameter="block_pool", value=pool)
 
 
 def _check_engine_args(args: dict) -> None:
@@ -179,10 +196,10 @@ def _check_engine_args(args: dict) -> None:
             what = "a function (parent_hash, token_ids, extra_keys)" if name == "hash_block_tokens" else \
                 "a class (or a factory) to build the part from; pass the class itself, not an instance"
             raise err(f"{name} must be {what}, got a {type(args[name]).__name__}.", parameter=name, value=args[name])
-    window_cls = args["sliding_window_manager_cls"]
-    if window_cls is not None and not (isinstance(window_cls, type) and issubclass(window_cls, SlidingWindowManager)):
-        raise err(f"sliding_window_manager_cls must be a subclass of core.SlidingWindowManager, got {window_cls!r}.",
-                  parameter="sliding_window_manager_cls", value=window_cls)
+    for name, base in _MANAGER_SEAMS.items():
+        cls = args[name]
+        if cls is not None and not (isinstance(cls, type) and issubclass(cls, base)):
+            raise err(f"{name} must be a subclass of core.{base.__name__}, got {cls!r}.", parameter=name, value=cls)
 
 
 class LLM:
@@ -198,9 +215,9 @@ class LLM:
     `long_prefill_token_threshold` caps one request's chunk while another runs or waits (alone, a request takes
     the whole budget); `long_prefill_token_threshold_adaptive` floors the cap at the budget's fair share, as
     vLLM 0.33's scheduler options of those names do.
-    A model with sliding-window layers (`config.layer_types`) runs on `core.HybridKVCacheManager`: its layers
-    form KV cache groups, each with its own block table, and a sliding group frees the blocks that leave its
-    window while the request runs.
+    A model with sliding-window layers (`config.layer_types`, or a GGUF's sliding-window metadata) has several
+    KV cache groups, each with its own block table; `core.KVCacheManager` serves every model through its
+    coordinator, and a sliding group frees the blocks that leave its window while the request runs.
 
     Every mechanism the course builds enters through its own seam, a Protocol beside the engine's
     implementation; leave an argument out and the engine's own part serves:
@@ -212,7 +229,8 @@ class LLM:
     | `hash_block_tokens` | `core.BlockTokensHasher`: the chained block hash | 04 |
     | `free_queue_cls` | `core.FreeBlockQueue`: the free-block queue | 05 |
     | `block_pool` | `core.BlockPoolInterface`, built as `factory(num_blocks, enable_caching)`, plus `free_queue_cls=` when one is given | 06, 09 |
-    | `kv_cache_manager_cls` | `core.KVCacheManagerInterface`, built as `cls(block_size, pool)` | 06 |
+    | `full_attention_manager_cls` | `core.FullAttentionManager` (a subclass): a full-attention group's blocks | 06 |
+    | `kv_cache_manager_cls` | `core.KVCacheManagerInterface`, built as `cls(block_size, pool, kv_cache_groups=..., **managers)` | 06 |
     | `scheduler_cls` | `core.sched.interface.SchedulerInterface`, built as `cls(SchedulerConfig, kv_cache_manager)` | 07 |
     | `sliding_window_manager_cls` | `core.SlidingWindowManager` (a subclass): a sliding group's blocks, for models with windows | 12 |
 
@@ -251,6 +269,7 @@ class LLM:
         hash_block_tokens: BlockTokensHasher | None = None,
         block_pool=None,
         free_queue_cls: type[FreeBlockQueue] | None = None,
+        full_attention_manager_cls: type[FullAttentionManager] = FullAttentionManager,
         kv_cache_manager_cls: type[KVCacheManager] = KVCacheManager,
         scheduler_cls: type[SchedulerInterface] = Scheduler,
         block_table_cls: type[BlockTableInterface] = BlockTable,
@@ -265,6 +284,7 @@ class LLM:
         kv_cache_manager_cls, scheduler_cls = kv_cache_manager_cls or KVCacheManager, scheduler_cls or Scheduler
         block_table_cls = block_table_cls or BlockTable
         sliding_window_manager_cls = sliding_window_manager_cls or SlidingWindowManager
+        full_attention_manager_cls = full_attention_manager_cls or FullAttentionManager
         if isinstance(model, LlamaForCausalLM):
             # A ready model, e.g. random weights in a test or a course lab: it has no tokenizer, so
             # prompts are token ids and outputs carry no text (vLLM's skip_tokenizer_init).
@@ -295,7 +315,7 @@ class LLM:
         self.kv_cache_groups = groups = kv_cache_groups(self.config)
         hybrid = any(g.sliding_window for g in groups)
         if hybrid:
-            self._check_windows(groups, block_size, block_pool, kv_cache_manager_cls, scheduler_cls, block_table_cls)
+            self._check_windows(groups, block_size)
         num_blocks = self._num_kv_blocks(kv_cache_memory_bytes, gpu_memory_utilization, num_gpu_blocks_override)
         self._check_fits(num_blocks, kv_cache_memory_bytes, num_gpu_blocks_override)
         self.kv_cache = PagedKVCache(self.config, num_blocks, block_size, self.backend, self.device, self.dtype, groups)
@@ -312,12 +332,12 @@ class LLM:
             _build("free_queue_cls", free_queue_cls, FreeBlockQueue, "(blocks)", [KVCacheBlock(0), KVCacheBlock(1)])
         pool = _build("block_pool" if block_pool else None, block_pool or BlockPool, BlockPoolInterface,
                       "(num_blocks, enable_caching)", num_blocks, enable_prefix_caching, **queue)
-        if hybrid:
-            kv_manager = HybridKVCacheManager(block_size, pool, groups,
-                                              sliding_window_manager_cls=sliding_window_manager_cls)
-        else:
-            kv_manager = _build(_given("kv_cache_manager_cls", kv_cache_manager_cls), kv_cache_manager_cls,
-                                KVCacheManagerInterface, "(block_size, block_pool)", block_size, pool)
+        if len(groups) > 1 and block_pool is not None:
+            _check_pool_names_groups(pool)
+        kv_manager = _build(_given("kv_cache_manager_cls", kv_cache_manager_cls), kv_cache_manager_cls,
+                            KVCacheManagerInterface, "(block_size, block_pool, kv_cache_groups=..., ...)", block_size,
+                            pool, kv_cache_groups=groups, full_attention_manager_cls=full_attention_manager_cls,
+                            sliding_window_manager_cls=sliding_window_manager_cls)
         config = SchedulerConfig(max_num_batched_tokens, max_num_seqs, long_prefill_token_threshold,
                                  scheduling_policy, self.max_model_len, long_prefill_token_threshold_adaptive)
         scheduler = _build(_given("scheduler_cls", scheduler_cls), scheduler_cls, SchedulerInterface,
@@ -332,6 +352,7 @@ class LLM:
         # The parts given through seams, by class (or hash function's code), to name one that raises.
         given = {"scheduler_cls": type(scheduler), "kv_cache_manager_cls": type(kv_manager),
                  "block_table_cls": block_table_cls, "sliding_window_manager_cls": sliding_window_manager_cls,
+                 "full_attention_manager_cls": full_attention_manager_cls,
                  "block_pool": block_pool and type(pool), "free_queue_cls": free_queue_cls,
                  "attention_backend": None if isinstance(backend, str) else type(self.backend),
                  "hash_block_tokens": getattr(hash_block_tokens, "__code__", type(hash_block_tokens))}
@@ -343,10 +364,8 @@ class LLM:
             num_blocks * self._bytes_per_block / 2**20, self.backend.name, self.device,
         )
 
-    def _check_windows(self, groups, block_size, *seams) -> None:
-        """A model with windows must suit the block size and the context, and it runs on the engine's own
-        pool, manager, scheduler and block table, which know KV cache groups (one group too, when every
-        layer slides)."""
+    def _check_windows(self, groups, block_size) -> None:
+        """A model with windows must suit the block size and the context."""
         window = next(g.sliding_window for g in groups if g.sliding_window)
         if window < block_size:
             raise UnsupportedModelError(
@@ -358,13 +377,6 @@ class LLM:
             raise UnsupportedModelError(
                 f"sliding_window={window} exceeds max_model_len={self.max_model_len}: no token could ever leave the "
                 "window, so its layers are full attention. Give a smaller window, or full_attention layer types."
-            )
-        defaults = (None, KVCacheManager, Scheduler, BlockTable)
-        if any(seam is not default for seam, default in zip(seams, defaults)):
-            raise UnsupportedModelError(
-                f"This model has sliding-window layers ({len(groups)} KV cache group(s)), which only the engine's own "
-                "block pool, KV cache manager, scheduler and block table serve: leave block_pool, "
-                "kv_cache_manager_cls, scheduler_cls and block_table_cls out for it."
             )
 
     @property

@@ -8,7 +8,6 @@ import torch
 
 from nanoengine.attention.backend import AttentionMetadata
 from nanoengine.attention.paged import PagedKVCache
-from nanoengine.core import block_ids_per_group
 from nanoengine.worker.block_table import BlockTable, BlockTableInterface, MultiGroupBlockTable
 from nanoengine.worker.cuda_graphs import DecodeGraphs
 from nanoengine.model import LlamaForCausalLM
@@ -70,13 +69,13 @@ class ModelRunner:
             self.requests[new.req_id] = CachedRequestState(
                 new.req_id, list(new.prefill_token_ids), new.num_computed_tokens, params, len(new.prompt_token_ids)
             )
-            self.input_block_table.add_row(new.req_id, block_ids_per_group(new.block_ids))
+            self.input_block_table.add_row(new.req_id, new.block_ids)
             if new.req_id not in self.generators:
                 self.generators[new.req_id] = make_generator(params.seed)
         cached = so.scheduled_cached_reqs
         for req_id, block_ids, num_computed in zip(cached.req_ids, cached.new_block_ids, cached.num_computed_tokens):
             self.requests[req_id].num_computed_tokens = num_computed
-            self.input_block_table.append_row(req_id, block_ids_per_group(block_ids))
+            self.input_block_table.append_row(req_id, block_ids)
 
     @staticmethod
     def batch_order(num_scheduled_tokens: dict[str, int]) -> list[str]:

@@ -48,11 +48,12 @@ def displayed(pool_map) -> list[tuple[int, str, int]]:
 
 def assert_matches_pool(pool_map) -> None:
     manager = pool_map.engine.kv_cache_manager
+    req_to_blocks = manager.coordinator.single_type_managers[0].req_to_blocks  # the model's one KV cache group
     cells = displayed(pool_map)
     assert [b for b, _, _ in cells] == list(range(NUM_BLOCKS)), "one cell per block, in id order"
     for (block_id, kind, ref), block in zip(cells, manager.block_pool.blocks):
         assert ref == block.ref_cnt
-        owners = [r for r, blocks in manager.req_to_blocks.items() if block in blocks]
+        owners = [r for r, blocks in req_to_blocks.items() if block in blocks]
         if block.is_null:
             expected = "null"
         elif block.ref_cnt:
@@ -62,7 +63,7 @@ def assert_matches_pool(pool_map) -> None:
             expected = "cached" if block.block_hash is not None else "free"
             assert owners == []
         assert kind == expected, f"block {block_id}"
-    for req_id, blocks in manager.req_to_blocks.items():
+    for req_id, blocks in req_to_blocks.items():
         assert f"blocks {[b.block_id for b in blocks]}" in pool_map.tables.value, f"block table of req {req_id}"
 
 
@@ -90,14 +91,14 @@ def test_every_click_runs_one_real_step_and_redraws(pool_map):
 def test_finished_request_leaves_cached_blocks_that_a_later_prefix_reuses(pool_map):
     manager = pool_map.engine.kv_cache_manager
     pool_map.step()
-    first_table = manager.get_block_ids("0")
+    first_table = manager.get_block_ids("0")[0]
     while "0" in pool_map.engine.scheduler.requests:
         pool_map.step()
     cached = [s.block_id for s in pool_map.states if s.kind == "cached"]
     assert cached == sorted(first_table[: len(PREFIX) // BLOCK_SIZE]), "the full prefix blocks keep their hashes"
     while pool_map.num_steps < 5:
         pool_map.step()
-    assert manager.get_block_ids("2")[:3] == first_table[:3], "request 2 reuses request 0's cached blocks"
+    assert manager.get_block_ids("2")[0][:3] == first_table[:3], "request 2 reuses request 0's cached blocks"
     assert_matches_pool(pool_map)
 
 

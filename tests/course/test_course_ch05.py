@@ -24,7 +24,7 @@ def assert_matches_pool(view: FreeQueueView) -> None:
     lab = view.lab
     queue = lab.pool.free_block_queue.get_all_free_blocks()
     assert chips(view.queue.value) == [(b.block_id, b.block_hash is not None, 0) for b in queue], "queue, head to tail"
-    held = [b for name in lab.running for b in lab.manager.get_blocks(name)]
+    held = [b for name in lab.running for b in lab.manager.get_blocks(name).blocks[0]]
     assert chips(view.held.value) == [(b.block_id, b.block_hash is not None, b.ref_cnt) for b in held]
     assert all(b.ref_cnt > 0 for b in held) and {b.ref_cnt for b in queue} <= {0}
     assert len(queue) + len({b.block_id for b in held}) == lab.pool.num_gpu_blocks - 1, "every block is somewhere"
@@ -58,7 +58,7 @@ def test_buttons_act_on_the_pool_and_a_refusal_changes_nothing():
     view.chat_button.click()  # the first chat still runs: its system-prompt blocks are shared, not pulled
     shared = view.lab.events[-1]
     assert shared.shared == (1, 2) and shared.pulled == ()
-    assert [b.ref_cnt for b in view.lab.manager.get_blocks("chat2")[:2]] == [2, 2]
+    assert [b.ref_cnt for b in view.lab.manager.get_blocks("chat2").blocks[0][:2]] == [2, 2]
     assert_matches_pool(view)
     while not view.lab.events[-1].refused:
         before = view.lab.text()

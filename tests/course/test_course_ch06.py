@@ -41,7 +41,8 @@ def expected(view):
     queue = free_queue_ids(manager.block_pool)
     return [(b.block_id, b.ref_cnt, short_hash(b.block_hash), queue.index(b.block_id) if b.block_id in queue else None,
              b.block_id in view.timeline.evicted,
-             ",".join(r for r, blocks in sorted(manager.req_to_blocks.items()) if b in blocks))
+             ",".join(r for r, blocks in sorted(manager.coordinator.single_type_managers[0].req_to_blocks.items())
+                      if b in blocks))
             for b in manager.block_pool.blocks]
 
 

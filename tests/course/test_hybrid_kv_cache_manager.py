@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from nanoengine.core import (
     BlockPool,
     HybridKVCacheCoordinator,
-    HybridKVCacheManager,
+    KVCacheManager,
     SlidingWindowManager,
     get_request_block_hasher,
     make_block_hash_with_group_id,
@@ -102,14 +102,16 @@ def test_groups_never_serve_each_others_blocks():
     cache(pool, 1, [0, 1])
     assert pool.get_cached_block(HASHES[0], kv_cache_group_id=1) is not None
     assert pool.get_cached_block(HASHES[0], kv_cache_group_id=0) is None
-    assert pool.get_cached_block(HASHES[0]) is None  # a one-group manager's bare hash
+    assert pool.get_cached_block(HASHES[0]) is None  # group 0's name: the bare hash
     (block,) = [b for h, b in pool.cached_block_hash_to_block.items() if b.block_hash == h][:1]
-    assert block.block_hash == make_block_hash_with_group_id(HASHES[0], 1)
+    assert block.block_hash == make_block_hash_with_group_id(HASHES[0], 1) != HASHES[0]
+    # Group 0 keeps the bare hash (vLLM appends 0 too), so a one-group model keeps chapter 04's names.
+    assert make_block_hash_with_group_id(HASHES[0], 0) == HASHES[0]
 
 
 def coordinator(windows, pool, use_eagle=False):
     groups = [KVCacheGroupSpec((i,), w) for i, w in enumerate(windows)]
-    return HybridKVCacheCoordinator(groups, pool, BS, use_eagle)
+    return HybridKVCacheCoordinator(groups, pool, BS, use_eagle=use_eagle)
 
 
 def test_fixed_point_when_the_groups_disagree():
@@ -121,11 +123,11 @@ def test_fixed_point_when_the_groups_disagree():
     cache(pool, 1, [i for i in range(10) if i != 6])
     cache(pool, 2, [i for i in range(10) if i != 8])
     hits, length, calls = traced_hit(coordinator([None, 9, 13], pool), HASHES[:11], 10 * BS)
-    assert length == 6 * BS and [len(h) for h in hits.blocks] == [6, 6, 6]
+    assert length == 6 * BS and [len(h) for h in hits] == [6, 6, 6]
     # Full attention is searched once; the sliding types until the length stops shrinking.
     assert calls == [((0,), 40, 40), ((1,), 40, 40), ((2,), 40, 32), ((1,), 32, 24), ((2,), 24, 24),
                      ((1,), 24, 24), ((2,), 24, 24)]
-    assert [b.is_null for b in hits.blocks[2]] == [True] * 3 + [False] * 3
+    assert [b.is_null for b in hits[2]] == [True] * 3 + [False] * 3
 
 
 @settings(max_examples=300, deadline=None, database=None)
@@ -190,19 +192,20 @@ def test_eagle_hit_is_one_every_type_serves_one_block_further():
 
 def test_a_repeated_prompt_hits_in_every_group_with_nulls_before_the_window():
     pool = BlockPool(60, enable_caching=True)
-    manager = HybridKVCacheManager(BS, pool, get_kv_cache_groups([9, None]))
+    manager = KVCacheManager(BS, pool, kv_cache_groups=get_kv_cache_groups([9, None]))
+    assert isinstance(manager.coordinator, HybridKVCacheCoordinator)
     a = make_request("a", range(40))
     assert manager.allocate_slots(a, 40) is not None
     a.num_computed_tokens = 40
     manager.free(a)
     b = make_request("b", list(range(40)) + [7, 7])
     hits, num_hit = manager.get_computed_blocks(b)
-    assert num_hit == 40 and len(hits) == 10
     full, window = hits.blocks
+    assert num_hit == 40 and len(full) == len(window) == 10
     assert not any(b.is_null for b in full)
     assert [b.is_null for b in window] == [True] * 8 + [False] * 2  # ceil(8 / 4) blocks cover the window
     # Taking the hit: the sliding group's blocks before position 40 - 9 + 1 = 32 stay null.
-    needed = manager.get_num_blocks_to_allocate(b, b.num_tokens, hits)
+    needed = manager.coordinator.get_num_blocks_to_allocate(b.request_id, b.num_tokens, hits.blocks, num_hit)
     assert needed == 10 + 2 + 1 + 1  # evictable hits (full 10, window 2) and one new block per group
     free = pool.get_num_free_blocks()
     manager.allocate_slots(b, 2, num_hit, hits)
@@ -210,3 +213,34 @@ def test_a_repeated_prompt_hits_in_every_group_with_nulls_before_the_window():
     assert [blk.is_null for blk in manager.get_blocks("b").blocks[1]] == [True] * 8 + [False] * 3
     manager.free(b)
     assert pool.get_num_free_blocks() == 59 and all(blk.ref_cnt == 0 for blk in pool.blocks)
+
+
+def test_the_learners_parts_serve_a_windowed_model():
+    """The seams take a windowed model's parts too (one KV cache group per window, a HybridKVCacheCoordinator):
+    chapter 06's pool and managers, chapter 07's scheduler (it passes KVCacheBlocks.get_block_ids() along, one
+    list per group) and chapter 12's window manager, all the worked solutions', give the engine's greedy tokens,
+    preemptions and prefix hits on the tiny hybrid."""
+    import random
+
+    from nanocourse.hybrid import tiny_hybrid_llm
+    from nanoengine.sampling_params import SamplingParams
+    from solutions import ch06_prefix_caching as ch06, ch07_scheduler as ch07, ch12_hybrid as ch12
+
+    rng = random.Random(5)
+    shared = rng.choices(range(3, 256), k=40)
+    prompts = [shared + rng.choices(range(3, 256), k=30 + 9 * i) for i in range(6)]
+    params = SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
+
+    def run(**parts):
+        llm = tiny_hybrid_llm(16, 8, seed=3, num_gpu_blocks_override=64, **parts)
+        tokens = [o.token_ids for o in llm.generate(prompt_token_ids=prompts, sampling_params=params)]
+        assert len(llm.engine.kv_cache_manager.coordinator.single_type_managers) == 4
+        stats = llm.get_stats()
+        return tokens, stats.num_preemptions, stats.prefix_cache_hits
+
+    engine = run()
+    assert engine[1] > 0 and engine[2] > 0, "the pool must force preemption and the shared prefix must hit"
+    assert run(scheduler_cls=ch07.Scheduler) == engine, "chapter 07's scheduler alone"
+    assert run(block_pool=ch06.BlockPool, full_attention_manager_cls=ch06.FullAttentionManager,
+               kv_cache_manager_cls=ch06.KVCacheManager, scheduler_cls=ch07.Scheduler,
+               sliding_window_manager_cls=ch12.SlidingWindowManager) == engine, "every learner part at once"

@@ -19,7 +19,7 @@ def test_worked_parts_alone_match_nanoengine_and_mistakes_show_where_they_matter
     table = part_diff(engines_per_part("solutions"))
     assert table.count("same as nanoengine") == 6 * len(WORKLOADS) and "differ" not in table
     part = {p.name: p for p in PARTS}
-    table = part_diff({"forward": with_mistake(part["KVCacheManager"], "frees in forward order"),
+    table = part_diff({"forward": with_mistake(part["KVCacheManager"], "free releases the request first to last"),
                        "oldest": with_mistake(part["Scheduler"], "FCFS preempts the oldest request")})
     forward, oldest = table.split("oldest\n")
     assert "preemption-heavy:  prefill tokens differ" in forward and forward.count("same as nanoengine") == 2

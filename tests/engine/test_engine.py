@@ -22,7 +22,7 @@ GREEDY = SamplingParams(temperature=0, max_tokens=24)
 
 def assert_no_leak(llm: LLM) -> None:
     kv = llm.engine.kv_cache_manager
-    assert not kv.req_to_blocks, "a finished request still holds blocks"
+    assert not kv.coordinator.single_type_managers[0].req_to_blocks, "a finished request still holds blocks"
     assert kv.block_pool.get_num_free_blocks() == llm.kv_cache.num_blocks - 1
     assert not llm.engine.has_unfinished_requests()
 

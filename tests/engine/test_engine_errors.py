@@ -18,10 +18,10 @@ def small():
 
 def assert_intact(llm):
     kv = llm.engine.kv_cache_manager
-    assert not kv.req_to_blocks and not llm.engine.has_unfinished_requests()
+    assert not kv.coordinator.single_type_managers[0].req_to_blocks and not llm.engine.has_unfinished_requests()
     assert kv.block_pool.get_num_free_blocks() == llm.kv_cache.num_blocks - 1
     assert llm.generate("Hello", OK)[0].token_ids  # still serves
-    assert not kv.req_to_blocks
+    assert not kv.coordinator.single_type_managers[0].req_to_blocks
 
 
 @pytest.mark.parametrize(

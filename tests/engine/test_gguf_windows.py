@@ -57,7 +57,7 @@ def test_a_windowed_gguf_is_served_by_the_hybrid_path_and_matches_ministral(hybr
     llm = LLM(model=path, block_size=8, kv_cache_memory_bytes=2**20, progress=False)
     # vLLM's grouping: groups as large as the smallest type, so one per layer here, the full one first.
     assert [g.sliding_window for g in llm.kv_cache.groups] == [None, WINDOW, WINDOW, WINDOW]
-    assert any(isinstance(m, SlidingWindowManager) for m in llm.engine.kv_cache_manager.managers)
+    assert any(isinstance(m, SlidingWindowManager) for m in llm.engine.kv_cache_manager.coordinator.single_type_managers)
 
     # The reference takes its window from the config the file was written from, not from what was loaded.
     hf = transformers.MinistralForCausalLM(model.config.to_hf()).eval()

@@ -10,7 +10,8 @@ from nanoengine.engine import llm_engine as engine_module
 from nanoengine.worker import model_runner
 from nanoengine.attention import TorchBackend
 from nanoengine.config import LlamaConfig
-from nanoengine.core import BlockPool, FreeKVCacheBlockQueue, KVCacheManager, SlidingWindowManager, hash_block_tokens
+from nanoengine.core import (BlockPool, FreeKVCacheBlockQueue, FullAttentionManager, KVCacheManager, SlidingWindowManager,
+                             hash_block_tokens)
 from nanoengine.model import LlamaForCausalLM
 from nanoengine.worker.block_table import BlockTable
 from nanoengine.core.sched.scheduler import Scheduler
@@ -79,8 +80,11 @@ def seams(trigger: Trigger) -> dict[str, dict]:
         "block_pool": {"block_pool": faulty(BlockPool, trigger, [
             "get_cached_block", "touch", "cache_full_blocks", "free_blocks", "get_new_blocks",
             "get_num_free_blocks"])},
+        "full_attention_manager_cls": {"full_attention_manager_cls": faulty(FullAttentionManager, trigger, [
+            "find_longest_cache_hit", "get_num_blocks_to_allocate", "allocate_new_computed_blocks",
+            "allocate_new_blocks", "cache_blocks", "free"])},
         "kv_cache_manager_cls": {"kv_cache_manager_cls": faulty(KVCacheManager, trigger, [
-            "get_computed_blocks", "get_num_blocks_to_allocate", "allocate_slots", "free",
+            "get_computed_blocks", "allocate_slots", "free",
             "record_prefix_cache_stats", "get_block_ids", "make_prefix_cache_stats"])},
         "scheduler_cls": {"scheduler_cls": faulty(Scheduler, trigger, [
             "schedule", "update_from_output", "finish_requests", "choose_victim", "preempt", "admit",

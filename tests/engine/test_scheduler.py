@@ -98,7 +98,7 @@ def test_max_num_seqs_and_finished_requests_are_reported_and_freed():
     assert {r.request_id for r in finished} == {"r0", "r1"}
     out, _ = run_step(s)
     assert out.finished_req_ids == {"r0", "r1"} and set(out.num_scheduled_tokens) == {"r2"}
-    assert s.kv_cache_manager.get_block_ids("r0") == []
+    assert s.kv_cache_manager.get_block_ids("r0") == ([],)
 
 
 def test_hit_stats_count_each_admission_once_not_each_lookup():

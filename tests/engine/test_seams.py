@@ -10,6 +10,7 @@ from nanoengine.core import (
     BlockPoolInterface,
     FreeBlockQueue,
     FreeKVCacheBlockQueue,
+    KVCacheBlocks,
     KVCacheManager,
     KVCacheManagerInterface,
     hash_block_tokens,
@@ -126,7 +127,7 @@ def test_a_part_that_stalls_the_engine_gets_a_clear_error():
         def get_computed_blocks(self, request, record_stats=True):
             blocks = [self.block_pool.get_cached_block(h) for h in request.block_hashes]
             hits = blocks[: blocks.index(None)] if None in blocks else blocks
-            return hits, len(hits) * self.block_size
+            return KVCacheBlocks((hits,)), len(hits) * self.block_size
 
     llm = LLM(LlamaForCausalLM.random(LlamaConfig.tiny(), seed=0), block_size=4, kv_cache_memory_bytes=2**18,
               kv_cache_manager_cls=NoLastTokenRule)

@@ -9,8 +9,11 @@ from nanoengine import LLM, SamplingParams
 from nanoengine.attention import ContiguousKVCache
 from nanoengine.attention.backend import TorchBackend
 from nanoengine.config import LlamaConfig
+from nanoengine.core import BlockPool, FullAttentionManager, KVCacheManager, SlidingWindowManager
 from nanoengine.core.sched.scheduler import Scheduler
+from nanoengine.errors import InvalidEngineArgumentError
 from nanoengine.model import LlamaForCausalLM
+from nanoengine.worker.block_table import BlockTable
 from tiny_gguf import hf_greedy, hf_state_dict
 
 WINDOW = 24
@@ -227,10 +230,10 @@ def test_sliding_blocks_stay_within_the_window_for_2000_tokens():
     peak_sliding, peak_full = 0, 0
     while llm.engine.has_unfinished_requests():
         llm.engine.step()
-        if not kv.req_to_blocks:
+        if not any(m.req_to_blocks for m in kv.coordinator.single_type_managers):
             break
-        ((full,),) = [m.req_to_blocks.values() for m in kv.managers[:1]]
-        sliding = [sum(not b.is_null for b in blocks) for m in kv.managers[1:] for blocks in m.req_to_blocks.values()]
+        ((full,),) = [m.req_to_blocks.values() for m in kv.coordinator.single_type_managers[:1]]
+        sliding = [sum(not b.is_null for b in blocks) for m in kv.coordinator.single_type_managers[1:] for blocks in m.req_to_blocks.values()]
         assert pool.num_gpu_blocks - 1 - pool.get_num_free_blocks() == len(full) + sum(sliding)
         peak_sliding, peak_full = max(peak_sliding, *sliding), max(peak_full, len(full))
     assert peak_sliding == -(-WINDOW // 8) + 1 and peak_full == -(-2020 // 8)
@@ -254,7 +257,6 @@ def test_a_hybrid_pool_fits_nearly_three_times_the_requests(config, fits):
 @pytest.mark.parametrize("kwargs, message", [
     (dict(block_size=32), "below one block of 32 tokens"),
     (dict(max_model_len=16, block_size=8), "exceeds max_model_len=16"),
-    (dict(scheduler_cls=type("Mine", (Scheduler,), {})), "leave block_pool"),
 ])
 @pytest.mark.parametrize("config", [LlamaConfig.tiny_hybrid(WINDOW), LlamaConfig.tiny(sliding_window=WINDOW)],
                          ids=["hybrid", "all-sliding"])
@@ -264,3 +266,31 @@ def test_windows_the_engine_cannot_serve_are_refused_clearly(kwargs, message, co
     model = LlamaForCausalLM.random(config, seed=0)
     with pytest.raises(UnsupportedModelError, match=message):
         LLM(model, kv_cache_memory_bytes=2**20, progress=False, **kwargs)
+
+
+@pytest.mark.parametrize("config", [LlamaConfig.tiny_hybrid(WINDOW), LlamaConfig.tiny(sliding_window=WINDOW)],
+                         ids=["hybrid", "all-sliding"])
+def test_parts_of_ones_own_serve_a_windowed_model(config):
+    """One KV-manager shape: every seam's part serves windowed models too, with the engine's greedy tokens."""
+    model = LlamaForCausalLM.random(config, seed=0)
+    parts = {name: type("Mine", (base,), {}) for name, base in [
+        ("scheduler_cls", Scheduler), ("kv_cache_manager_cls", KVCacheManager), ("block_table_cls", BlockTable),
+        ("full_attention_manager_cls", FullAttentionManager), ("sliding_window_manager_cls", SlidingWindowManager)]}
+    params = SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
+    outputs = []
+    for kwargs in ({}, {**parts, "block_pool": type("MyPool", (BlockPool,), {})}):
+        llm = LLM(model, kv_cache_memory_bytes=2**20, progress=False, **kwargs)
+        outputs.append([o.token_ids for o in llm.generate(prompt_token_ids=prompts(4), sampling_params=params)])
+        assert llm.engine.kv_cache_manager.usage == 0
+    assert outputs[0] == outputs[1]
+
+
+def test_a_pool_that_ignores_groups_is_refused_for_a_hybrid_model():
+    class OneGroupPool(BlockPool):
+        def get_cached_block(self, block_hash, token_ids=None):
+            return super().get_cached_block(block_hash, token_ids)
+
+    model = LlamaForCausalLM.random(LlamaConfig.tiny_hybrid(WINDOW), seed=0)
+    with pytest.raises(InvalidEngineArgumentError, match="get_cached_block takes no kv_cache_group_id") as info:
+        LLM(model, kv_cache_memory_bytes=2**20, progress=False, block_pool=OneGroupPool)
+    assert info.value.parameter == "block_pool"

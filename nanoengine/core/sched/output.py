@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from nanoengine.core import BlockIds
 from nanoengine.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
@@ -26,11 +25,11 @@ class NewRequestData:
     prompt_token_ids: list[int]
     prefill_token_ids: list[int]
     sampling_params: SamplingParams
-    block_ids: BlockIds
+    block_ids: tuple[list[int], ...]
     num_computed_tokens: int
 
     @classmethod
-    def from_request(cls, request: Request, block_ids: BlockIds) -> NewRequestData:
+    def from_request(cls, request: Request, block_ids: tuple[list[int], ...]) -> NewRequestData:
         return cls(
             req_id=request.request_id,
             prompt_token_ids=list(request.prompt_token_ids),
@@ -46,7 +45,7 @@ class CachedRequestData:
     """Requests the runner already holds: only what changed (parallel lists)."""
 
     req_ids: list[str] = field(default_factory=list)
-    new_block_ids: list[BlockIds] = field(default_factory=list)
+    new_block_ids: list[tuple[list[int], ...]] = field(default_factory=list)
     num_computed_tokens: list[int] = field(default_factory=list)
 
 

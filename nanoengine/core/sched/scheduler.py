@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nanoengine.core import BlockIds, KVCacheManagerInterface, get_block_ids
+from nanoengine.core import KVCacheManagerInterface
 from nanoengine.outputs import ModelRunnerOutput
 from nanoengine.request import Request, RequestStatus
 from nanoengine.core.sched.output import CachedRequestData, NewRequestData, SchedulerOutput
@@ -76,7 +76,7 @@ class Scheduler:
         budget = self.config.max_num_batched_tokens
         threshold = self.long_prefill_threshold()
         num_scheduled: dict[str, int] = {}
-        new_blocks: dict[str, BlockIds] = {}
+        new_blocks: dict[str, tuple[list[int], ...]] = {}
         preempted: list[Request] = []
         kv = self.kv_cache_manager
 
@@ -106,7 +106,7 @@ class Scheduler:
                     continue
                 break
             num_scheduled[request.request_id] = n
-            new_blocks[request.request_id] = get_block_ids(blocks)
+            new_blocks[request.request_id] = blocks.get_block_ids()
             budget -= n
             i += 1
 
@@ -183,7 +183,7 @@ class Scheduler:
         self._finish(request, RequestStatus.FINISHED_LENGTH_CAPPED)
         self._capped.append(request)
 
-    def make_output(self, num_scheduled: dict[str, int], new_blocks: dict[str, BlockIds],
+    def make_output(self, num_scheduled: dict[str, int], new_blocks: dict[str, tuple[list[int], ...]],
                     new_reqs: list[NewRequestData], preempted: list[Request]) -> SchedulerOutput:
         """Package the step for the model runner and advance each scheduled request's
         num_computed_tokens, so the next schedule() sees these tokens as computed.

@@ -42,16 +42,17 @@ def pool_state(pool: BlockPool) -> tuple:
 
 
 def manager_state(manager: KVCacheManager) -> tuple:
+    (group,) = manager.coordinator.single_type_managers
     return (
         pool_state(manager.block_pool),
-        {rid: [b.block_id for b in blocks] for rid, blocks in manager.req_to_blocks.items()},
-        dict(manager.num_cached_block),
+        {rid: [b.block_id for b in blocks] for rid, blocks in group.req_to_blocks.items()},
+        dict(group.num_cached_block),
     )
 
 
 def run_step(manager: KVCacheManager, request: Request, num_new_tokens: int | None = None):
     """Admit or continue a request the way the scheduler does; returns new blocks."""
-    computed, num_computed = [], 0
+    computed, num_computed = None, 0
     if request.num_computed_tokens == 0:
         computed, num_computed = manager.get_computed_blocks(request)
     if num_new_tokens is None:

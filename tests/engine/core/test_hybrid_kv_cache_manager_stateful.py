@@ -1,4 +1,4 @@
-"""HybridKVCacheManager under random scheduler-like runs, against a plain-Python model.
+"""KVCacheManager of a hybrid model (its HybridKVCacheCoordinator) under random scheduler-like runs, against a plain-Python model.
 
 A small pool (block size 4; 12 to 40 blocks, drawn per example) serves a model with three sliding
 layers of window W and one full-attention layer: four KV cache groups, full attention first. W is
@@ -47,8 +47,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from nanoengine.core import (
     BlockPool,
-    HybridKVCacheManager,
     KVCacheBlocks,
+    KVCacheManager,
     get_request_block_hasher,
     make_block_hash_with_group_id,
 )
@@ -57,6 +57,7 @@ from nanoengine.request import Request
 from nanoengine.sampling_params import SamplingParams
 
 BS = 4
+HASH_LEN = len(Request("x", [0] * BS, block_hasher=get_request_block_hasher(BS)).block_hashes[0])
 POOL_SIZES = (12, 16, 24, 40)  # blocks, the null block included: small pools make evictions common
 WINDOWS = (4, 5, 9)
 TOKENS = st.integers(0, 2)
@@ -90,7 +91,7 @@ class Req:
 class HybridKVCacheMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.kv: HybridKVCacheManager | None = None
+        self.kv: KVCacheManager | None = None
         self.reqs: list[Req] = []
         self.running: list[Req] = []  # admission order: the last is the preemption victim
         self.histories: list[list[int]] = []  # admitted requests' tokens, finished ones' too
@@ -107,7 +108,7 @@ class HybridKVCacheMachine(RuleBasedStateMachine):
         self.groups = get_kv_cache_groups([window, window, window, None])
         assert [g.sliding_window for g in self.groups] == [None, window, window, window]
         self.pool = BlockPool(num_blocks, enable_caching=True, hash_block_size=BS)
-        self.kv = HybridKVCacheManager(BS, self.pool, self.groups, log_stats=False)
+        self.kv = KVCacheManager(BS, self.pool, log_stats=False, kv_cache_groups=self.groups)
         self.sliding = [g.sliding_window is not None for g in self.groups]
         self.need = cdiv(window - 1, BS)  # blocks a sliding hit must end with
         self.mix = dict(zip(MIX_RANGES, mix))
@@ -138,7 +139,7 @@ class HybridKVCacheMachine(RuleBasedStateMachine):
         hits = hits.blocks if hits is not None else None
         need = 0
         removed: list = []
-        for g, manager in enumerate(self.kv.managers):
+        for g, manager in enumerate(self.kv.coordinator.single_type_managers):
             held = manager.req_to_blocks.get(r.rid)
             if held is None:  # admission: a hit block that is free leaves the queue
                 kept = hits[g][self.skipped_blocks(g, num_computed):]
@@ -208,22 +209,22 @@ class HybridKVCacheMachine(RuleBasedStateMachine):
         lookahead = data.draw(LOOKAHEAD, label="lookahead")
         request = r.request
         assert request.num_computed_tokens == 0
-        assert all(r.rid not in m.req_to_blocks for m in self.kv.managers)
+        assert all(r.rid not in m.req_to_blocks for m in self.kv.coordinator.single_type_managers)
         hits, num_hit = self.kv.get_computed_blocks(request, record_stats=False)
         self.check_hit(request, hits, num_hit)
-        if gate and self.kv.get_num_blocks_to_allocate(request, request.num_tokens, hits) > \
+        if gate and blocks_needed(self.kv, request, request.num_tokens, hits) > \
                 self.pool.get_num_free_blocks():
             return  # the scheduler's gate: the whole prompt must fit
         n = min(chunk, request.num_tokens - num_hit)
         num_slots = num_hit + n + lookahead
         need, freed = self.predict(r, num_hit, num_slots, hits)
         assert freed == 0
-        assert self.kv.get_num_blocks_to_allocate(request, num_slots, hits) == need
+        assert blocks_needed(self.kv, request, num_slots, hits) == need
         free_before = self.pool.get_num_free_blocks()
         new = self.kv.allocate_slots(request, n, num_hit, hits, num_lookahead_tokens=lookahead)
         if new is None:
             assert need > free_before, "allocate_slots refused an admission that fits"
-            assert all(r.rid not in m.req_to_blocks for m in self.kv.managers)
+            assert all(r.rid not in m.req_to_blocks for m in self.kv.coordinator.single_type_managers)
             assert self.pool.get_num_free_blocks() == free_before
             return
         assert need <= free_before, "allocate_slots admitted a request that does not fit"
@@ -248,9 +249,9 @@ class HybridKVCacheMachine(RuleBasedStateMachine):
         assert n >= 1, "a running request always has a token to compute"
         while True:
             num_slots = c + n + lookahead
-            held_before = [len(m.req_to_blocks[r.rid]) for m in self.kv.managers]
+            held_before = [len(m.req_to_blocks[r.rid]) for m in self.kv.coordinator.single_type_managers]
             need, freed = self.predict(r, c, num_slots, None)
-            assert self.kv.get_num_blocks_to_allocate(request, num_slots, None) == need
+            assert blocks_needed(self.kv, request, num_slots, None) == need
             free_before = self.pool.get_num_free_blocks()
             new = self.kv.allocate_slots(request, n, num_lookahead_tokens=lookahead)
             r.c_last = c  # the window moves on even when the call fails
@@ -340,7 +341,7 @@ class HybridKVCacheMachine(RuleBasedStateMachine):
 
     def check_new_blocks(self, r: Req, new: KVCacheBlocks, held_before: list[int], num_slots: int) -> None:
         assert isinstance(new, KVCacheBlocks) and len(new.blocks) == len(self.groups)
-        for manager, blocks, before in zip(self.kv.managers, new.blocks, held_before):
+        for manager, blocks, before in zip(self.kv.coordinator.single_type_managers, new.blocks, held_before):
             table = manager.req_to_blocks[r.rid]
             assert len(blocks) == max(cdiv(num_slots, BS) - before, 0)
             assert table[len(table) - len(blocks):] == blocks
@@ -361,7 +362,7 @@ class HybridKVCacheMachine(RuleBasedStateMachine):
         pool = self.pool
         holders: Counter = Counter()
         group_of: dict[int, int] = {}
-        for g, manager in enumerate(self.kv.managers):
+        for g, manager in enumerate(self.kv.coordinator.single_type_managers):
             for rid, table in manager.req_to_blocks.items():
                 real = [b.block_id for b in table if not b.is_null]
                 assert len(real) == len(set(real)), f"group {g}, {rid}: a block twice in one table"
@@ -382,13 +383,14 @@ class HybridKVCacheMachine(RuleBasedStateMachine):
         assert pool.get_num_free_blocks() + len(holders) == self.num_blocks - 1
 
     def map_is_consistent(self):
-        """A block has a hash iff the map holds it under that hash, and every key carries its group."""
+        """A block has a hash iff the map holds it under that hash, and every key names its group."""
         entries = list(self.pool.cached_block_hash_to_block.items())
         for block_hash, block in entries:
             assert block.block_hash == block_hash and not block.is_null
-            group_id = int.from_bytes(block_hash[-4:], "big")
-            assert group_id < len(self.groups)
-            assert block_hash == make_block_hash_with_group_id(block_hash[:-4], group_id)
+            # Group 0 keeps the bare hash; the others append their id (make_block_hash_with_group_id).
+            group_id = 0 if len(block_hash) == HASH_LEN else int.from_bytes(block_hash[-4:], "big")
+            assert 0 < group_id < len(self.groups) or len(block_hash) == HASH_LEN
+            assert block_hash == make_block_hash_with_group_id(block_hash[:HASH_LEN], group_id)
         mapped = [block.block_id for _, block in entries]
         assert len(mapped) == len(set(mapped))
         assert set(mapped) == {b.block_id for b in self.pool.blocks if b.block_hash is not None}
@@ -399,14 +401,14 @@ class HybridKVCacheMachine(RuleBasedStateMachine):
         a full group never null; blocks cached with this request's hash and group up to what is
         computed or being computed, uncached after."""
         running_ids = {r.rid for r in self.running}
-        for manager in self.kv.managers:
+        for manager in self.kv.coordinator.single_type_managers:
             assert set(manager.req_to_blocks) == running_ids
             assert set(manager.num_cached_block) == running_ids
         for r in self.running:
             request = r.request
             num_blocks = cdiv(r.max_slots, BS)
             assert num_blocks >= cdiv(request.num_computed_tokens, BS)
-            for g, manager in enumerate(self.kv.managers):
+            for g, manager in enumerate(self.kv.coordinator.single_type_managers):
                 table = manager.req_to_blocks[r.rid]
                 assert len(table) == num_blocks, f"group {g}: {len(table)} blocks, expected {num_blocks}"
                 num_null = self.skipped_blocks(g, r.c_last)
@@ -435,12 +437,19 @@ class HybridKVCacheMachine(RuleBasedStateMachine):
         self.pool_matches_tables()
         assert self.pool.get_num_free_blocks() == self.num_blocks - 1  # nothing leaked
         assert all(b.ref_cnt == 0 for b in self.pool.blocks)
-        assert all(not m.req_to_blocks and not m.num_cached_block for m in self.kv.managers)
+        assert all(not m.req_to_blocks and not m.num_cached_block for m in self.kv.coordinator.single_type_managers)
         assert self.kv.reset_prefix_cache()
 
 
 HybridKVCacheMachine.TestCase.settings = settings(settings.get_profile("stateful"), max_examples=2000, stateful_step_count=25)
 TestHybridKVCacheManagerStateful = HybridKVCacheMachine.TestCase
+
+
+def blocks_needed(kv: KVCacheManager, request: Request, num_tokens: int, hits: KVCacheBlocks | None) -> int:
+    """The free blocks allocate_slots counts before it takes any: the coordinator's sum over groups."""
+    hit_blocks = (hits or kv.empty_kv_cache_blocks).blocks
+    num_computed = request.num_computed_tokens + len(hit_blocks[0]) * BS
+    return kv.coordinator.get_num_blocks_to_allocate(request.request_id, num_tokens, hit_blocks, num_computed)
 
 
 def test_admission_takes_every_groups_hits_before_any_new_block():
@@ -450,7 +459,7 @@ def test_admission_takes_every_groups_hits_before_any_new_block():
     wait (freed early, as the window moved): the full group evicts group 1's hit and group 2 then
     evicts group 3's, which group 3 still takes as its hit. One block is then written by two groups."""
     pool = BlockPool(18, enable_caching=True, hash_block_size=BS)  # the null block + 17
-    kv = HybridKVCacheManager(BS, pool, get_kv_cache_groups([4, 4, 4, None]), log_stats=False)
+    kv = KVCacheManager(BS, pool, log_stats=False, kv_cache_groups=get_kv_cache_groups([4, 4, 4, None]))
 
     def make(request_id, tokens):
         return Request(request_id, list(tokens), block_hasher=get_request_block_hasher(BS))
@@ -464,7 +473,7 @@ def test_admission_takes_every_groups_hits_before_any_new_block():
     b = make("B", list(range(8)) + [50] * 12)  # shares A's first two blocks
     hits, num_hit = kv.get_computed_blocks(b, record_stats=False)
     assert num_hit == 8
-    need = kv.get_num_blocks_to_allocate(b, 20, hits)
+    need = blocks_needed(kv, b, 20, hits)
     assert need == pool.get_num_free_blocks() == 17
     assert kv.allocate_slots(b, 12, num_hit, hits) is not None
     assert pool.get_num_free_blocks() == 17 - need

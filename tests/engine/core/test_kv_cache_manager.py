@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import pytest
 
-from nanoengine.core import BlockRemoved, KVCacheManager, get_request_block_hasher
+from nanoengine.core import BlockRemoved, KVCacheBlocks, KVCacheManager, get_request_block_hasher
 from nanoengine.request import Request
 
 SYSTEM = list(range(100, 116))  # a 16-token system prompt: 4 full blocks
 
 
 def ids(blocks):
-    return [b.block_id for b in blocks]
+    """Block ids of group 0, the only KV cache group of these tests' managers."""
+    return [b.block_id for b in (blocks.blocks[0] if isinstance(blocks, KVCacheBlocks) else blocks)]
 
 
 def map_entries(manager):
@@ -41,7 +42,7 @@ def test_blog_post_eviction_timeline(manager, make_request, run_step, free_ids):
     hits, num_hit_tokens = manager.get_computed_blocks(b)
     assert ids(hits) == [1, 2, 3, 4] and num_hit_tokens == 16
     run_step(manager, b)
-    assert manager.get_block_ids("B") == [1, 2, 3, 4, 5]
+    assert manager.get_block_ids("B") == ([1, 2, 3, 4, 5],)
     assert free_ids(pool) == [6, 7, 8, 9, 10]
     # t=3: C's different prompt misses and takes 4 never-cached blocks.
     c = make_request("C", range(500, 516))
@@ -60,7 +61,7 @@ def test_blog_post_eviction_timeline(manager, make_request, run_step, free_ids):
     removed = [ev for ev in pool.take_events() if isinstance(ev, BlockRemoved)]
     assert [ev.block_hashes for ev in removed] == [[h] for h in reversed(a.block_hashes)]
     # The next request with the system prompt pays the full prefill ...
-    assert manager.get_computed_blocks(make_request("F", SYSTEM + [7])) == ([], 0)
+    assert [ids(x) if i == 0 else x for i, x in enumerate(manager.get_computed_blocks(make_request("F", SYSTEM + [7])))] == [[], 0]
     # ... while C's prompt is still cached (3 blocks: the last is recomputed).
     assert ids(manager.get_computed_blocks(make_request("G", range(500, 516)))[0]) == [6, 7, 8]
 
@@ -81,11 +82,11 @@ def test_fully_cached_block_aligned_prompt_recomputes_last_block(manager, make_r
     hits, num_hit_tokens = manager.get_computed_blocks(b)
     assert num_hit_tokens == 4 and b.num_tokens - num_hit_tokens == 4
     new_blocks = manager.allocate_slots(b, 4, num_hit_tokens, hits)
-    assert len(new_blocks) == 1
+    assert len(ids(new_blocks)) == 1
     # The recomputed last block is a second copy of A's; both stay mapped.
     dup = b.block_hashes[1]
     copies = [blk for h, blk in manager.block_pool.cached_block_hash_to_block.items() if h == dup]
-    assert ids(copies) == [2, new_blocks[0].block_id]
+    assert ids(copies) == [2, *ids(new_blocks)]
     assert_map_consistent(manager)
 
 
@@ -93,13 +94,14 @@ def test_lookup_stops_at_the_first_miss(make_request, run_step):
     manager = KVCacheManager(4, 4)
     a = make_request("A", range(12))
     run_step(manager, a)
-    blocks = manager.req_to_blocks.pop("A")
-    manager.num_cached_block.pop("A")
+    blocks = manager.coordinator.single_type_managers[0].req_to_blocks.pop("A")
+    manager.coordinator.single_type_managers[0].num_cached_block.pop("A")
     # Put A's middle block at the head so that it alone is evicted.
     manager.block_pool.free_blocks([blocks[1], blocks[0], blocks[2]])
     manager.block_pool.get_new_blocks(1)
     assert manager.block_pool.get_cached_block(a.block_hashes[2]) is blocks[2]
-    assert manager.get_computed_blocks(make_request("B", range(13))) == ([blocks[0]], 4)
+    hits, num_hit_tokens = manager.get_computed_blocks(make_request("B", range(13)))
+    assert hits.blocks == ([blocks[0]],) and num_hit_tokens == 4
 
 
 def test_get_computed_blocks_does_not_touch(manager, make_request, run_step, pool_state):
@@ -108,7 +110,7 @@ def test_get_computed_blocks_does_not_touch(manager, make_request, run_step, poo
     manager.free(a)
     before = pool_state(manager.block_pool)
     hits, _ = manager.get_computed_blocks(make_request("B", range(9)))
-    assert [b.ref_cnt for b in hits] == [0, 0]
+    assert [b.ref_cnt for b in hits.blocks[0]] == [0, 0]
     assert pool_state(manager.block_pool) == before
 
 
@@ -118,30 +120,30 @@ def test_allocate_touches_hits_and_appends(manager, make_request, run_step):
     b = make_request("B", range(10))
     hits, num_hit_tokens = manager.get_computed_blocks(b)
     new_blocks = manager.allocate_slots(b, 2, num_hit_tokens, hits)
-    assert [blk.ref_cnt for blk in hits] == [2, 2]
-    assert manager.get_blocks("B") == hits + new_blocks
+    assert [blk.ref_cnt for blk in hits.blocks[0]] == [2, 2]
+    assert manager.get_blocks("B").blocks == (hits.blocks[0] + new_blocks.blocks[0],)
 
 
 def test_block_table_is_append_only_and_caches_as_blocks_fill(manager, make_request, run_step):
     request = make_request("A", range(6))
     run_step(manager, request)
-    table = manager.get_block_ids("A")
+    (table,) = manager.get_block_ids("A")
     assert len(manager.block_pool.cached_block_hash_to_block) == 1
     for token in range(6, 13):  # decode one token at a time
         request.append_output_token_ids(token)
         run_step(manager, request, 1)
-        assert manager.get_block_ids("A")[: len(table)] == table
-        table = manager.get_block_ids("A")
+        assert manager.get_block_ids("A")[0][: len(table)] == table
+        (table,) = manager.get_block_ids("A")
     assert len(table) == 4 and request.num_computed_tokens == 13
-    assert manager.num_cached_block["A"] == 3
+    assert manager.coordinator.single_type_managers[0].num_cached_block["A"] == 3
     assert map_entries(manager) == sorted(zip(request.block_hashes, table[:3]))
 
 
 def test_lookahead_slots_are_allocated_but_not_cached(manager, make_request):
     request = make_request("A", range(4))
     new_blocks = manager.allocate_slots(request, 4, num_lookahead_tokens=5)
-    assert len(new_blocks) == 3
-    assert manager.num_cached_block["A"] == 1
+    assert len(ids(new_blocks)) == 3
+    assert manager.coordinator.single_type_managers[0].num_cached_block["A"] == 1
 
 
 def test_allocation_that_does_not_fit_changes_nothing(make_request, run_step, manager_state):
@@ -153,7 +155,7 @@ def test_allocation_that_does_not_fit_changes_nothing(make_request, run_step, ma
     # taking the hits out of the free queue leaves only 2.
     b = make_request("B", list(range(8)) + list(range(50, 59)))
     hits, num_hit_tokens = manager.get_computed_blocks(b)
-    assert len(hits) == 2 and manager.block_pool.get_num_free_blocks() == 4
+    assert len(ids(hits)) == 2 and manager.block_pool.get_num_free_blocks() == 4
     before = manager_state(manager)
     assert manager.allocate_slots(b, b.num_tokens - num_hit_tokens, num_hit_tokens, hits) is None
     assert manager_state(manager) == before
@@ -176,13 +178,13 @@ def test_same_prefix_admitted_together_gets_duplicates(manager, make_request, ru
     assert manager.get_computed_blocks(a)[1] == manager.get_computed_blocks(b)[1] == 0
     run_step(manager, a)
     b_blocks = manager.allocate_slots(b, 9)
-    assert set(ids(b_blocks)).isdisjoint(manager.get_block_ids("A"))
+    assert set(ids(b_blocks)).isdisjoint(manager.get_block_ids("A")[0])
     assert len(manager.block_pool.cached_block_hash_to_block) == 2
     assert len(map_entries(manager)) == 4
     assert_map_consistent(manager)
     manager.free(a)
     c = make_request("C", range(9))
-    assert len(manager.get_computed_blocks(c)[0]) == 2
+    assert len(ids(manager.get_computed_blocks(c)[0])) == 2
     manager.free(b)
     manager.block_pool.get_new_blocks(10)  # evict every copy
     assert map_entries(manager) == []
@@ -233,10 +235,10 @@ def test_reset_refused_while_running(manager, make_request, run_step):
     a = make_request("A", range(9))
     run_step(manager, a)
     assert manager.reset_prefix_cache() is False
-    assert len(manager.get_computed_blocks(make_request("B", range(9)))[0]) == 2
+    assert len(ids(manager.get_computed_blocks(make_request("B", range(9)))[0])) == 2
     manager.free(a)
     assert manager.reset_prefix_cache() is True
-    assert manager.get_computed_blocks(make_request("C", range(9))) == ([], 0)
+    assert [ids(x) if i == 0 else x for i, x in enumerate(manager.get_computed_blocks(make_request("C", range(9))))] == [[], 0]
     assert manager.make_prefix_cache_stats().reset is True
     assert manager.usage == 0.0
 
@@ -247,7 +249,7 @@ def test_caching_disabled(make_request, run_step, free_ids):
     run_step(manager, a)
     assert manager.usage == pytest.approx(0.3)
     manager.free(a)
-    assert manager.get_computed_blocks(make_request("B", range(9))) == ([], 0)
+    assert [ids(x) if i == 0 else x for i, x in enumerate(manager.get_computed_blocks(make_request("B", range(9))))] == [[], 0]
     assert len(manager.block_pool.cached_block_hash_to_block) == 0
     assert all(b.block_hash is None for b in manager.block_pool.blocks)
     assert free_ids(manager.block_pool)[:3] == [3, 2, 1]
@@ -263,9 +265,9 @@ def test_forced_collision_is_a_miss_in_check_mode(check):
     b = Request("B", list(range(50, 59)), block_hasher=hasher)
     hits, _ = manager.get_computed_blocks(b)
     if check:
-        assert hits == [] and manager.block_pool.num_collisions == 1
+        assert ids(hits) == [] and manager.block_pool.num_collisions == 1
     else:  # without the check, B would reuse A's KV: the bug the lesson shows
-        assert len(hits) == 2 and manager.block_pool.num_collisions == 0
+        assert len(ids(hits)) == 2 and manager.block_pool.num_collisions == 0
 
 
 # Bad inputs: a clear ValueError and nothing changed.
@@ -284,7 +286,7 @@ def test_cache_hits_for_a_running_request_are_rejected(manager, make_request, ru
     b = make_request("B", range(5))
     run_step(manager, b)
     before = manager_state(manager)
-    hits = manager.get_blocks("A")[:1]
+    hits = KVCacheBlocks((manager.get_blocks("A").blocks[0][:1],))
     with pytest.raises(ValueError, match="already holds blocks"):
         manager.allocate_slots(b, 1, 4, hits)
     assert manager_state(manager) == before

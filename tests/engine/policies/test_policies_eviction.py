@@ -111,7 +111,7 @@ def test_kv_cache_manager_runs_on_it():
         manager.allocate_slots(request, 9 - hit_tokens, hit_tokens, blocks)
         manager.free(request)
     assert hit_tokens == 8
-    assert [manager.block_pool.segment(b) for b in blocks] == ["protected"] * 2
+    assert [manager.block_pool.segment(b) for b in blocks.blocks[0]] == ["protected"] * 2
 
 
 NUM_BLOCKS, CAP_FRACTION, WINDOW = 9, 0.5, 6  # 8 usable blocks, protected cap 4
