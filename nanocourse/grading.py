@@ -34,6 +34,7 @@ BUGS = GRADED.parent / "bugs"
 ROOT = Path(importlib.util.find_spec("exercises").submodule_search_locations[0]).parent
 IMPLS = ("exercises", "solutions", "nanoengine")  # or a folder holding chapter modules
 MAX_MESSAGE_LINES = 40
+MAX_LINE_CHARS = 1000
 
 
 @dataclass(slots=True)
@@ -213,7 +214,16 @@ def _short(report) -> str:
     # hypothesis's own report of the failing example follows it in the code's terms.
     kept = list(takewhile(lambda line: not line.startswith(("assert ", "Falsifying example", "Failing test case")),
                           lines[1:MAX_MESSAGE_LINES]))
-    return "\n".join(line[:300] for line in [lines[0], *kept])
+    return "\n".join(_clip(line) for line in [lines[0], *kept])
+
+
+def _clip(line: str) -> str:
+    """A message line as it is, or, past MAX_LINE_CHARS, its start and its end: a grader's message states the rule
+    first and what your code returned last, and both must survive."""
+    if len(line) <= MAX_LINE_CHARS:
+        return line
+    head = MAX_LINE_CHARS * 3 // 5
+    return f"{line[:head]} … {line[head - MAX_LINE_CHARS:]}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,6 +18,8 @@ BUGS = [
     ("06.1", "the lookup counted even when record_stats is off",
      "        if record_stats:\n            self.record_prefix_cache_stats(request, num_hit_tokens)\n",
      "        self.record_prefix_cache_stats(request, num_hit_tokens)\n"),
+    ("06.1", "the stats count the hit's cap, not the tokens it covers",
+     "            self.record_prefix_cache_stats(request, num_hit_tokens)", "            self.record_prefix_cache_stats(request, max_length)"),
     ("06.1", "a request that skips reading the prefix cache (prompt logprobs) still gets a hit",
      "        if not self.enable_caching or request.skip_reading_prefix_cache:\n", "        if not self.enable_caching:\n"),
     # 06.1b: FullAttentionManager.find_longest_cache_hit
@@ -52,6 +54,9 @@ BUGS = [
     ("06.3", "tokens past num_tokens are named too",
      "self.coordinator.cache_blocks(request, min(num_computed + num_new_tokens, request.num_tokens))",
      "self.coordinator.cache_blocks(request, num_computed + num_new_tokens)"),
+    ("06.3", "lookahead slots are named too",
+     "self.coordinator.cache_blocks(request, min(num_computed + num_new_tokens, request.num_tokens))",
+     "self.coordinator.cache_blocks(request, min(num_tokens_need_slot, request.num_tokens))"),
     ("06.3", "the hits are never taken", "        self.coordinator.allocate_new_computed_blocks(request_id, hits, num_computed)\n", ""),
     ("06.3", "full blocks are never named", "        if self.enable_caching:\n            self.coordinator.cache_blocks(",
      "        if False:\n            self.coordinator.cache_blocks("),
@@ -60,6 +65,9 @@ BUGS = [
      "        self.coordinator.remove_skipped_blocks(request_id, num_computed)\n",
      "        self.coordinator.remove_skipped_blocks(request_id, num_computed)\n"
      "        self.coordinator.allocate_new_computed_blocks(request_id, hits, num_computed)\n"),
+    ("06.3b", "blocks behind a sliding window are given back only after the room is counted",
+     "        self.coordinator.remove_skipped_blocks(request_id, num_computed)\n        num_tokens_need_slot = num_computed + num_new_tokens + num_lookahead_tokens\n        if not fits(num_tokens_need_slot):\n            return None\n",
+     "        num_tokens_need_slot = num_computed + num_new_tokens + num_lookahead_tokens\n        if not fits(num_tokens_need_slot):\n            return None\n        self.coordinator.remove_skipped_blocks(request_id, num_computed)\n"),
     ("06.3b", "the gate ignores the hits", "        if full_sequence_must_fit and not fits(request.num_tokens):\n",
      "        if full_sequence_must_fit and self.coordinator.get_num_blocks_to_allocate(\n"
      "                request_id, request.num_tokens, self.empty_kv_cache_blocks.blocks, num_computed\n"

@@ -246,6 +246,12 @@ def test_lookup(impl):
         f"get_computed_blocks(E, record_stats=True), 13 tokens of which 12 hit, must count one lookup of 13 tokens "
         f"with 12 hit (self.record_prefix_cache_stats): the stats say {stats.requests} lookups, {stats.queries} "
         f"tokens, {stats.hits} hit")
+    lookup(impl, kv, request("H", [*range(8), *range(80, 90)]))  # 18 tokens: cap 16, but only A's 2 blocks hit
+    stats = kv.make_prefix_cache_stats()
+    assert (stats.requests, stats.queries, stats.hits) == (1, 18, 8), (
+        f"get_computed_blocks(H, record_stats=True), 18 tokens whose first 8 are A's cached blocks 0 and 1: the "
+        f"stats count the tokens the hit covers, 8, not the 16 the last-token rule allowed: the stats say "
+        f"{stats.requests} lookups, {stats.queries} tokens, {stats.hits} hit")
     lookup(impl, kv, request("F", range(13)), False)
     counted = kv.make_prefix_cache_stats().requests
     assert counted == 0, (
@@ -320,10 +326,17 @@ def test_free_blocks_order(impl):
     assert [b.ref_cnt for b in table] == [0, 0, 0, 0], (
         f"free_blocks drops one reference on each block it is given: A's {id_text(table)} held one each, so "
         f"their ref_cnt must be [0, 0, 0, 0], got {[b.ref_cnt for b in table]}")
-    assert len(queue) == 10 and pool.get_num_free_blocks() == 10, "every block of the request is free again, once"
-    assert queue[0] == ids[3], "the partial block has no hash: it goes to the head, reused first"
-    assert queue[-3:] == ids[2::-1], "the chain goes to the tail in the given order, so its root is evicted last"
-    assert queue.index(old_block.block_id) < queue.index(ids[2]), "blocks freed earlier stay ahead"
+    assert len(queue) == 10 and pool.get_num_free_blocks() == 10, (
+        f"every block of the request is free again, once: expected 10 free blocks, got a queue of {len(queue)} "
+        f"({queue}) and {pool.get_num_free_blocks()} free")
+    assert queue[0] == ids[3], (
+        f"free_blocks(A's {id_text(table)}, last first): the partial block {ids[3]} has no hash, so it goes to the "
+        f"head, reused first; got a free queue {queue}")
+    assert queue[-3:] == ids[2::-1], (
+        f"free_blocks(A's {id_text(table)}, last first): the hashed chain goes to the tail in the given order, "
+        f"{ids[2::-1]}, so its root is evicted last; got a free queue ending {queue[-3:]}")
+    assert queue.index(old_block.block_id) < queue.index(ids[2]), (
+        f"block {old_block.block_id}, freed earlier, must stay ahead of A's blocks; got a free queue {queue}")
     assert pool.get_cached_block(a.block_hashes[0]) is table[0], "freeing keeps the hashes (lazy eviction)"
 
 
@@ -365,8 +378,8 @@ def test_free_shared_null_and_double(impl):
         f"and goes to the head of the free queue, which is {short(free_queue_ids(pool))}")
     want = [x.block_id for x in table_c[2::-1]]
     assert free_queue_ids(pool)[-3:] == want, (
-        f"free('C') hands C's blocks {id_text(table_c)} to the pool last block first, so its hashed chain joins the "
-        f"tail as {want}, root last (evicted last); the free queue ends {free_queue_ids(pool)[-3:]}")
+        f"free('C') hands C's {id_text(table_c)} to the pool last block first, so its hashed chain joins the "
+        f"tail as {want}, root last (evicted last); got a free queue ending {free_queue_ids(pool)[-3:]}")
     assert "C" not in manager.req_to_blocks and "C" not in manager.num_cached_block, (
         f"after free('C') the manager forgets C: req_to_blocks holds {sorted(manager.req_to_blocks)}, "
         f"num_cached_block {sorted(manager.num_cached_block)}")
@@ -444,12 +457,21 @@ def test_allocate_slots(impl):
     # Lookahead tokens need slots but are not named; tokens past num_tokens (a caller planning ahead) are not named
     # either, since no hash covers them. Each call against the engine's allocate_slots on a copy of the manager.
     for what, tokens, args in (("4 new tokens and 2 lookahead", range(4), (4, 0, None, 2)),
+                               ("a 4-token chunk and 4 lookahead", range(12), (4, 0, None, 4)),
                                ("12 new tokens for an 8-token request", range(8), (12,))):
         kv = KVCacheManager(BS, 12)
         req = request("L", tokens)
         engine_kv, engine_req = copy.deepcopy(kv), copy.deepcopy(req)
         want = engine_kv.allocate_slots(engine_req, *args)
-        got = mine(impl, kv, "allocate_slots", req, *args)
+        try:
+            got = mine(impl, kv, "allocate_slots", req, *args)
+        except ValueError as exc:
+            if "Cannot cache" not in str(exc):
+                raise
+            pytest.fail(f"allocate_slots with {what} ({len(tokens)}-token request, block size {BS}) asked the pool to "
+                        f"name blocks the request has no hash for: a block is named once the computed, new computed "
+                        f"and new tokens fill it, never for lookahead slots or past request.num_tokens "
+                        f"(the pool said: {exc})", pytrace=False)
         same = (got is not None and isinstance(got, KVCacheBlocks)
                 and [len(g) for g in got.blocks] == [len(g) for g in want.blocks])
         assert same and manager_state(kv) == manager_state(engine_kv), (
@@ -516,6 +538,21 @@ def test_allocate_all_or_nothing(impl):
         f"hits as the second check does, and grant 1 new block; got {id_text(got)}")
 
 
+    # A sliding window's blocks are given back before the room is counted: on a full pool, the block that has left
+    # the window is the one the next token takes.
+    kv = KVCacheManager(BS, 3, kv_cache_groups=(KVCacheGroupSpec((0,), sliding_window=4),))  # two usable blocks
+    r = request("R", range(8))
+    kv.allocate_slots(r, 8)
+    r.num_computed_tokens = 8
+    r.append_output_token_ids(99)
+    got = mine(impl, kv, "allocate_slots", r, 1)
+    assert got is not None and [len(g) for g in got.blocks] == [1], (
+        f"a model whose one KV cache group has a 4-token window, on a pool of 2 blocks that R (8 tokens) fills: R's "
+        f"9th token needs a third slot block, and its block 0 has left the window (the next query, at position 8, "
+        f"sees positions 5 to 8). self.coordinator.remove_skipped_blocks gives it back before the room is counted, "
+        f"so allocate_slots(R, 1) must grant 1 new block; got {id_text(got)}")
+
+
 @pytest.mark.task("06.3c", "get_num_blocks_to_allocate: new blocks plus free hits, the held blocks counted, "
                            "no hits for a running request")
 def test_num_blocks_to_allocate(impl):
@@ -563,7 +600,10 @@ def test_eviction_order(impl):
     pool = kv.block_pool
     system = list(range(100, 108))  # two blocks
     a, _ = running(kv, "A", [*system, 1, 2, 3])  # blocks 1, 2 cached; 3 partial
-    assert impl.eviction_order(pool, 3) == [], "never-cached blocks are taken before any cached one"
+    got = impl.eviction_order(pool, 3)
+    assert got == [], (
+        f"eviction_order(pool, 3) with free queue {free_queue_ids(pool)}, none of them cached: the 3 blocks at the "
+        f"head have no hash, so no cached block would be evicted; expected [], got {got}")
     b, _ = running(kv, "B", range(200, 212))  # blocks 4, 5, 6
     kv.free(a)
     kv.free(b)
@@ -615,8 +655,10 @@ def test_get_new_blocks(impl):
     got = mine(impl, pool, "get_new_blocks", 3)
     assert [x.block_id for x in got] == [5, 6, 2], (
         f"get_new_blocks(3) on the free queue [5, 6, 2, 1] hands out the 3 at its head, [5, 6, 2]: got {id_text(got)}")
-    assert table[1].block_hash is None and pool.get_cached_block(a.block_hashes[1]) is None, \
-        "block 2 was handed out: its old content is evicted now, hash and map entry"
+    assert table[1].block_hash is None and pool.get_cached_block(a.block_hashes[1]) is None, (
+        f"block 2 was handed out, so its old content is evicted now: expected no hash and no map entry, got hash "
+        f"{table[1].block_hash!r} and get_cached_block(its old hash) = "
+        f"{id_text(pool.get_cached_block(a.block_hashes[1]))}")
     assert pool.get_cached_block(a.block_hashes[0]) is table[0] and pool.get_num_free_blocks() == 1, (
         f"block 1, A's root, was not handed out: it is the 1 free block left and stays cached under its hash; "
         f"get_cached_block(its hash) gives {id_text(pool.get_cached_block(a.block_hashes[0]))}, "
@@ -635,7 +677,9 @@ def test_touch_and_cache(impl):
         f"touch([block 1, block 2, null block]) takes one reference on each block and skips the null block: "
         f"expected ref_cnt [1, 1] and 0 for the null block, got {[x.ref_cnt for x in table[:2]]} and "
         f"{pool.null_block.ref_cnt}")
-    assert free_queue_ids(pool) == [3, 4, 5, 6, 7, 8], "touched free blocks leave the queue: nobody can evict them"
+    assert free_queue_ids(pool) == [3, 4, 5, 6, 7, 8], (
+        f"touch([block 1, block 2, null block]) on the free queue [1, 2, 3, 4, 5, 6, 7, 8]: touched free blocks leave "
+        f"the queue, so nobody can evict them; expected [3, 4, 5, 6, 7, 8], got {free_queue_ids(pool)}")
     mine(impl, pool, "touch", [table[0]])
     assert table[0].ref_cnt == 2 and free_queue_ids(pool) == [3, 4, 5, 6, 7, 8], "a held block only counts one more"
     b = request("B", range(300, 313))
