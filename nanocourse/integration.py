@@ -102,7 +102,7 @@ def with_mistake(part: Part, mistake: str) -> dict:
     exec(compile(source.replace(old, new, 1), f"{part.module}.py (with: {mistake})", "exec"), module.__dict__)
     # A part whose classes go in together (chapter 06's KVCacheManager and FullAttentionManager) brings them all.
     return {part.argument: getattr(module, part.name),
-            **{argument: getattr(module, name) for name, argument in getattr(part, "also", ())}}
+            **{argument: getattr(module, name) for name, argument in part.also}}
 
 
 def part_diff(engines: dict[str, dict], model: LlamaForCausalLM | None = None) -> str:

@@ -30,8 +30,10 @@ from nanoengine.core import (
     KVCacheManager,
     get_request_block_hasher,
 )
+from nanoengine.core.kv_cache_manager import FULL_ATTENTION_GROUPS
 from nanoengine.kv_cache_interface import KVCacheGroupSpec
 from nanocourse.live import show_view
+from nanocourse.pool_map import block_owners
 from nanoengine.outputs import ModelRunnerOutput
 from nanoengine.request import Request, RequestStatus
 from nanoengine.sampling_params import SamplingParams
@@ -104,7 +106,7 @@ def replay_hit_rate(prompts: Sequence[Sequence[int]], pool: BlockPool, block_siz
     Returns the prefix-cache hit rate in tokens, as EngineStats counts it; raises ValueError when
     a prompt cannot fit in the pool at all.
     """
-    manager = KVCacheManager(block_size, pool, kv_cache_groups=tuple(groups)) if groups else KVCacheManager(block_size, pool)
+    manager = KVCacheManager(block_size, pool, kv_cache_groups=groups or FULL_ATTENTION_GROUPS)
     scheduler = Scheduler(SchedulerConfig(max_num_seqs=max_num_seqs), manager)
     hasher = get_request_block_hasher(block_size)
     params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
@@ -137,12 +139,7 @@ def block_views(manager: KVCacheManager, evicted: Iterable[int] = ()) -> list[Bl
     """Every block of manager's pool in id order, read from the live objects."""
     pool, evicted = manager.block_pool, set(evicted)
     position = {block_id: i for i, block_id in enumerate(free_queue_ids(pool))}
-    owners: dict[int, list[str]] = {}
-    for group in manager.coordinator.single_type_managers:  # one per KV cache group
-        for req_id, blocks in sorted(group.req_to_blocks.items()):
-            for block in blocks:
-                if req_id not in owners.setdefault(block.block_id, []):
-                    owners[block.block_id].append(req_id)
+    owners = block_owners(manager)
     return [BlockView(b.block_id, b.ref_cnt, short_hash(b.block_hash), position.get(b.block_id),
                       tuple(owners.get(b.block_id, ())), b.block_id in evicted, b.is_null)
             for b in pool.blocks]

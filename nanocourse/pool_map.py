@@ -59,14 +59,21 @@ class BlockState:
         return symbol or self.owners[0][-2:].rjust(2)
 
 
-def block_states(manager: KVCacheManager) -> list[BlockState]:
-    """Every block of manager's pool, in block-id order, read from the live objects."""
+def block_owners(manager: KVCacheManager) -> dict[int, list[str]]:
+    """block id -> the requests holding it, in request-id order, over every KV cache group's tables (a
+    full-attention model has one group)."""
     owners: dict[int, list[str]] = {}
-    for group in manager.coordinator.single_type_managers:  # one per KV cache group; one for a full-attention model
-        for req_id, blocks in group.req_to_blocks.items():
+    for group in manager.coordinator.single_type_managers:
+        for req_id, blocks in sorted(group.req_to_blocks.items()):
             for block in blocks:
                 if req_id not in owners.setdefault(block.block_id, []):
                     owners[block.block_id].append(req_id)
+    return owners
+
+
+def block_states(manager: KVCacheManager) -> list[BlockState]:
+    """Every block of manager's pool, in block-id order, read from the live objects."""
+    owners = block_owners(manager)
     return [
         BlockState(b.block_id, b.ref_cnt, b.block_hash is not None, tuple(sorted(owners.get(b.block_id, ()), key=_id_order)),
                    b.is_null)

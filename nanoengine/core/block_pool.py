@@ -205,9 +205,8 @@ class BlockPool:
             request, new_blocks, new_hashes, num_cached_blocks, num_full_blocks, block_size
         )
         parent = request.block_hashes[num_cached_blocks - 1] if num_cached_blocks else None
-        if kv_cache_group_id:
-            new_hashes = [make_block_hash_with_group_id(h, kv_cache_group_id) for h in new_hashes]
-            parent = parent and make_block_hash_with_group_id(parent, kv_cache_group_id)
+        new_hashes = [make_block_hash_with_group_id(h, kv_cache_group_id) for h in new_hashes]
+        parent = parent and make_block_hash_with_group_id(parent, kv_cache_group_id)
         insert = self.cached_block_hash_to_block.insert
         for block, block_hash in zip(new_blocks, new_hashes):
             block._block_hash = block_hash

@@ -54,7 +54,7 @@ class KVCacheCoordinator:
         # Every group takes its hits before any group takes a new block: a hit that sits free in the
         # queue would otherwise be evicted by another group's new blocks and then written twice.
         for manager, hits in zip(self.single_type_managers, new_computed_blocks, strict=True):
-            manager.allocate_new_computed_blocks(request_id, list(hits), num_computed_tokens)
+            manager.allocate_new_computed_blocks(request_id, hits, num_computed_tokens)
 
     def allocate_new_blocks(self, request_id: str, num_tokens: int) -> tuple[list[KVCacheBlock], ...]:
         return tuple(m.allocate_new_blocks(request_id, num_tokens) for m in self.single_type_managers)

@@ -145,7 +145,7 @@ class KVCacheManager:
         self.enable_caching = self.block_pool.enable_caching
         self.kv_cache_groups = tuple(kv_cache_groups)
         # Only a full-attention walk hands the pool each block's tokens to compare.
-        self._check_tokens = getattr(self.block_pool, "cached_token_ids", None) is not None
+        self._check_tokens = self.block_pool.cached_token_ids is not None
         if self._check_tokens and (len(self.kv_cache_groups) > 1 or self.kv_cache_groups[0].sliding_window):
             raise ValueError("check_hash_collisions serves a model of one full-attention KV cache group only.")
         self.prefix_cache_stats = PrefixCacheStats() if log_stats else None

@@ -7,10 +7,9 @@ name their blocks by hash and group id (group 0's by the hash alone, see make_bl
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from itertools import islice
 from typing import TYPE_CHECKING
-
-from collections.abc import Sequence
 
 from .block_pool import BlockPoolInterface
 from nanoengine.kv_cache_interface import KVCacheGroupSpec

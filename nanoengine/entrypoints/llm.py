@@ -106,7 +106,7 @@ _SEAM_DEFAULTS = {"kv_cache_manager_cls": KVCacheManager, "scheduler_cls": Sched
                   "full_attention_manager_cls": FullAttentionManager,
                   "sliding_window_manager_cls": SlidingWindowManager}
 # The single-type manager seams: subclasses of the engine's class, since the coordinator builds them itself.
-_MANAGER_SEAMS = {"full_attention_manager_cls": FullAttentionManager, "sliding_window_manager_cls": SlidingWindowManager}
+_MANAGER_SEAMS = ("full_attention_manager_cls", "sliding_window_manager_cls")
 _FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 
 
@@ -196,8 +196,8 @@ def _check_engine_args(args: dict) -> None:
             what = "a function (parent_hash, token_ids, extra_keys)" if name == "hash_block_tokens" else \
                 "a class (or a factory) to build the part from; pass the class itself, not an instance"
             raise err(f"{name} must be {what}, got a {type(args[name]).__name__}.", parameter=name, value=args[name])
-    for name, base in _MANAGER_SEAMS.items():
-        cls = args[name]
+    for name in _MANAGER_SEAMS:
+        cls, base = args[name], _SEAM_DEFAULTS[name]
         if cls is not None and not (isinstance(cls, type) and issubclass(cls, base)):
             raise err(f"{name} must be a subclass of core.{base.__name__}, got {cls!r}.", parameter=name, value=cls)
 
