@@ -8,7 +8,7 @@ The last task runs the whole engine on your scheduler with a pool small enough t
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from nanocourse.differential import replay_workload, scheduler_config, scheduler_workloads, within
+from nanocourse.differential import per_group, replay_workload, scheduler_config, scheduler_workloads, within
 from nanoengine.core import KVCacheManager
 from nanoengine.policies import longest_common_prefix
 from nanoengine.outputs import ModelRunnerOutput
@@ -64,10 +64,8 @@ def plan(s):
 
 
 def _per_group(new_block_ids: list) -> list:
-    """Each entry as a tuple of lists, so a tuple and a list of the same groups compare equal; a bare list of ids
-    (one list for the whole request, not one per group) stays as it is and shows as a difference."""
-    return [tuple(list(g) for g in ids) if isinstance(ids, (list, tuple)) and ids
-            and all(isinstance(g, (list, tuple)) for g in ids) else ids for ids in new_block_ids]
+    """Each entry per KV cache group (nanocourse.differential.per_group): a bare list of ids shows as a difference."""
+    return [per_group(ids) for ids in new_block_ids]
 
 
 def _first_difference(yours: str, engine: str) -> str:
