@@ -191,7 +191,7 @@ R('09','no block_pool hook',
   [('nanoengine/entrypoints/llm.py','        pool = _build("block_pool" if block_pool else None'),('nanoengine/policies/eviction.py','class FrequencyAwareBlockPool')])
 R('09','event classes',
   [('vllm/vllm/distributed/kv_events.py','class BlockStored(KVCacheEvent):'),('vllm/vllm/distributed/kv_events.py','    group_idx: int | None = None'),('vllm/vllm/distributed/kv_events.py','class BlockRemoved(KVCacheEvent):'),('vllm/vllm/v1/core/block_pool.py','                new_hashes.append(maybe_convert_block_hash(block_hash))'),('vllm/vllm/v1/core/block_pool.py','                    block_hashes=[maybe_convert_block_hash(get_block_hash(block_hash))],'),('vllm/vllm/v1/core/kv_cache_utils.py','    return int.from_bytes(hash_bytes, byteorder="big") & ((1 << 64) - 1)')],
-  [('nanoengine/core/kv_events.py','class BlockStored(KVCacheEvent):'),('nanoengine/core/block_pool.py','            new_hashes = [make_block_hash_with_group_id(h, kv_cache_group_id) for h in new_hashes]')])
+  [('nanoengine/core/kv_events.py','class BlockStored(KVCacheEvent):'),('nanoengine/core/block_pool.py','        new_hashes = [make_block_hash_with_group_id(h, kv_cache_group_id) for h in new_hashes]'),('nanoengine/core/kv_cache_utils.py','    if kv_cache_group_id == 0:')])
 R('09','event delivery',
   [('vllm/vllm/config/kv_events.py','    enable_kv_cache_events: bool = False'),('vllm/vllm/config/kv_events.py','    endpoint: str = "tcp://*:5557"'),('vllm/vllm/distributed/kv_events.py','class KVEventBatch(EventBatch):'),('vllm/vllm/v1/core/block_pool.py','        if not self.enable_kv_cache_events:\n            return []')],
   [('nanoengine/core/block_pool.py','    def take_events(self) -> list[KVCacheEvent]:',2)])
