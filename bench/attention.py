@@ -4,7 +4,8 @@
     python bench/attention.py --interpret-smoke   # one tiny fp32 shape on the Triton interpreter
 
 Decode runs two head shapes (Llama-3-8B: 32 query / 8 KV heads, d128; SmolLM2: 9/3, d64) for
-batch {1, 8, 64} x context {512, 2048, 8192} in bf16 with 16-token blocks, the block tables drawn at
+batch {1, 8, 64} x context {512, 2048, 8192} in the engine's default dtype (bf16; fp16 below compute
+capability 8.0) with 16-token blocks, the block tables drawn at
 random from a pool twice the size the largest configuration needs. Its bandwidth counts the bytes
 one decode step must move, 2*sum(L_b)*Hkv*D*elt (K and V) + q/o + block tables, over the median
 time, and is set against a device-to-device copy measured in the same run, against SDPA on a
@@ -36,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 from nanoengine.attention.triton_backend import TritonBackend  # noqa: E402
 from nanoengine.attention.backend import TorchBackend, decode_step_bytes  # noqa: E402
 from nanoengine.attention.triton_kernels import default_num_splits  # noqa: E402
+from nanoengine.entrypoints.llm import default_dtype  # noqa: E402
 
 import triton  # noqa: E402
 from tqdm import tqdm  # noqa: E402
@@ -249,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if torch.cuda.is_available():
         device = torch.device("cuda")
-        results = run(device, torch.bfloat16, GPU_HEADS, GPU_BATCHES, GPU_CONTEXTS, GPU_PREFILLS)
+        results = run(device, default_dtype(device), GPU_HEADS, GPU_BATCHES, GPU_CONTEXTS, GPU_PREFILLS)
     elif args.interpret_smoke:
         # The interpreter has no bf16, and runs about one program x tile per 10 ms.
         results = run(torch.device("cpu"), torch.float32, SMOKE_HEADS, [2], [40], SMOKE_PREFILLS)

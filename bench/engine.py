@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))  # run as a script, it still finds the course's pr
 
 from nanocourse.workloads import SYSTEM_PROMPT, USER_TURNS  # noqa: E402
 from nanoengine.config import LlamaConfig  # noqa: E402
-from nanoengine.entrypoints.llm import LLM, resolve_device  # noqa: E402
+from nanoengine.entrypoints.llm import LLM, default_dtype, resolve_device  # noqa: E402
 from nanoengine.model import LlamaForCausalLM  # noqa: E402
 from nanoengine.model.loader import embedded_gguf_path, unpacked_folder  # noqa: E402
 from nanoengine.sampling_params import SamplingParams  # noqa: E402
@@ -73,14 +73,20 @@ def _measure(llm: LLM, prompts: list[list[int]], params: SamplingParams, bar) ->
     stats = llm.get_stats()
     queries = stats.prefix_cache_queries - queries0
     hit_rate = (stats.prefix_cache_hits - hits0) / queries if queries else 0.0
-    llm.reset_prefix_cache()
-    start = time.perf_counter()  # all at once: throughput
-    outs = llm.generate(prompt_token_ids=prompts, sampling_params=params)
-    seconds = time.perf_counter() - start
+    outs, seconds = all_at_once(llm, prompts, params)
     bar.update(len(prompts))
     return _summary(ttfts, sum(len(o.token_ids) for o in outs), seconds, hit_rate) | {
         "outputs": [o.token_ids for o in outs]
     }
+
+
+def all_at_once(llm: LLM, prompts: list[list[int]], params: SamplingParams) -> tuple[list, float]:
+    """(outputs, seconds) of every request submitted at once from an empty prefix cache: the
+    throughput run (chapter 11 repeats it on the learner's GPU)."""
+    llm.reset_prefix_cache()
+    start = time.perf_counter()
+    outs = llm.generate(prompt_token_ids=prompts, sampling_params=params)
+    return outs, time.perf_counter() - start
 
 
 def load_models(random_weights: bool, device: torch.device, dtype: torch.dtype):
@@ -130,8 +136,9 @@ def main(argv: list[str] | None = None) -> dict:
                         help="random weights in SmolLM2-135M's shapes (same speed; for machines without the model)")
     parser.add_argument("--tokenizer", type=Path, default=None,
                         help="folder with tokenizer.json and tokenizer_config.json (default: the embedded model's)")
-    parser.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto",
-                        help="auto: bfloat16 on CUDA, float32 on the CPU (the engine's defaults)")
+    parser.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"], default="auto",
+                        help="auto: the engine's default_dtype (bfloat16 on CUDA from compute capability 8.0, "
+                             "float16 below it, float32 on the CPU)")
     parser.add_argument("--out", default=None, help="JSON path (default bench/results/engine_<device>.json)")
     args = parser.parse_args(argv)
 
@@ -144,8 +151,7 @@ def main(argv: list[str] | None = None) -> dict:
     ]
     system_tokens = len(llm_tok.encode(SYSTEM_PROMPT))
     params = SamplingParams(temperature=0, max_tokens=args.max_tokens)
-    dtype = getattr(torch, args.dtype) if args.dtype != "auto" else (
-        torch.bfloat16 if device.type == "cuda" else torch.float32)
+    dtype = getattr(torch, args.dtype) if args.dtype != "auto" else default_dtype(device)
     hf_model, model = load_models(args.random_weights, device, dtype)
     n, cuda = len(prompts), device.type == "cuda"
     with tqdm(total=(16 if cuda else 6) * n, desc="chatbot benchmark", unit="req") as bar:

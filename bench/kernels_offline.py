@@ -6,12 +6,14 @@
 Each launcher (store_kvcache, paged_decode with and without split-K, paged_prefill) is called on
 small CPU tensors whose strides and dtypes are those the engine uses on CUDA; the kernel launches it
 makes are caught, specialised by Triton's own binder exactly as a GPU launch would be (divisibility
-by 16, constants), and compiled by `triton.compile` for sm_80 and sm_90. `cuobjdump` (shipped in the
+by 16, constants), and compiled by `triton.compile` for sm_75 (Turing, the T4 of free notebook GPUs: fp16
+only, it has no bf16), sm_80 and sm_90. `cuobjdump` (shipped in the
 triton wheel) reads each cubin's registers per thread, stack bytes (spills) and static shared memory;
 Triton's metadata gives the dynamic shared memory. From those comes the occupancy the resources allow.
 
 The gate (tests/engine/kernels/test_offline_compile.py): every kernel compiles, no kernel spills (stack 0),
-and decode uses at most DECODE_MAX_REGISTERS registers, on both targets and every shape.
+no program asks for more shared memory than one block may have (the launch would fail), and decode uses
+at most DECODE_MAX_REGISTERS registers, on every target and every shape.
 
 It must run without TRITON_INTERPRET=1, which turns every kernel into an interpreted function that
 cannot be compiled; the test therefore runs it in a subprocess.
@@ -50,10 +52,16 @@ DECODE_MAX_REGISTERS = 128
 # (name, query heads, KV heads, head_dim): SmolLM2-135M and a Llama-3-8B-like GQA shape.
 SHAPES = [("smollm2", 9, 3, 64), ("llama3-8b", 32, 8, 128)]
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-# Streaming multiprocessor limits: registers, threads, resident programs, shared memory per SM.
+# Streaming multiprocessor limits (CUDA C Programming Guide, compute capability table): registers,
+# threads, resident programs and shared memory per SM; the most shared memory one block may opt in
+# to; what the driver reserves per block; and the dtypes the engine runs there (Turing has no bf16).
 TARGETS = {
-    "sm_80": dict(capability=80, registers=65_536, threads=2_048, programs=32, shared=167_936),
-    "sm_90": dict(capability=90, registers=65_536, threads=2_048, programs=32, shared=233_472),
+    "sm_75": dict(capability=75, registers=65_536, threads=1_024, programs=16, shared=65_536,
+                  block_shared=65_536, reserved=0, dtypes=("fp16",)),
+    "sm_80": dict(capability=80, registers=65_536, threads=2_048, programs=32, shared=167_936,
+                  block_shared=166_912, reserved=1_024, dtypes=("bf16", "fp16")),
+    "sm_90": dict(capability=90, registers=65_536, threads=2_048, programs=32, shared=233_472,
+                  block_shared=232_448, reserved=1_024, dtypes=("bf16", "fp16")),
 }
 BLOCK_SIZE = 16
 CUOBJDUMP = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
@@ -95,10 +103,13 @@ def _launches(case: str, call) -> list[Launch]:
     return sink
 
 
-def engine_launches(shape: tuple, dtype_name: str) -> list[Launch]:
-    """The launches of one decode step (plain and split-K), one prefill and one store, at `shape`."""
+def engine_launches(shape: tuple, dtype_name: str, target: str) -> list[Launch]:
+    """The launches of one decode step (plain and split-K), one prefill and one store, at `shape`,
+    with the tiles the engine picks on `target` (tk.tiles)."""
     name, num_heads, num_kv_heads, head_dim = shape
     dtype = DTYPES[dtype_name]
+    capability = divmod(TARGETS[target]["capability"], 10)
+    decode_n, prefill_m, prefill_n = tk.tiles(capability)
     # 17 blocks a row: a table width that is not a multiple of 16, as the engine's usually is not,
     # and long enough for split-K to make two splits of whole tiles.
     num_blocks, seqs, width = 8, 2, 17
@@ -113,12 +124,14 @@ def engine_launches(shape: tuple, dtype_name: str) -> list[Launch]:
     tag = f"{name} {dtype_name}"
     return [
         *_launches(f"store {tag}", lambda: tk.store_kvcache(qkv_k, qkv_k, cache, cache, slots)),
-        *_launches(f"decode {tag}", lambda: tk.paged_decode(q, cache, cache, tables, seq_lens, 0.1, num_splits=1)),
+        *_launches(f"decode {tag}", lambda: tk.paged_decode(q, cache, cache, tables, seq_lens, 0.1, num_splits=1,
+                                                                 block_n=decode_n)),
         *_launches(f"decode split-K {tag}",
                    lambda: tk.paged_decode(q, cache, cache, tables, seq_lens, 0.1, num_splits=2,
-                                           block_n=tk.DECODE_BLOCK_N)),
+                                           block_n=decode_n)),
         *_launches(f"prefill {tag}",
-                   lambda: tk.paged_prefill(tokens, cache, cache, tables, starts, seq_lens, 2 * BLOCK_SIZE, 0.1)),
+                   lambda: tk.paged_prefill(tokens, cache, cache, tables, starts, seq_lens, 2 * BLOCK_SIZE, 0.1,
+                                           block_m=prefill_m, block_n=prefill_n)),
     ]
 
 
@@ -134,15 +147,17 @@ def _resources(cubin: bytes) -> dict:
 
 def occupancy(target: str, registers: int, shared: int, num_warps: int) -> dict:
     """Programs (and warps) one SM can hold at these resources. Registers are allocated per warp in
-    units of 256 (8 per thread); every program also reserves 1 KiB of shared memory on sm_80+."""
+    units of 256 (8 per thread); every program also reserves 1 KiB of shared memory on sm_80+ (none on sm_75)."""
     sm = TARGETS[target]
     threads = 32 * num_warps
     per_warp = -(-registers * 32 // 256) * 256
+    per_program_shared = shared + sm["reserved"]
     limits = {
         "registers": sm["registers"] // (per_warp * num_warps),
         "threads": sm["threads"] // threads,
         "programs": sm["programs"],
-        "shared": sm["shared"] // (shared + 1024),
+        # sm_75 reserves nothing, so a kernel with no shared memory is not limited by it.
+        "shared": sm["shared"] // per_program_shared if per_program_shared else sm["programs"],
     }
     programs = min(limits.values())
     return {"programs_per_sm": programs, "warps_per_sm": programs * num_warps,
@@ -176,21 +191,24 @@ def compile_launch(launch: Launch, target: str, hints: bool = True) -> dict:
 def _compile_one(job: tuple[int, str, str, str, bool]) -> dict:
     index, shape_name, dtype_name, target, hints = job
     shape = next(s for s in SHAPES if s[0] == shape_name)
-    return compile_launch(engine_launches(shape, dtype_name)[index], target, hints)
+    return compile_launch(engine_launches(shape, dtype_name, target)[index], target, hints)
 
 
 def compile_all(workers: int = 2) -> list[dict]:
     jobs = [(i, shape[0], dtype, target, hints)
             for hints in (True, False) for shape in SHAPES for dtype in DTYPES for target in TARGETS
-            for i in range(len(engine_launches(shape, dtype)))]
+            if dtype in TARGETS[target]["dtypes"] for i in range(len(engine_launches(shape, dtype, target)))]
     # fork after torch has started its thread pools can deadlock the children: spawn them.
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         return list(pool.map(_compile_one, jobs))
 
 
 def gate_failures(rows: list[dict]) -> list[str]:
-    """What the offline gate rejects: any spill, and decode above DECODE_MAX_REGISTERS registers."""
+    """What the offline gate rejects: any spill, a program over its target's shared memory per block
+    (Triton would refuse to launch it), and decode above DECODE_MAX_REGISTERS registers."""
     failures = [f"{_name(r)}: {r['stack_bytes']} B of stack (spills)" for r in rows if r["stack_bytes"] > 0]
+    failures += [f"{_name(r)}: {r['shared_bytes']} B of shared memory > {TARGETS[r['target']]['block_shared']}"
+                 for r in rows if r["shared_bytes"] > TARGETS[r["target"]]["block_shared"]]
     failures += [f"{_name(r)}: {r['registers']} registers > {DECODE_MAX_REGISTERS}"
                  for r in rows if r["kernel"] == "decode_kernel" and r["registers"] > DECODE_MAX_REGISTERS]
     return failures
@@ -212,6 +230,7 @@ def write_report(rows: list[dict], out: Path, record: str | None) -> dict:
         "triton": triton.__version__,
         "block_size": BLOCK_SIZE,
         "decode_max_registers": DECODE_MAX_REGISTERS,
+        "targets": TARGETS,  # the SM limits the occupancy was computed from, for readers without triton
         "gate_failures": gate_failures(rows),
         "kernels": rows,
         "history": history,

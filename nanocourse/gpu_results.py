@@ -1,11 +1,14 @@
 """Chapter 11's readings of what the GPU tooling wrote under bench/results/ (no GPU or Triton needed).
 
-- `kernels_offline.json` (`python bench/kernels_offline.py`): every Triton kernel compiled for sm_80 and
-  sm_90 with no GPU, with its registers, spills (stack bytes) and the occupancy they allow;
+- `kernels_offline.json` (`python bench/kernels_offline.py`): every Triton kernel compiled for sm_75 (fp16),
+  sm_80 and sm_90 with no GPU, with its registers, spills (stack bytes) and the occupancy they allow;
 - `attention_<gpu>.json` (`python bench/attention.py` on a GPU): decode bandwidth against the device's
   copy, SDPA and gather + SDPA, eager and replayed from a CUDA graph;
 - `engine_cuda*.json` (`python bench/engine.py --device cuda --random-weights`): the chatbot
   benchmark on the GPU, with and without CUDA graphs.
+
+On a CUDA machine, nanocourse.gpu_live measures the same figures again; `figures` reads a stored run and a
+live one alike, and `comparison_rows` sets them side by side.
 """
 
 from __future__ import annotations
@@ -24,6 +27,24 @@ def compile_rows(kernel: str, dtype: str = "bf16", hints: str = "engine", result
     """The offline gate's rows for one kernel ("decode_kernel", ...) across shapes and targets."""
     rows = load_json("kernels_offline.json", results_dir)["kernels"]
     return [r for r in rows if r["kernel"] == kernel and f" {dtype}" in r["case"] and r["hints"] == hints]
+
+
+# The dtype the engine runs on each target (nanoengine's default_dtype): Turing has no bf16.
+ENGINE_DTYPES = {"sm_75": "fp16", "sm_80": "bf16", "sm_90": "bf16"}
+
+
+def engine_compile_rows(kernel: str, hints: str = "engine", results_dir: Path = RESULTS_DIR) -> list[dict]:
+    """compile_rows for the dtype the engine runs on each target (ENGINE_DTYPES), each case's targets
+    oldest first: sm_75 in fp16 beside sm_80 and sm_90 in bf16."""
+    rows = [r for target, dtype in ENGINE_DTYPES.items() for r in compile_rows(kernel, dtype, hints, results_dir)
+            if r["target"] == target]
+    cases = list(dict.fromkeys(_case(r) for r in compile_rows(kernel, "bf16", hints, results_dir)))
+    return sorted(rows, key=lambda r: (cases.index(_case(r)), r["target"]))
+
+
+def _case(row: dict) -> str:
+    """A row's case without its dtype: "decode split-K smollm2"."""
+    return row["case"].rsplit(" ", 1)[0]
 
 
 def compile_history(key: str, results_dir: Path = RESULTS_DIR) -> list[tuple[str, str]]:
@@ -71,3 +92,33 @@ def plot_decode_bandwidth(result: dict, ax, heads: str = "llama3-8b") -> None:
     ax.set_ylabel("GB/s")
     ax.set_title(f"decode, {heads}, {result['device']}, {result['dtype']}", fontsize=9)
     ax.legend(fontsize=7)
+
+
+def figures(attention: dict, engine: dict) -> dict[str, float | str]:
+    """The chapter's GPU figures from one run: an attention result (attention_<gpu>.json's layout) and
+    an engine result (engine_cuda.json's), stored or measured live by nanocourse.gpu_live."""
+    rows = {r["batch"]: r for r in attention["decode"] if r["heads"] == BAR_ROW["heads"]
+            and r["context"] == BAR_ROW["context"]}
+    big, one = rows[BAR_ROW["batch"]], rows[1]
+    graphed, eager = (engine["results"][k]["throughput_tok_s"]
+                      for k in ("nanoengine_cache_on", "nanoengine_cache_on_eager"))
+    return {
+        "device": attention["device"], "dtype": attention["dtype"],
+        "device copy, GB/s": attention["copy_gbps"],
+        "decode B=64, GB/s": big["triton_gbps"],
+        "decode B=64, % of copy": big["pct_of_copy"],
+        "decode B=64, x gather + SDPA": big["x_vs_gather_sdpa"],
+        "decode B=1, eager µs": 1e3 * one["triton_ms"],
+        "decode B=1, graph µs": 1e3 * one["triton_graph_ms"],
+        "engine, eager tokens/s": eager,
+        "engine, CUDA graphs tokens/s": graphed,
+        "engine, graphs / eager": graphed / eager,
+    }
+
+
+def comparison_rows(stored: dict, live: dict | None) -> list[tuple[str, str, str]]:
+    """(figure, stored, live) formatted for printing; live None (no GPU here) gives "-" throughout."""
+    def fmt(value):
+        return value if isinstance(value, str) else f"{value:,.1f}"
+
+    return [(name, fmt(value), fmt(live[name]) if live else "-") for name, value in stored.items()]

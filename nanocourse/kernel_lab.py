@@ -143,6 +143,32 @@ def trace_loads():
         del builder.create_masked_load  # the class's own method shows through again
 
 
+@contextmanager
+def record_launches():
+    """Names of the @triton.jit kernels launched inside the block, in order: interpreted on a CPU, or
+    compiled on a GPU, where no load can be watched from Python but a launch still can."""
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    names: list[str] = []
+    real_runs = {cls: cls.run for cls in (InterpretedFunction, JITFunction)}
+
+    def recording(real_run):
+        def run(self, *args, **kwargs):
+            if not kwargs.get("warmup"):
+                names.append(self.fn.__name__)
+            return real_run(self, *args, **kwargs)
+        return run
+
+    for cls, real_run in real_runs.items():
+        cls.run = recording(real_run)
+    try:
+        yield names
+    finally:
+        for cls, real_run in real_runs.items():
+            cls.run = real_run
+
+
 def slots_read(loads: list[Load], cache: torch.Tensor) -> dict[tuple[int, int, int], np.ndarray]:
     """Per program, the sorted flat slots (block * block_size + offset) it loaded from `cache`."""
     assert cache.is_contiguous()

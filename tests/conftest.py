@@ -1,8 +1,6 @@
 """Shared fixtures. The real model and the HF reference load once per session: they cost seconds."""
 
-import functools
 import os
-from pathlib import Path
 
 import pytest
 import torch  # importing torch does not import triton
@@ -57,17 +55,9 @@ def hf_model(gguf_path):
     return model.eval()
 
 
-@functools.cache
-def _has_triton_cells(notebook: Path) -> bool:
-    return "%%needs_triton" in notebook.read_text()
-
-
-@pytest.hookimpl(tryfirst=True)  # before `-m triton` selects: the notebooks' cells carry no marker of their own
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     skip = pytest.mark.skip(reason="needs a CUDA GPU (none found); runs on the device machine")
     for item in items:
         if "gpu" in item.keywords and not torch.cuda.is_available():
             item.add_marker(skip)
-        # A notebook with %%needs_triton cells replays their stored outputs where Triton is missing.
-        if item.path.suffix == ".ipynb" and _has_triton_cells(item.path):
-            item.add_marker(pytest.mark.triton)

@@ -8,23 +8,49 @@ been imported yet, and refuses to go on if triton was already imported without i
 from __future__ import annotations
 
 import os
+import re
 import sys
+from importlib.metadata import PackageNotFoundError, version
 
+import numpy
 import torch
 
 from nanoengine.errors import BackendUnavailableError
 
 
 def _ensure_runnable() -> None:
-    if torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1":
-        return
-    if sys.modules.get("triton") is not None:
+    if not (torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1"):
+        if sys.modules.get("triton") is not None:
+            raise BackendUnavailableError(
+                "TritonBackend without CUDA needs the Triton interpreter, but triton was already imported "
+                "without it: set TRITON_INTERPRET=1 before importing triton (or torch._inductor), or use "
+                "attention_backend='torch'."
+            )
+        os.environ["TRITON_INTERPRET"] = "1"
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        try:
+            check_interpreter_numpy(version("triton"), numpy.__version__)
+        except PackageNotFoundError:  # no triton: importing the kernels below says so
+            pass
+
+
+def check_interpreter_numpy(triton_version: str, numpy_version: str) -> None:
+    """Refuse Triton's interpreter before 3.7 under NumPy 2.4 or newer, naming the fix.
+
+    That interpreter turns a one-element array into a Python index with int(), which NumPy 2.4 made an
+    error; triton-lang/triton PR #9172 fixed it in Triton 3.7. Every kernel that loops over KV tiles
+    would otherwise fail with "only 0-dimensional arrays can be converted to Python scalars".
+    """
+    if _release(triton_version) < (3, 7) and _release(numpy_version) >= (2, 4):
         raise BackendUnavailableError(
-            "TritonBackend without CUDA needs the Triton interpreter, but triton was already imported "
-            "without it: set TRITON_INTERPRET=1 before importing triton (or torch._inductor), or use "
-            "attention_backend='torch'."
+            f"Triton {triton_version}'s interpreter cannot run under NumPy {numpy_version} (fixed in Triton 3.7, "
+            "triton-lang/triton PR #9172). Install NumPy below 2.4 (pip install 'numpy<2.4') and restart the "
+            "kernel, or use a Triton of 3.7 or newer."
         )
-    os.environ["TRITON_INTERPRET"] = "1"
+
+
+def _release(v: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", v)[:2])
 
 
 _ensure_runnable()

@@ -33,6 +33,12 @@ DOT_MIN = 16  # the GPU compiler rejects tl.dot operands with a dimension below 
 DECODE_BLOCK_N = 64
 PREFILL_BLOCK_M = 64  # one Hopper warpgroup MMA (M=64) with 4 warps
 PREFILL_BLOCK_N = 64
+# Below sm_80 (Turing: the T4) Triton lowers tl.dot to FMA on CUDA cores instead of tensor-core MMA
+# (triton-lang/triton#5066), holding both operand tiles in fp32 registers. Compiled for sm_75 at the tiles
+# above, decode needed 255 registers and spilled 280-328 B, prefill spilled 3.5-5.4 KB; 16-key tiles
+# (and 32 query rows in prefill) fit in at most 128 registers with no spills (bench/kernels_offline.py).
+TURING_DECODE_BLOCK_N = 16
+TURING_PREFILL_BLOCK_M, TURING_PREFILL_BLOCK_N = 32, 16
 NUM_WARPS = 4
 NUM_STAGES = 2  # double-buffers the K/V tile loads (cp.async) when strides are multiples of 16
 # Split-K heuristic (see choose_num_splits): split until there are about this many programs per SM,
@@ -261,6 +267,19 @@ def prefill_num_warps(head_dim: int) -> int:
     return NUM_WARPS * 2 if head_dim >= 128 else NUM_WARPS
 
 
+def tiles(capability: tuple[int, int] | None) -> tuple[int, int, int]:
+    """(decode BLOCK_N, prefill BLOCK_M, prefill BLOCK_N) on a CUDA device of this compute capability
+    (None: a CPU tensor, run by the interpreter): the narrower TURING_* tiles below 8.0, where tl.dot
+    runs on CUDA cores, and the tensor-core tiles from 8.0 on."""
+    if capability is not None and capability < (8, 0):
+        return TURING_DECODE_BLOCK_N, TURING_PREFILL_BLOCK_M, TURING_PREFILL_BLOCK_N
+    return DECODE_BLOCK_N, PREFILL_BLOCK_M, PREFILL_BLOCK_N
+
+
+def _tiles_for(x: torch.Tensor) -> tuple[int, int, int]:
+    return tiles(torch.cuda.get_device_capability(x.device) if x.is_cuda else None)
+
+
 def _dot_precision(dtype: torch.dtype) -> str:
     # fp32 tests compare at 1e-4; tf32 (the GPU default for fp32 dots) keeps only 10 mantissa bits.
     return "ieee" if dtype == torch.float32 else "tf32"
@@ -332,14 +351,16 @@ def default_num_splits(q: torch.Tensor, k_cache: torch.Tensor, block_tables: tor
 
 def paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
                  seq_lens: torch.Tensor, scale: float, *, num_splits: int | None = None,
-                 block_n: int = DECODE_BLOCK_N, sliding_window: int | None = None) -> torch.Tensor:
+                 block_n: int | None = None, sliding_window: int | None = None) -> torch.Tensor:
     """One query token per request: q [B, Hq, D] over its seq_lens[b] cached tokens -> [B, Hq, D]
     (over the last sliding_window of them, when given).
 
     num_splits=None picks the split-K factor with default_num_splits; num_splits=1 is the plain
-    kernel; > 1 forces split-K (flash-decoding) with a reduce kernel.
+    kernel; > 1 forces split-K (flash-decoding) with a reduce kernel. block_n=None takes the device's
+    tile (`tiles`).
     """
     _check_cache(k_cache, v_cache)
+    block_n = block_n or _tiles_for(q)[0]
     assert is_pow2(block_n, DOT_MIN), "block_n must be a power of two >= 16"
     num_seqs, num_heads, head_dim = q.shape
     block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
@@ -382,15 +403,17 @@ def paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, 
 
 def paged_prefill(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
                   query_start_loc: torch.Tensor, seq_lens: torch.Tensor, max_query_len: int, scale: float, *,
-                  block_m: int = PREFILL_BLOCK_M, block_n: int = PREFILL_BLOCK_N,
+                  block_m: int | None = None, block_n: int | None = None,
                   sliding_window: int | None = None) -> torch.Tensor:
     """Chunks of new tokens (already stored) attend causally to their cached prefix and themselves.
 
     q [T, Hq, D] -> [T, Hq, D]; request i owns rows query_start_loc[i]:query_start_loc[i+1] and has
     seq_lens[i] tokens of context including them. The grid covers max_query_len for every request;
-    tiles past a shorter request's chunk exit at once.
+    tiles past a shorter request's chunk exit at once. A tile left None is the device's (`tiles`).
     """
     _check_cache(k_cache, v_cache)
+    _, default_m, default_n = _tiles_for(q)
+    block_m, block_n = block_m or default_m, block_n or default_n
     assert is_pow2(block_m, DOT_MIN) and is_pow2(block_n, DOT_MIN), "tiles must be powers of two >= 16"
     num_tokens, num_heads, head_dim = q.shape
     q = _aligned(q)

@@ -74,6 +74,22 @@ def resolve_device(device: str | torch.device) -> torch.device:
     return torch.device(device)
 
 
+def bf16_supported(device: torch.device) -> bool:
+    """Whether `device` runs bf16 natively: the CPU, and CUDA from compute capability 8.0 (Ampere) on.
+    (torch.cuda.is_bf16_supported() also says yes on a T4, through emulation.)"""
+    return device.type != "cuda" or torch.cuda.get_device_capability(device) >= (8, 0)
+
+
+def default_dtype(device: torch.device) -> torch.dtype:
+    """The engine's dtype when none is given: fp32 on the CPU; on CUDA bf16 from compute capability 8.0
+    (Ampere) on, fp16 below it (Turing's T4, Volta), which has no bf16. vLLM 0.33 falls back the same
+    way: CudaPlatform.supported_dtypes (vllm/platforms/cuda.py) drops bf16 below capability 8.0, and
+    _resolve_auto_dtype (vllm/config/model.py) then takes fp16 for a bf16 checkpoint."""
+    if device.type != "cuda":
+        return torch.float32
+    return torch.bfloat16 if bf16_supported(device) else torch.float16
+
+
 def merge_samples(samples: list[RequestOutput]) -> RequestOutput:
     """One RequestOutput for the n samples of a prompt: completion i is sample i, and the times
     span all of them (first arrival, first token, last finish)."""
@@ -170,6 +186,14 @@ def _check_engine_args(args: dict) -> None:
     if args["dtype"] is not None and not any(args["dtype"] is d for d in _FLOAT_DTYPES):
         raise err(f"dtype must be None (the device's default) or one of {_FLOAT_DTYPES}, got {args['dtype']!r}.",
                   parameter="dtype", value=args["dtype"])
+    if args["dtype"] is torch.bfloat16 and not isinstance(model, LlamaForCausalLM):
+        device = resolve_device(args["device"])
+        if not bf16_supported(device):
+            # vLLM's CudaPlatform.check_if_supports_dtype refuses it the same way.
+            major, minor = torch.cuda.get_device_capability(device)
+            raise err(f"dtype=torch.bfloat16 needs compute capability 8.0 (Ampere) or newer; this GPU has "
+                      f"{major}.{minor}. Use dtype=torch.float16, or None for the device's default.",
+                      parameter="dtype", value=args["dtype"])
     for name in ("enable_prefix_caching", "enforce_eager", "progress", "long_prefill_token_threshold_adaptive"):
         check_bool(err, name, args[name])
     check_int(err, "block_size", args["block_size"], low=1, hint="16 is vLLM's default.")
@@ -206,7 +230,8 @@ class LLM:
     """Load a llama GGUF (the embedded SmolLM2-135M-Instruct by default) and serve it with a paged KV
     cache, prefix caching and continuous batching.
 
-    CPU runs fp32 with the torch attention backend; CUDA runs bf16 with the Triton kernels, and replays
+    CPU runs fp32 with the torch attention backend; CUDA runs bf16 (fp16 below compute capability 8.0:
+    see default_dtype) with the Triton kernels, and replays
     pure-decode steps from CUDA graphs captured at start-up (`enforce_eager=True` turns that off, as in vLLM).
     The KV pool is sized from `kv_cache_memory_bytes` (CPU default 512 MiB) or, on CUDA, from
     `gpu_memory_utilization` of the memory left after loading the weights. `num_gpu_blocks_override`
@@ -296,7 +321,7 @@ class LLM:
             self.config = read_config(folder)
             self.tokenizer = Tokenizer(folder)
             self.device = resolve_device(device)
-            self.dtype = dtype or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
+            self.dtype = dtype or default_dtype(self.device)
             self.model = _shared_model(folder, self.config, self.device, self.dtype)
         backend = attention_backend or ("triton" if self.device.type == "cuda" and triton_available() else "torch")
         self.backend = get_backend(backend) if isinstance(backend, str) else backend

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from nanocourse import stored_outputs
+from nanocourse import cloud, stored_outputs
 
 pytestmark = pytest.mark.triton
 
@@ -22,7 +22,8 @@ def test_every_marked_cell_has_clean_stored_outputs(name):
         assert all(o["output_type"] != "error" for o in outputs), "a stored error would be replayed as the lesson"
     checked = [c for c in marked if "# NBVAL_CHECK_OUTPUT" in "".join(c["source"])]
     assert all(c["outputs"] for c in checked), "a checked cell must have stored outputs to replay"
-    first = "".join(next(c for c in cells if c["cell_type"] == "code")["source"])
+    # The cloud set-up cell comes first and does nothing here; the chapter's own first code cell follows it.
+    first = "".join(next(c for c in cells if c["cell_type"] == "code" and c["id"] != cloud.SETUP_CELL_ID)["source"])
     assert f'stored_outputs.enable("{name}")' in first, "the first code cell registers the magic for this file"
 
 

@@ -233,8 +233,8 @@ R('11','padding and 3D threshold under graphs',
   [('vllm/vllm/v1/attention/backends/utils.py','PAD_SLOT_ID = -1'),('vllm/vllm/v1/attention/backends/triton_attn.py','            # Select the CUDA Graph capture size closest to self.seq_threshold_3D'),('vllm/vllm/v1/attention/backends/triton_attn.py','            # correct execution path.')],
   [('nanoengine/worker/cuda_graphs.py','        self.slot_mapping[n:size] = -1'),('nanoengine/worker/cuda_graphs.py','- The block table is max_model_len / block_size wide')])
 R('11','dtype default',
-  [('vllm/vllm/config/model.py','    dtype: ModelDType | torch.dtype = "auto"'),('vllm/vllm/config/model.py','    - "auto" will use FP16 precision for FP32 and FP16 models, and BF16')],
-  [('nanoengine/entrypoints/llm.py','            self.dtype = dtype or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)')])
+  [('vllm/vllm/config/model.py','    dtype: ModelDType | torch.dtype = "auto"'),('vllm/vllm/config/model.py','    - "auto" will use FP16 precision for FP32 and FP16 models, and BF16'),('vllm/vllm/platforms/cuda.py','            # Pascal, Volta and Turing NVIDIA GPUs, BF16 is not supported'),('vllm/vllm/config/model.py','        preferred_dtype = supported_dtypes[0]'),('vllm/vllm/platforms/cuda.py','                    "Bfloat16 is only supported on GPUs "')],
+  [('nanoengine/entrypoints/llm.py','            self.dtype = dtype or default_dtype(self.device)'),('nanoengine/entrypoints/llm.py','    return torch.bfloat16 if bf16_supported(device) else torch.float16'),('nanoengine/entrypoints/llm.py','            raise err(f"dtype=torch.bfloat16 needs compute capability 8.0 (Ampere) or newer; this GPU has "')])
 
 # 12
 R('12','KVCacheGroupSpec',

@@ -3,7 +3,7 @@
 import pytest
 
 from nanoengine import LLM, SamplingParams
-from nanoengine.errors import InvalidRequestError, KVCacheTooSmallError, ModelNotFoundError
+from nanoengine.errors import BackendUnavailableError, InvalidRequestError, KVCacheTooSmallError, ModelNotFoundError
 
 pytestmark = pytest.mark.model
 
@@ -102,3 +102,19 @@ def test_the_triton_backend_where_triton_is_missing_is_a_clear_error(monkeypatch
     assert not triton_available()
     with pytest.raises(BackendUnavailableError, match="attention_backend='torch'"):
         get_backend("triton")
+
+
+@pytest.mark.parametrize("triton_version, numpy_version, refused", [
+    ("3.6.0", "2.4.0", True), ("3.6.0", "2.5.2", True), ("3.2.0", "2.4.6", True),
+    ("3.6.0", "2.3.5", False), ("3.7.0", "2.5.2", False), ("3.9.0+git1234", "2.4.6", False),
+])
+def test_an_interpreter_that_numpy_breaks_is_refused_with_the_fix(triton_version, numpy_version, refused):
+    """Triton's interpreter before 3.7 fails under NumPy 2.4+ deep inside every looping kernel; the
+    backend refuses it up front and says what to install instead."""
+    from nanoengine.attention.triton_backend import check_interpreter_numpy
+
+    if not refused:
+        check_interpreter_numpy(triton_version, numpy_version)
+        return
+    with pytest.raises(BackendUnavailableError, match=r"numpy<2\.4.*Triton of 3\.7"):
+        check_interpreter_numpy(triton_version, numpy_version)

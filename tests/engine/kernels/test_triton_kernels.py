@@ -384,7 +384,9 @@ def test_gpu_engine_greedy_matches_torch_backend():
     model = LlamaForCausalLM.random(LlamaConfig.smollm2_135m(), std=0.2, device="cuda", dtype=torch.float32)
     gen = torch.Generator().manual_seed(0)
     prompts = [torch.randint(3, 49152, (n,), generator=gen).tolist() for n in (5, 17, 40, 300)]
-    token_ids = {backend: greedy_token_ids(LLM(model, attention_backend=backend, progress=False), prompts, 32)
+    # A pool of its own size, not a share of whatever the GPU has free while other processes use it.
+    token_ids = {backend: greedy_token_ids(LLM(model, attention_backend=backend, kv_cache_memory_bytes=2**30,
+                                               progress=False), prompts, 32)
                  for backend in ("torch", "triton")}
     assert token_ids["triton"] == token_ids["torch"]
 
@@ -402,7 +404,7 @@ def test_gpu_cuda_graphs_match_eager():
     params = [SamplingParams(temperature=0, max_tokens=m, logprobs=2) for m in (40, 8, 16, 24, 32)]
     outputs = {}
     for eager in (False, True):
-        llm = LLM(model, enforce_eager=eager, progress=False)
+        llm = LLM(model, enforce_eager=eager, kv_cache_memory_bytes=2**30, progress=False)
         outputs[eager] = [o.outputs[0] for o in llm.generate(prompt_token_ids=prompts, sampling_params=params)]
         graphs = llm.engine.runner.cuda_graphs
         assert (graphs is None) == eager
@@ -412,9 +414,25 @@ def test_gpu_cuda_graphs_match_eager():
         for got, want in zip(replayed.logprobs, eager.logprobs):  # the logits the graphs computed
             assert got.keys() == want.keys()
             assert all(abs(got[t].logprob - want[t].logprob) < 1e-4 for t in got)
-    replayed = LLM(model, progress=False)
+    replayed = LLM(model, kv_cache_memory_bytes=2**30, progress=False)
     replayed.generate(prompt_token_ids=prompts, sampling_params=params)
     assert replayed.engine.runner.cuda_graphs.num_replays == 39, "one prefill step, then 39 replayed decode steps"
+
+
+@gpu
+def test_gpu_replayed_step_leaves_its_metadata():
+    """After a decode step replayed from a CUDA graph, kv_cache.metadata is that step's, as after an eager
+    step: the course's views read it, and on a GPU they would otherwise show the last prefill's."""
+    from nanoengine import LLM, SamplingParams
+    from nanoengine.model import LlamaForCausalLM
+
+    model = LlamaForCausalLM.random(LlamaConfig.smollm2_135m(), device="cuda", dtype=torch.float32)
+    llm = LLM(model, kv_cache_memory_bytes=2**30, progress=False)
+    params = SamplingParams(temperature=0, max_tokens=5, ignore_eos=True)
+    llm.generate(prompt_token_ids=[list(range(3, 20))], sampling_params=params)
+    assert llm.engine.runner.cuda_graphs.num_replays == 4, "one prefill step, then 4 replayed decode steps"
+    md = llm.kv_cache.metadata
+    assert (md.num_decodes, md.seq_lens.tolist()) == (1, [17 + 4]), "the last step decodes token 5 over 21 cached"
 
 
 # --- the benchmark script ----------------------------------------------------------------------
