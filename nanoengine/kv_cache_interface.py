@@ -1,4 +1,4 @@
-"""Which layers share a block table: KV cache groups (vllm/v1/kv_cache_interface.py, kv_cache_utils.py).
+"""Which layers share a block table: KV cache groups (vllm/v1/kv_cache_interface.py, core/kv_cache_planning.py).
 
 A full-attention layer needs every token's KV; a sliding layer with window W needs only the last W.
 Layers of one attention type can share block tables, layers of two types cannot, so a hybrid model's

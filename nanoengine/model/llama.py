@@ -212,7 +212,8 @@ class LlamaForCausalLM(nn.Module):
         return self
 
 
-# Hugging Face keeps q/k/v and gate/up as separate weights; we stack them (vLLM's stacked_params_mapping).
+# Hugging Face keeps q/k/v and gate/up as separate weights; we stack them (vLLM: hf_to_vllm_mapper's
+# orig_to_new_stacked, applied by AutoWeightsLoader).
 _STACKED = {"self_attn.qkv_proj": ("q_proj", "k_proj", "v_proj"), "mlp.gate_up_proj": ("gate_proj", "up_proj")}
 
 
