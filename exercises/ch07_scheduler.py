@@ -87,7 +87,7 @@ class Scheduler(EngineScheduler):
         - Output: num_scheduled maps each planned request id to its tokens (running ones in order, then
           admitted ones); new_blocks maps each planned running request to get_block_ids() of the KVCacheBlocks
           allocate_slots just gave it: a tuple with one list of block ids per KV cache group, in the order
-          given, as vLLM's scheduler sends them (([],) when a one-group request got no new block);
+          given (([],) when a one-group request got no new block; vLLM's scheduler sends None then);
           new_reqs lists admit()'s results; preempted lists the victims.
 
         Example: budget 64, no threshold, a decoding (1 token) and b waiting with a 150-token prompt that
