@@ -57,7 +57,7 @@ class _ModelFreeRunner:
 
     def execute_model(self, so) -> ModelRunnerOutput:
         reqs = self.scheduler.requests
-        return ModelRunnerOutput({r: 0 for r in so.num_scheduled_tokens
+        return ModelRunnerOutput({r: [0] for r in so.num_scheduled_tokens
                                   if reqs[r].num_computed_tokens >= reqs[r].num_tokens})
 
 

@@ -179,7 +179,7 @@ def replay_workload(build: Callable[[bool], Scheduler], cfg: dict, ops: list, bl
         for who, s in pair.items():
             so = s.schedule() if who == "engine" else within(
                 2, lambda: story.call(f"step {steps[0]}{why}: schedule()", s.schedule), f"schedule() at step {steps[0]}")
-            sampled = {r: _sampled(r, s.requests[r].num_tokens) for r in so.num_scheduled_tokens
+            sampled = {r: [_sampled(r, s.requests[r].num_tokens)] for r in so.num_scheduled_tokens
                        if r in s.requests and s.requests[r].num_computed_tokens == s.requests[r].num_tokens}
             finished = s.update_from_output(so, ModelRunnerOutput(sampled))
             seen[who] = _observe(s, so, finished) if who == "engine" else story.call(

@@ -116,7 +116,7 @@ def replay_hit_rate(prompts: Sequence[Sequence[int]], pool: BlockPool, block_siz
         out = scheduler.schedule()
         if not out.num_scheduled_tokens:  # nothing runs and the next prompt cannot fit: it never will
             raise ValueError(f"the pool ({pool.num_gpu_blocks} blocks) cannot hold the next prompt; give it more blocks")
-        scheduler.update_from_output(out, ModelRunnerOutput(dict.fromkeys(out.num_scheduled_tokens, 0)))
+        scheduler.update_from_output(out, ModelRunnerOutput({r: [0] for r in out.num_scheduled_tokens}))
     return manager.make_prefix_cache_stats().hit_rate
 
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from nanoengine.errors import InvalidEngineArgumentError
+from nanoengine.validation import check_choice, check_int
+
 
 LAYER_TYPES = ("full_attention", "sliding_attention")
 
@@ -145,3 +148,65 @@ class LlamaConfig:
         """tiny() with four layers, three sliding to one full, the ratio of Gemma-3-like hybrids."""
         layers = ("sliding_attention",) * 3 + ("full_attention",)
         return cls.tiny(num_hidden_layers=4, layer_types=layers, sliding_window=sliding_window, **overrides)
+
+
+SPECULATIVE_METHODS = ("ngram",)
+
+
+def _speculative_error(message: str, *, parameter: str | None = None, value=None) -> InvalidEngineArgumentError:
+    """Every bad key or value of the dict is reported against the engine argument that carried it."""
+    return InvalidEngineArgumentError(message, parameter="speculative_config", value=value)
+
+
+@dataclass(slots=True, frozen=True)
+class SpeculativeConfig:
+    """Speculative decoding (vllm/config/speculative.py's SpeculativeConfig, its n-gram subset).
+
+    method: "ngram" (prompt lookup: drafts are copied from the request's own context, no draft model).
+    num_speculative_tokens: k, the most draft tokens verified per request and step (required, as in vLLM).
+    prompt_lookup_min / prompt_lookup_max: the n-gram lengths matched, longest first. vLLM's defaults: both
+    5 when neither is given, and one given alone stands for both.
+    Invariant (checked here, InvalidEngineArgumentError naming speculative_config otherwise):
+    1 <= num_speculative_tokens and 1 <= prompt_lookup_min <= prompt_lookup_max.
+    """
+
+    num_speculative_tokens: int
+    method: str = "ngram"
+    prompt_lookup_min: int | None = None
+    prompt_lookup_max: int | None = None
+
+    def __post_init__(self) -> None:
+        err = _speculative_error
+        check_choice(err, 'speculative_config["method"]', self.method, SPECULATIVE_METHODS)
+        object.__setattr__(self, "num_speculative_tokens", check_int(
+            err, 'speculative_config["num_speculative_tokens"]', self.num_speculative_tokens, low=1,
+            hint="It is the most draft tokens verified per step; 2 to 5 suit n-gram drafts."))
+        for key in ("prompt_lookup_min", "prompt_lookup_max"):
+            object.__setattr__(self, key, check_int(err, f'speculative_config["{key}"]', getattr(self, key), low=1,
+                                                    none_ok=True))
+        lo, hi = self.prompt_lookup_min, self.prompt_lookup_max
+        object.__setattr__(self, "prompt_lookup_min", 5 if lo is None and hi is None else lo or hi)
+        object.__setattr__(self, "prompt_lookup_max", hi or self.prompt_lookup_min)
+        if self.prompt_lookup_min > self.prompt_lookup_max:
+            raise err(f'speculative_config["prompt_lookup_min"]={self.prompt_lookup_min} must be <= '
+                      f'speculative_config["prompt_lookup_max"]={self.prompt_lookup_max}; swap them or give one '
+                      "of them only.", value=self.prompt_lookup_min)
+
+    @classmethod
+    def from_dict(cls, config: dict | None) -> SpeculativeConfig | None:
+        """LLM(speculative_config=...)'s dict (vLLM's keys), or None: speculative decoding off."""
+        if config is None:
+            return None
+        keys = sorted(f.name for f in dataclasses.fields(cls))
+        if not isinstance(config, dict):
+            raise _speculative_error(f"speculative_config must be None or a dict with the keys {keys}, got a "
+                                     f"{type(config).__name__}.", value=config)
+        unknown = sorted(map(str, config.keys() - set(keys)))
+        if unknown:
+            raise _speculative_error(f"speculative_config has unknown keys {unknown}; nanoengine takes {keys} "
+                                     "(vLLM's names for the n-gram method).", value=config)
+        if "num_speculative_tokens" not in config:
+            raise _speculative_error('speculative_config needs "num_speculative_tokens", the number of draft '
+                                     'tokens per step (e.g. {"method": "ngram", "num_speculative_tokens": 4}).',
+                                     value=config)
+        return cls(**config)

@@ -31,6 +31,9 @@ class Request:
     block_hashes always holds one hash per full block of all_token_ids when a
     block hasher is set; append tokens only through append_output_token_ids
     so that the hashes keep up.
+
+    spec_token_ids: draft tokens proposed for the next step (speculative decoding), not yet verified. They
+    are never part of all_token_ids, num_tokens or block_hashes; num_tokens_with_spec counts them too.
     """
 
     request_id: str
@@ -50,6 +53,7 @@ class Request:
     num_preemptions: int = 0
     output_token_ids: list[int] = field(default_factory=list, init=False)
     block_hashes: list[Any] = field(default_factory=list, init=False, repr=False)
+    spec_token_ids: list[int] = field(default_factory=list, init=False)
     _all_token_ids: list[int] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -75,6 +79,10 @@ class Request:
     @property
     def num_tokens(self) -> int:
         return len(self._all_token_ids)
+
+    @property
+    def num_tokens_with_spec(self) -> int:
+        return len(self._all_token_ids) + len(self.spec_token_ids)
 
     @property
     def skip_reading_prefix_cache(self) -> bool:

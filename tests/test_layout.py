@@ -28,6 +28,8 @@ VLLM_PATHS = {
     "worker/model_runner.py": "vllm/v1/worker/gpu_model_runner.py",
     "worker/block_table.py": "vllm/v1/worker/block_table.py",
     "sample/sampler.py": "vllm/v1/sample/sampler.py",
+    "sample/rejection_sampler.py": "vllm/v1/sample/rejection_sampler.py",
+    "spec_decode/ngram_proposer.py": "vllm/v1/spec_decode/ngram_proposer.py",
     "engine/llm_engine.py": "vllm/v1/engine/llm_engine.py",
     "engine/detokenizer.py": "vllm/v1/engine/detokenizer.py",
     "entrypoints/llm.py": "vllm/entrypoints/llm.py",

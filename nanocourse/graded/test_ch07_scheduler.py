@@ -53,7 +53,7 @@ def step(s):
     """One engine step without a model: schedule, then sample token 1 for every request whose
     prompt (or decode) is complete. Returns the SchedulerOutput."""
     so = s.schedule()
-    done = {r: 1 for r in so.num_scheduled_tokens if s.requests[r].num_computed_tokens == s.requests[r].num_tokens}
+    done = {r: [1] for r in so.num_scheduled_tokens if s.requests[r].num_computed_tokens == s.requests[r].num_tokens}
     s.update_from_output(so, ModelRunnerOutput(done))
     return so
 

@@ -28,8 +28,12 @@ class IncrementalDetokenizer:
 
     def update(self, token_ids: list[int]) -> str:
         """Decode the ids past the ones already seen (token_ids only grows); return the new text."""
-        new = "".join(self._stream.step(self._tok, t) or "" for t in token_ids[self.num_tokens:])
-        self.num_tokens = len(token_ids)
+        return "".join([self.step(t) for t in token_ids[self.num_tokens:]])
+
+    def step(self, token_id: int) -> str:
+        """Decode one more id; return its text ("" while a character's bytes are still incomplete)."""
+        new = self._stream.step(self._tok, token_id) or ""
+        self.num_tokens += 1
         if new:
             self._pieces.append(new)
             self.num_chars += len(new)

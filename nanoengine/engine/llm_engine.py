@@ -24,6 +24,7 @@ from nanoengine.core.sched.interface import SchedulerInterface
 from nanoengine.core.sched.output import SchedulerOutput
 from nanoengine.engine.detokenizer import IncrementalDetokenizer
 from nanoengine.model.tokenizer import Tokenizer
+from nanoengine.spec_decode.ngram_proposer import NgramProposer
 
 _FINISH_REASONS = {
     RequestStatus.FINISHED_STOPPED: "stop",
@@ -35,7 +36,12 @@ _FINISH_REASONS = {
 @dataclass(slots=True)
 class EngineStats:
     """Totals since the engine started. Hit rate is in tokens, counted at admission, and excludes
-    re-admissions after preemption (their recompute is not a cache win)."""
+    re-admissions after preemption (their recompute is not a cache win).
+
+    Speculative decoding (vLLM's SpecDecodingStats names): num_drafts counts verify steps of a request with
+    drafts, num_draft_tokens the drafts verified, num_accepted_tokens those accepted. A decode token is a
+    token of a request that is past its prompt: with drafts, its last verified token and each draft.
+    """
 
     num_steps: int = 0
     num_preemptions: int = 0
@@ -45,10 +51,18 @@ class EngineStats:
     num_prefill_tokens: int = 0
     num_decode_tokens: int = 0
     num_aborted_requests: int = 0
+    num_drafts: int = 0
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
 
     @property
     def prefix_cache_hit_rate(self) -> float:
         return self.prefix_cache_hits / self.prefix_cache_queries if self.prefix_cache_queries else 0.0
+
+    @property
+    def draft_acceptance_rate(self) -> float:
+        """Accepted drafts per draft verified (vLLM's logged "Draft acceptance rate")."""
+        return self.num_accepted_tokens / self.num_draft_tokens if self.num_draft_tokens else 0.0
 
 
 @dataclass(slots=True)
@@ -60,8 +74,9 @@ class _OutputState:
     finish_reason: str | None = None
     stop_reason: str | None = None
     stop_at: int | None = None  # where a stop string begins: the text ends there
+    # The output tokens kept: a step of several tokens ends at the one that completes a stop string.
+    num_token_ids: int | None = None
     logprobs: SampleLogprobs | None = None
-    cumulative_logprob: float | None = None
     prompt_logprobs: PromptLogprobs | None = None
 
     @property
@@ -86,9 +101,17 @@ class StepObserver(Protocol):
 
 
 class LLMEngine:
+    """proposer: drafts for speculative decoding (None: off, and no step changes). vLLM proposes in the model
+    runner right after sampling, since EAGLE's drafts need the step's hidden states on the device; n-gram
+    drafts need only the verified tokens, so here the engine proposes between steps, from the scheduler's
+    Requests after the stop checks, and hands them over through Scheduler.update_draft_token_ids as vLLM's
+    EngineCore does. The runner stays one forward pass and the scheduler holds no proposing code."""
+
     def __init__(self, runner: ModelRunner, scheduler: SchedulerInterface, tokenizer: Tokenizer | None,
-                 hash_algo: str = "xxhash", hash_block_tokens: BlockTokensHasher | None = None):
+                 hash_algo: str = "xxhash", hash_block_tokens: BlockTokensHasher | None = None,
+                 proposer: NgramProposer | None = None):
         self.runner, self.scheduler, self.tokenizer = runner, scheduler, tokenizer
+        self.proposer = proposer
         self.kv_cache_manager: KVCacheManagerInterface = scheduler.kv_cache_manager
         self.hash_block_tokens = hash_block_tokens  # None: the engine's own chained hash
         self.block_hasher = get_request_block_hasher(
@@ -113,7 +136,7 @@ class LLMEngine:
         detokenizer = IncrementalDetokenizer(self.tokenizer) if self.tokenizer else None
         state = self.outputs[req_id] = _OutputState(request, prompt, detokenizer)
         if params.logprobs is not None:
-            state.logprobs, state.cumulative_logprob = [], 0.0
+            state.logprobs = []
         self.scheduler.add_request(request)
         return req_id
 
@@ -175,13 +198,16 @@ class LLMEngine:
         self.stage = "execute"
         output = self.runner.execute_model(so)
         self.stage = "update"
-        self._collect_logprobs(output)
         finished = [r for r in self.scheduler.update_from_output(so, output) if r.request_id in self.outputs]
+        self._collect_logprobs(output)
         now = time.perf_counter()
-        cache_stats = self._record(so)
+        cache_stats = self._record(so, output)
         self.stage = "detokenize"
         stopped = [req_id for req_id in output.sampled_token_ids if self._detokenize(req_id, now)]
         self.scheduler.finish_requests(stopped, RequestStatus.FINISHED_STOPPED)
+        if self.proposer is not None:
+            self.stage = "propose"
+            self._propose(output)
         done = finished + [self.outputs[r].request for r in stopped]
         outputs = [self._finish(r, now) for r in done]
         for observer in self.observers:
@@ -219,14 +245,25 @@ class LLMEngine:
             "compute, and a waiting request must be admitted once the pool is free)."
         )
 
+    def _propose(self, output: ModelRunnerOutput) -> None:
+        """Drafts for each request that got tokens this step and still runs. A step emits at most its drafts
+        and one token more, so drafts past max_tokens would be dropped unseen: they are not proposed."""
+        drafts = {}
+        for req_id in output.sampled_token_ids:
+            request = self.scheduler.requests.get(req_id)
+            if request is not None:
+                num_left = request.sampling_params.max_tokens - len(request.output_token_ids) - 1
+                drafts[req_id] = self.proposer.propose(request.all_token_ids, num_left)
+        self.scheduler.update_draft_token_ids(drafts)
+
     def _collect_logprobs(self, output: ModelRunnerOutput) -> None:
-        """Keep the logprobs the runner computed this step for the requests that asked for them."""
-        for req_id, token in output.sampled_token_ids.items():
+        """Keep the logprobs the runner computed this step for the requests that asked for them, one entry per
+        token the scheduler kept (it drops the tokens after a stop condition)."""
+        for req_id in output.sampled_token_ids:
             state = self.outputs[req_id]
             if state.logprobs is not None:
-                entry = self._decoded(output.logprobs[req_id])
-                state.logprobs.append(entry)
-                state.cumulative_logprob += entry[token].logprob
+                num_new = len(state.request.output_token_ids) - len(state.logprobs)
+                state.logprobs += map(self._decoded, output.logprobs[req_id][:num_new])
             if state.request.sampling_params.prompt_logprobs is not None and state.prompt_logprobs is None:
                 # The first sampled token completes the prompt; a recompute after preemption repeats it.
                 state.prompt_logprobs = [None, *map(self._decoded, output.prompt_logprobs_dict[req_id])]
@@ -238,29 +275,45 @@ class LLMEngine:
         return entry
 
     def _detokenize(self, req_id: str, now: float) -> bool:
-        """Update the text; True if a stop string just matched (the scheduler has not finished it)."""
+        """Update the text; True if a stop string just matched (the scheduler has not finished it).
+
+        With stop strings the step's tokens are decoded one at a time: a speculative step brings several, and
+        the tokens after the one that completes a stop string are dropped (as vLLM's detokenizer drops them),
+        so the output is the one plain decoding gives."""
         state = self.outputs[req_id]
-        request = state.request
+        request, detokenizer = state.request, state.detokenizer
         state.first_token_time = state.first_token_time or now
         stops = request.sampling_params.stop
-        if state.detokenizer is None or not (new := state.detokenizer.update(request.output_token_ids)) or not stops:
+        if detokenizer is None or not stops:
+            if detokenizer is not None:
+                detokenizer.update(request.output_token_ids)
             return False
-        # No stop string was in the text before this step, so a match ends in the new part: search a
-        # window that starts where the longest stop could begin. Stops stay exact across tokens, and
-        # the earliest match wins.
+        for token in request.output_token_ids[detokenizer.num_tokens:]:
+            if (new := detokenizer.step(token)) and self._match_stop(state, new, stops):
+                state.num_token_ids = detokenizer.num_tokens
+                break
+        return state.finish_reason is not None and not RequestStatus.is_finished(request.status)
+
+    @staticmethod
+    def _match_stop(state: _OutputState, new: str, stops: list[str]) -> bool:
+        """Whether a stop string ends in the new text; if so, record where it begins and which it is."""
+        # No stop string was in the text before, so a match ends in the new part: search a window that
+        # starts where the longest stop could begin. Stops stay exact across tokens; the earliest match wins.
         window = state.detokenizer.tail(len(new) + max(map(len, stops)) - 1)
         matches = [(i, stop) for stop in stops if (i := window.find(stop)) >= 0]
         if matches:
             i, stop = min(matches)
             state.stop_at = state.detokenizer.num_chars - len(window) + i
             state.finish_reason, state.stop_reason = "stop", stop
-        return state.finish_reason is not None and not RequestStatus.is_finished(request.status)
+        return bool(matches)
 
     def _finish(self, request: Request, now: float) -> RequestOutput:
         state = self.outputs.pop(request.request_id)
+        token_ids = request.output_token_ids[:state.num_token_ids]
+        logprobs = None if state.logprobs is None else state.logprobs[:len(token_ids)]
         completion = CompletionOutput(
-            index=0, text=state.text, token_ids=list(request.output_token_ids),
-            cumulative_logprob=state.cumulative_logprob, logprobs=state.logprobs,
+            index=0, text=state.text, token_ids=token_ids, logprobs=logprobs,
+            cumulative_logprob=None if logprobs is None else sum(e[t].logprob for e, t in zip(logprobs, token_ids)),
             finish_reason=state.finish_reason or _FINISH_REASONS[request.status], stop_reason=state.stop_reason,
         )
         return RequestOutput(
@@ -270,14 +323,19 @@ class LLMEngine:
             prompt_logprobs=state.prompt_logprobs,
         )
 
-    def _record(self, so) -> PrefixCacheStats | None:
+    def _record(self, so: SchedulerOutput, output: ModelRunnerOutput) -> PrefixCacheStats | None:
         s = self.stats
         s.num_steps += 1
         s.num_preemptions = self.scheduler.num_preemptions
         s.kv_cache_usage = self.kv_cache_manager.usage
-        decodes = sum(n == 1 for n in so.num_scheduled_tokens.values())
+        spec = so.scheduled_spec_decode_tokens
+        decodes = sum(n for r, n in so.num_scheduled_tokens.items() if n == 1 + len(spec.get(r, ())))
         s.num_decode_tokens += decodes
         s.num_prefill_tokens += so.total_num_scheduled_tokens - decodes
+        for req_id, drafts in spec.items():
+            s.num_drafts += 1
+            s.num_draft_tokens += len(drafts)
+            s.num_accepted_tokens += len(output.sampled_token_ids[req_id]) - 1
         cache_stats = self.kv_cache_manager.make_prefix_cache_stats()
         if cache_stats is not None:
             s.prefix_cache_queries += cache_stats.queries

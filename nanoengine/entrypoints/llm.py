@@ -29,6 +29,8 @@ from nanoengine.core import (
     KVCacheManagerInterface,
     SlidingWindowManager,
 )
+from nanoengine.config import SpeculativeConfig
+from nanoengine.spec_decode.ngram_proposer import NgramProposer
 from nanoengine.worker.cuda_graphs import DecodeGraphs
 from nanoengine.engine.llm_engine import EngineStats, LLMEngine
 from nanoengine.errors import (
@@ -266,6 +268,12 @@ class LLM:
     seam's Protocol (None takes the engine's own part). `max_logprobs` (vLLM's name and default, 20; -1: no
     cap) bounds what a request's logprobs and prompt_logprobs may ask for.
 
+    `speculative_config` (vLLM's argument and keys) turns on n-gram speculative decoding:
+    `{"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": a, "prompt_lookup_max": b}` drafts
+    up to k tokens a step by copying what followed the context's last n-gram earlier in the context, and one
+    forward pass verifies them all; outputs keep the model's distribution (greedy: the same tokens). See
+    config.SpeculativeConfig for the defaults; None (the default) leaves every step as it is.
+
     A call owns its requests. When generate(), chat() or stream() ends for any reason (an exception from
     any part, a KeyboardInterrupt, a stream closed or dropped early), the requests it added and has not
     returned are aborted (`LLMEngine.abort_request`): their blocks go back to the pool (full ones stay
@@ -301,9 +309,11 @@ class LLM:
         sliding_window_manager_cls: type[SlidingWindowManager] = SlidingWindowManager,
         enforce_eager: bool = False,
         max_logprobs: int = 20,
+        speculative_config: dict | None = None,
         progress: bool = True,
     ):
         _check_engine_args(dict(locals()))
+        self.speculative_config = SpeculativeConfig.from_dict(speculative_config)
         self.max_logprobs = max_logprobs
         # None, like leaving the argument out, takes the engine's own part.
         kv_cache_manager_cls, scheduler_cls = kv_cache_manager_cls or KVCacheManager, scheduler_cls or Scheduler
@@ -372,7 +382,15 @@ class LLM:
         if not (enforce_eager or hybrid) and self.device.type == "cuda" and getattr(self.backend, "supports_cuda_graphs", False):
             graphs = DecodeGraphs(self.model, self.kv_cache, max_num_seqs, self.max_model_len)
         runner = ModelRunner(self.model, self.kv_cache, self.device, block_table_cls, graphs)
-        self.engine = LLMEngine(runner, scheduler, self.tokenizer, hash_algo, hash_block_tokens)
+        proposer = None
+        if self.speculative_config is not None:
+            if not callable(getattr(scheduler, "update_draft_token_ids", None)):
+                raise InvalidEngineArgumentError(
+                    f"speculative_config needs a scheduler that takes drafts (update_draft_token_ids); "
+                    f"{type(scheduler).__name__} has none. Subclass core.sched.scheduler.Scheduler, or leave "
+                    "speculative_config out.", parameter="speculative_config", value=speculative_config)
+            proposer = NgramProposer(self.speculative_config, self.max_model_len)
+        self.engine = LLMEngine(runner, scheduler, self.tokenizer, hash_algo, hash_block_tokens, proposer)
         self._unclaimed: dict[str, RequestOutput] = {}  # finished requests whose call has not collected them
         # The parts given through seams, by class (or hash function's code), to name one that raises.
         given = {"scheduler_cls": type(scheduler), "kv_cache_manager_cls": type(kv_manager),

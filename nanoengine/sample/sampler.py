@@ -14,11 +14,19 @@ def sample(logits: torch.Tensor, params: list[SamplingParams], generators: list[
     whatever else shares its batch."""
     out = logits.argmax(dim=-1).tolist()
     for row, (p, gen) in enumerate(zip(params, generators)):
-        if p.greedy:
-            continue
-        probs = _filtered_probs(logits[row] / p.temperature, p.top_k, p.top_p)
-        out[row] = int(torch.multinomial(probs.cpu(), 1, generator=gen))
+        if not p.greedy:
+            out[row] = draw(target_probs(logits[row], p), gen)
     return out
+
+
+def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """The distribution a sampled row draws from: logits [V] tempered, then truncated by top-k and top-p."""
+    return _filtered_probs(logits / params.temperature, params.top_k, params.top_p)
+
+
+def draw(probs: torch.Tensor, generator: torch.Generator | None) -> int:
+    """One token from probs [V] (not necessarily normalized), with the request's generator."""
+    return int(torch.multinomial(probs.cpu(), 1, generator=generator))
 
 
 def _filtered_probs(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:

@@ -1,7 +1,14 @@
-"""Turn a SchedulerOutput into one forward pass over the paged cache (vllm/v1/worker/gpu_model_runner.py)."""
+"""Turn a SchedulerOutput into one forward pass over the paged cache (vllm/v1/worker/gpu_model_runner.py).
+
+A speculative verify step feeds a request's last verified token and its drafts d1..dk at their positions,
+through the same paged path as any input: to attention it is a short prefill chunk over a cached prefix,
+which both backends and the Triton kernels serve as is. CUDA graphs replay pure-decode steps only (one
+token per request, DecodeGraphs.can_replay), so a step with any drafts runs eagerly.
+"""
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 import torch
@@ -13,6 +20,7 @@ from nanoengine.worker.cuda_graphs import DecodeGraphs
 from nanoengine.model import LlamaForCausalLM
 from nanoengine.errors import InvalidRequestError
 from nanoengine.outputs import Logprob, ModelRunnerOutput
+from nanoengine.sample.rejection_sampler import rejection_sample
 from nanoengine.sample.sampler import compute_logprobs, make_generator, sample
 from nanoengine.sampling_params import SamplingParams
 from nanoengine.core.sched.output import SchedulerOutput
@@ -83,13 +91,14 @@ class ModelRunner:
         through its decode kernel in one launch (vLLM's reorder_batch_to_split_decodes_and_prefills)."""
         return sorted(num_scheduled_tokens, key=lambda r: num_scheduled_tokens[r] > 1)
 
-    def _prepare_inputs(self, order: list[str], num_scheduled: dict[str, int]):
+    def _prepare_inputs(self, order: list[str], num_scheduled: dict[str, int], spec: dict[str, list[int]]):
         input_ids, positions, computed, seq_lens, starts = [], [], [], [], [0]
         for req_id in order:
             state, n = self.requests[req_id], num_scheduled[req_id]
             c = state.num_computed_tokens
             computed.append(c)
-            input_ids += state.token_ids[c : c + n]
+            drafts = spec.get(req_id, [])
+            input_ids += state.token_ids[c : c + n - len(drafts)] + drafts
             positions += range(c, c + n)
             seq_lens.append(c + n)
             starts.append(starts[-1] + n)
@@ -121,14 +130,15 @@ class ModelRunner:
 
     @torch.inference_mode()
     def execute_model(self, so: SchedulerOutput) -> ModelRunnerOutput:
-        """Run one step: the sampled token of every request whose scheduled tokens are now all computed,
-        with the logprobs asked for."""
+        """Run one step: the sampled tokens of every request whose scheduled tokens are now all computed (one,
+        or after k drafts the accepted ones and one more), with the logprobs asked for, one entry a token."""
         self._update_states(so)
         output = ModelRunnerOutput()
         if not so.num_scheduled_tokens:
             return output
         order = self.batch_order(so.num_scheduled_tokens)
-        input_ids, positions, metadata, starts = self._prepare_inputs(order, so.num_scheduled_tokens)
+        spec = so.scheduled_spec_decode_tokens
+        input_ids, positions, metadata, starts = self._prepare_inputs(order, so.num_scheduled_tokens, spec)
         graphs = self.cuda_graphs if self.cuda_graphs and self.cuda_graphs.can_replay(metadata[0], len(order)) else None
         # Set for a replayed step too: a replay reads the graph's own buffers, but whoever inspects
         # kv_cache.metadata (the course's views) must see this step's, not the last eager one's.
@@ -146,22 +156,40 @@ class ModelRunner:
         for i, req_id in enumerate(order):
             state = self.requests[req_id]
             state.num_computed_tokens += so.num_scheduled_tokens[req_id]
-            if state.num_computed_tokens == len(state.token_ids):
+            if state.num_computed_tokens - len(spec.get(req_id, ())) == len(state.token_ids):
                 done.append((i, state))
         output.prompt_logprobs_dict = self._gather_prompt_logprobs(order, so.num_scheduled_tokens, starts, row_logits)
         if not done:
             return output
-        logits = row_logits([starts[i + 1] - 1 for i, _ in done])
-        tokens = sample(logits, [s.sampling_params for _, s in done], [self.generators[s.req_id] for _, s in done])
-        asked = [j for j, (_, s) in enumerate(done) if s.sampling_params.logprobs is not None]
-        if asked:
-            entries = compute_logprobs(logits[asked], [tokens[j] for j in asked],
-                                       [done[j][1].sampling_params.logprobs for j in asked])
-            output.logprobs = {done[j][1].req_id: entry for j, entry in zip(asked, entries)}
-        for (_, state), token in zip(done, tokens):
-            state.token_ids.append(token)
-        output.sampled_token_ids = {state.req_id: token for (_, state), token in zip(done, tokens)}
+        drafts = [spec.get(s.req_id, []) for _, s in done]
+        # k + 1 rows for k drafts: the logits after the last verified token and after each draft.
+        logits = row_logits([r for (i, _), d in zip(done, drafts) for r in range(starts[i + 1] - 1 - len(d), starts[i + 1])])
+        params, generators = [s.sampling_params for _, s in done], [self.generators[s.req_id] for _, s in done]
+        if spec:  # a step without drafts samples exactly as decoding without speculation does
+            token_lists = rejection_sample(logits, drafts, params, generators)
+        else:
+            token_lists = [[token] for token in sample(logits, params, generators)]
+        firsts = list(itertools.accumulate((len(d) + 1 for d in drafts), initial=0))
+        output.logprobs = self._sample_logprobs(logits, firsts, done, token_lists)
+        for (_, state), tokens in zip(done, token_lists):
+            state.token_ids.extend(tokens)
+        output.sampled_token_ids = {state.req_id: tokens for (_, state), tokens in zip(done, token_lists)}
         return output
+
+    @staticmethod
+    def _sample_logprobs(logits, firsts, done, token_lists) -> dict[str, list[dict[int, Logprob]]]:
+        """For the requests that ask: one entry per emitted token, from the row that predicted it (a request's
+        rows start at firsts[j] in logits)."""
+        picked = [(j, firsts[j] + t, token) for j, (_, s) in enumerate(done) if s.sampling_params.logprobs is not None
+                  for t, token in enumerate(token_lists[j])]
+        if not picked:
+            return {}
+        entries = compute_logprobs(logits[[row for _, row, _ in picked]], [token for *_, token in picked],
+                                   [done[j][1].sampling_params.logprobs for j, _, _ in picked])
+        out: dict[str, list[dict[int, Logprob]]] = {}
+        for (j, _, _), entry in zip(picked, entries):
+            out.setdefault(done[j][1].req_id, []).append(entry)
+        return out
 
     def _gather_prompt_logprobs(self, order, num_scheduled, starts, row_logits) -> dict[str, list[dict[int, Logprob]]]:
         """For requests that ask for them: the logprob of each prompt token this step's chunk predicts

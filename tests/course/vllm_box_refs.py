@@ -174,7 +174,7 @@ R('08','step',
   [('nanoengine/engine/llm_engine.py','    def step(self) -> list[RequestOutput]:'),('nanoengine/engine/llm_engine.py','        output = self.runner.execute_model(so)')])
 R('08','ModelRunnerOutput',
   [('vllm/vllm/v1/outputs.py','class ModelRunnerOutput:'),('vllm/vllm/v1/outputs.py','    sampled_token_ids: list[list[int]]'),('vllm/vllm/v1/outputs.py','    # each request due to speculative/jump decoding.')],
-  [('nanoengine/outputs.py','    sampled_token_ids: dict[str, int]')])
+  [('nanoengine/outputs.py','    sampled_token_ids: dict[str, list[int]]')])
 R('08','stats and hit rate',
   [('vllm/vllm/entrypoints/llm.py','    def get_metrics(self) -> list["Metric"]:'),('vllm/vllm/v1/metrics/loggers.py','            name="vllm:prefix_cache_queries",'),('vllm/vllm/v1/metrics/loggers.py','            name="vllm:prefix_cache_hits",'),('vllm/vllm/v1/metrics/stats.py','class PrefixCacheStats(BaseCacheStats):'),('vllm/vllm/v1/metrics/stats.py','    def __init__(self, max_recent_requests: int = 1000) -> None:'),('vllm/vllm/v1/metrics/stats.py','    def hit_rate(self) -> float:'),('vllm/vllm/v1/metrics/stats.py','        if stats.reset:')],
   [('nanoengine/engine/llm_engine.py','class EngineStats:'),('nanoengine/core/kv_cache_manager.py','    def hit_rate(self) -> float:'),('nanoengine/entrypoints/llm.py','    def get_stats(self) -> EngineStats:')])
@@ -221,7 +221,7 @@ R('10','hash algo',
 
 # 11
 R('11','cudagraph mode',
-  [('vllm/vllm/config/compilation.py','    FULL_DECODE_ONLY = (FULL, NONE)'),('vllm/vllm/config/compilation.py','    - FULL_AND_PIECEWISE. (v1 default)'),('vllm/vllm/config/vllm.py','        "cudagraph_mode": CUDAGraphMode.FULL_AND_PIECEWISE,'),('vllm/vllm/config/vllm.py','    optimization_level: OptimizationLevel = OptimizationLevel.O2'),('vllm/vllm/compilation/cuda_graph.py','class CUDAGraphWrapper:'),('vllm/vllm/v1/cudagraph_dispatcher.py','class CudagraphDispatcher:'),('vllm/vllm/config/model.py','    NOTE: This disables both `torch.compile` and CUDA graphs')],
+  [('vllm/vllm/config/compilation.py','    FULL_DECODE_ONLY = (FULL, NONE)'),('vllm/vllm/config/compilation.py','    - FULL_AND_PIECEWISE. (v1 default)'),('vllm/vllm/config/vllm.py','        "cudagraph_mode": CUDAGraphMode.FULL_AND_PIECEWISE,'),('vllm/vllm/config/vllm.py','    optimization_level: OptimizationLevel = OptimizationLevel.O2'),('vllm/vllm/compilation/cuda_graph.py','class CUDAGraphWrapper:'),('vllm/vllm/v1/cudagraph_dispatcher.py','class CudagraphDispatcher:'),('vllm/vllm/v1/worker/gpu/cudagraph_utils.py','class CudaGraphManager:'),('vllm/vllm/config/model.py','    NOTE: This disables both `torch.compile` and CUDA graphs')],
   [('nanoengine/worker/cuda_graphs.py','class DecodeGraphs:'),('nanoengine/entrypoints/llm.py','        if not (enforce_eager or hybrid) and self.device.type == "cuda"')])
 R('11','capture sizes',
   [('vllm/vllm/config/compilation.py','        [1, 2, 4] + list(range(8, 256, 8)) + list('),('vllm/vllm/config/compilation.py','    If not specified, max_cudagraph_capture_size is capped at 512 by default,')],

@@ -21,7 +21,7 @@ def req(rid, n, priority=0, arrival=0.0, max_tokens=8, first=0):
 
 def run_step(s: Scheduler, token=1):
     out = s.schedule()
-    done = {r: token for r, n in out.num_scheduled_tokens.items()
+    done = {r: [token] for r, n in out.num_scheduled_tokens.items()
             if s.requests[r].num_computed_tokens == s.requests[r].num_tokens}
     return out, s.update_from_output(out, ModelRunnerOutput(done))
 

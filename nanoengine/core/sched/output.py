@@ -51,9 +51,14 @@ class CachedRequestData:
 
 @dataclass(slots=True)
 class SchedulerOutput:
+    """scheduled_spec_decode_tokens: the draft tokens each request verifies this step (speculative decoding;
+    requests without drafts are absent). A request's num_scheduled_tokens counts them: its last verified
+    token, then these drafts, which the runner feeds at the positions after it."""
+
     scheduled_new_reqs: list[NewRequestData]
     scheduled_cached_reqs: CachedRequestData
     num_scheduled_tokens: dict[str, int]
     total_num_scheduled_tokens: int
     preempted_req_ids: set[str]
     finished_req_ids: set[str]
+    scheduled_spec_decode_tokens: dict[str, list[int]] = field(default_factory=dict)

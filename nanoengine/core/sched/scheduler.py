@@ -4,6 +4,13 @@ There is no prefill phase and no decode phase. Every request has `num_computed_t
 `num_tokens`; a step gives each request some tokens so the first catches up with the second, all
 from one token budget. A 500-token prompt and a one-token decode can share a step; a long prompt
 is split into chunks over several steps (chunked prefill).
+
+Speculative decoding adds draft tokens (Request.spec_token_ids, proposed by the engine between steps): a
+running request is scheduled num_tokens_with_spec - num_computed_tokens tokens, its last verified token and
+its drafts, from the same budget. allocate_slots gets them all as new tokens; num_lookahead_tokens stays 0,
+as in vLLM for n-gram drafts (vLLM reserves lookahead slots for EAGLE's drafts, which are proposed on the
+device after the step; the course calls the drafts' slots "lookahead slots" informally). allocate_slots
+caches blocks only up to request.num_tokens, so no block holding an unverified token is ever cached.
 """
 
 from __future__ import annotations
@@ -84,7 +91,10 @@ class Scheduler:
         i = 0
         while i < len(self.running) and budget > 0:
             request = self.running[i]
-            n = self._chunk(request.num_tokens - request.num_computed_tokens, budget, threshold)
+            # Drafts count inside the budget, and no position may reach max_model_len - 1 (vLLM's schedule();
+            # without drafts the cap never binds, since a running request has num_tokens < max_model_len).
+            n = min(self._chunk(request.num_tokens_with_spec - request.num_computed_tokens, budget, threshold),
+                    self.config.max_model_len - request.num_computed_tokens - 1)
             while (blocks := kv.allocate_slots(request, n)) is None:
                 if len(self.running) == 1:
                     # Alone and still out of blocks: the request has outgrown the whole pool.
@@ -158,6 +168,7 @@ class Scheduler:
         and put it back at the front of the waiting queue (its place, under priority)."""
         self.kv_cache_manager.free(request)
         request.num_computed_tokens = 0
+        request.spec_token_ids = []
         request.num_preemptions += 1
         request.status = RequestStatus.PREEMPTED
         self.num_preemptions += 1
@@ -189,7 +200,9 @@ class Scheduler:
         num_computed_tokens, so the next schedule() sees these tokens as computed.
 
         num_scheduled: tokens per request id this step (running and admitted); new_blocks: the block
-        ids allocate_slots returned for each running one; new_reqs: what admit() returned.
+        ids allocate_slots returned for each running one; new_reqs: what admit() returned. A request's
+        tokens past its num_tokens are its drafts, cut to fit (vLLM's "scheduled_spec_decode_tokens"); a
+        scheduled request's drafts are used up either way, and the engine proposes new ones after the step.
         """
         cached = CachedRequestData()
         admitted = {d.req_id for d in new_reqs}
@@ -205,28 +218,66 @@ class Scheduler:
             total_num_scheduled_tokens=sum(num_scheduled.values()),
             preempted_req_ids={r.request_id for r in preempted},
             finished_req_ids=self.finished_req_ids,
+            scheduled_spec_decode_tokens=self._take_drafts(num_scheduled),
         )
         self.finished_req_ids = set()
         for req_id, n in num_scheduled.items():
             self.requests[req_id].num_computed_tokens += n
         return out
 
+    def _take_drafts(self, num_scheduled: dict[str, int]) -> dict[str, list[int]]:
+        drafts = {}
+        for req_id, n in num_scheduled.items():
+            request = self.requests[req_id]
+            num_spec = request.num_computed_tokens + n - request.num_tokens
+            if request.spec_token_ids and num_spec > 0:
+                drafts[req_id] = request.spec_token_ids[:num_spec]
+            request.spec_token_ids = []
+        return drafts
+
+    def update_draft_token_ids(self, draft_token_ids: dict[str, list[int]]) -> None:
+        """Give running requests the drafts their next step verifies (vLLM's method of this name). Requests
+        finished or preempted meanwhile are skipped."""
+        for req_id, drafts in draft_token_ids.items():
+            request = self.requests.get(req_id)
+            if request is not None and request.status is RequestStatus.RUNNING:
+                request.spec_token_ids = drafts
+
     # ---- results ----------------------------------------------------------------------------
     def update_from_output(self, scheduler_output: SchedulerOutput, model_runner_output: ModelRunnerOutput
                            ) -> list[Request]:
-        """Append each request's sampled token (none for a prompt chunk that is not the last);
-        finish and free the requests that hit EOS, max_tokens or max_model_len."""
+        """Append each request's sampled tokens (none for a prompt chunk that is not the last; after drafts,
+        the accepted ones and one more); finish and free the requests that hit EOS, max_tokens or max_model_len.
+
+        Rejected drafts roll num_computed_tokens back (vLLM 0.33's update_from_output, "num_rejected"): their
+        KV slots hold tokens that are not the request's, and the next step simply overwrites them.
+        """
         finished, self._capped = self._capped, []
         for req_id in scheduler_output.num_scheduled_tokens:
             request = self.requests.get(req_id)
             if request is None or request.num_computed_tokens < request.num_tokens:
                 continue
-            request.append_output_token_ids(model_runner_output.sampled_token_ids[req_id])
-            status = self._check_stop(request)
+            new_token_ids = model_runner_output.sampled_token_ids[req_id]
+            drafts = scheduler_output.scheduled_spec_decode_tokens.get(req_id)
+            if drafts:
+                request.num_computed_tokens -= len(drafts) - (len(new_token_ids) - 1)
+            status = self._append_output(request, new_token_ids)
             if status is not None:
                 self._finish(request, status)
                 finished.append(request)
         return finished
+
+    def _append_output(self, request: Request, token_ids: list[int]) -> RequestStatus | None:
+        """Append the tokens one at a time, checking the stop conditions after each; at a stop the rest are
+        dropped (vLLM's _update_request_with_output), and num_computed_tokens keeps covering every appended
+        token but the last."""
+        for num_new, token in enumerate(token_ids, 1):
+            request.append_output_token_ids(token)
+            status = self._check_stop(request)
+            if status is not None:
+                request.num_computed_tokens -= len(token_ids) - num_new
+                return status
+        return None
 
     def _check_stop(self, request: Request) -> RequestStatus | None:
         params = request.sampling_params
