@@ -104,9 +104,9 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
 
     With use_eagle each type searches one block past the candidate length, up to the request's last full
     block, and its manager drops the last hit block, as vLLM 0.33's coordinator does: a type never returns
-    more than the candidate, so the fixed point cannot spiral down a block per round (vLLM issue #32802),
-    full attention plus a window loses one block, not two, and a block-aligned prompt loses none beyond the
-    one the last-token rule gives back. vLLM skips the drop for a type already checked at the current length;
+    more than the candidate, so the fixed point cannot spiral down a block per round (vLLM issue #32802,
+    fixed by PR #33524 and 0.33's eagle_verified), full attention plus a window loses one block, not two, and
+    a block-aligned prompt loses none beyond the one the last-token rule gives back. vLLM skips the drop for a type already checked at the current length;
     here every round searches the same way, which differs only for two or more sliding types.
     """
 

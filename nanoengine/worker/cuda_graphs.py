@@ -11,8 +11,9 @@ turns it off, as in vLLM.
 Invariants:
 - A captured kernel reads fixed addresses, so every input lives in a static buffer that `replay`
   overwrites in place; the logits come out in a static buffer too, valid until the next replay.
-- Rows past the live batch are padding: slot -1 (the store skips it), seq_len 0 and position 0.
-  Every op is row-wise, so padding rows never touch live ones, and their logits are dropped.
+- Rows past the live batch are padding: slot -1 (the store skips it) and seq_len 0; their token and
+  position are whatever an earlier replay left. Every op is row-wise, so padding rows never touch live
+  ones, and their logits are dropped.
 - The block table is max_model_len / block_size wide, so the decode kernel chooses its split-K
   factor once for the longest context; block ids past a row's seq_len are never read.
 - Only pure-decode steps replay (vLLM's non-default FULL_DECODE_ONLY mode): graphing a prefill as vLLM's default
