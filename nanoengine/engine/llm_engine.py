@@ -105,7 +105,9 @@ class LLMEngine:
     runner right after sampling, since EAGLE's drafts need the step's hidden states on the device; n-gram
     drafts need only the verified tokens, so here the engine proposes between steps, from the scheduler's
     Requests after the stop checks, and hands them over through Scheduler.update_draft_token_ids as vLLM's
-    EngineCore does. The runner stays one forward pass and the scheduler holds no proposing code."""
+    EngineCore.post_step does with async scheduling off (the V1 runner's n-gram path). With async scheduling,
+    vLLM 0.33's default, the AsyncScheduler schedules k placeholder drafts (-1) and the worker fills in the real
+    ones on the device. The runner stays one forward pass and the scheduler holds no proposing code."""
 
     def __init__(self, runner: ModelRunner, scheduler: SchedulerInterface, tokenizer: Tokenizer | None,
                  hash_algo: str = "xxhash", hash_block_tokens: BlockTokensHasher | None = None,

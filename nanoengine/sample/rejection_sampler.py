@@ -41,7 +41,8 @@ def _random(logits: torch.Tensor, drafts: list[int], params: SamplingParams, gen
     renormalized, which is p without d."""
     for i, draft in enumerate(drafts):
         probs = target_probs(logits[i], params)
-        # u < p(d), not <=: a token of probability 0 is never accepted, even for u = 0.
+        # u < p(d): a token of probability 0 is never accepted, even for u = 0. vLLM accepts on u <= p(d)
+        # (target / draft >= uniform); the two differ only when u equals p(d) exactly.
         if float(torch.rand((), generator=gen)) < float(probs[draft]):
             continue
         probs[draft] = 0.0

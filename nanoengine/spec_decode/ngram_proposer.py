@@ -1,5 +1,11 @@
 """N-gram (prompt lookup) drafts: guess the next tokens by copying what followed the same n-gram earlier in the
-request's own context (vllm/v1/spec_decode/ngram_proposer.py)."""
+request's own context (vllm/v1/spec_decode/ngram_proposer.py, the V1 model runner's proposer).
+
+vLLM 0.33's default V2 runner uses another n-gram speculator (vllm/v1/worker/gpu/spec_decode/ngram/speculator.py):
+on the device it takes the rightmost occurrence of the longest n-gram and always emits k drafts, padding past
+the match (or all k, with no match) with the last sampled token. nanoengine follows V1's rule, which proposes
+nothing when nothing matches, so a request without a match costs a plain decode step.
+"""
 
 from __future__ import annotations
 

@@ -122,7 +122,7 @@ class ModelRunner:
                 max_seq_len=max_seq_len,
                 num_decodes=num_decodes,
                 # Cascade attention serves full attention only: under a window the shared prefix is partly
-                # out of sight (vLLM's SlidingWindowManager reports no common prefix blocks either).
+                # out of sight. (vLLM 0.33 removed cascade attention and reports no common prefix for any group.)
                 num_common_prefix_blocks=0 if group.sliding_window else _common_prefix(tables[:num_decodes]),
             ))
         ids = torch.tensor(input_ids, dtype=torch.int64, device=dev)
