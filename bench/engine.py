@@ -96,13 +96,20 @@ def load_models(random_weights: bool, device: torch.device, dtype: torch.dtype):
     except ImportError as e:
         raise SystemExit("The HF baseline needs transformers and accelerate: pip install -e '.[test]'") from e
     if random_weights:
-        config = LlamaConfig.smollm2_135m()
-        torch.manual_seed(0)
-        hf = transformers.LlamaForCausalLM(config.to_hf()).to(device=device, dtype=dtype).eval()
-        return hf, LlamaForCausalLM.from_state_dict(config, hf.state_dict(), device, dtype)
+        hf = random_hf_model().to(device=device, dtype=dtype).eval()
+        return hf, LlamaForCausalLM.from_state_dict(LlamaConfig.smollm2_135m(), hf.state_dict(), device, dtype)
     path = embedded_gguf_path()
     hf = transformers.LlamaForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=dtype)
     return hf.to(device).eval(), None
+
+
+def random_hf_model():
+    """Hugging Face's LlamaForCausalLM in SmolLM2-135M's shapes with its own random initialization (seed 0),
+    fp32 on the CPU: the stand-in wherever the model package is missing (also bench/notebooks_cuda.py)."""
+    import transformers
+
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(LlamaConfig.smollm2_135m().to_hf())
 
 
 def run_hf(model, prompts: list[list[int]], max_tokens: int, bar) -> dict:

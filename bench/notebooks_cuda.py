@@ -41,12 +41,10 @@ def stand_in_model(tokenizer: Path, root: Path) -> dict[str, str]:
     The engine finds the model where it always does (find_spec, then cache_root()/sha256(gguf)), so
     nothing in it knows about the stand-in. Returns the environment variables that point there.
     """
-    import torch
-    import transformers
     from safetensors.torch import save_file
 
     sys.path.insert(0, str(ROOT))
-    from nanoengine.config import LlamaConfig
+    from bench.engine import random_hf_model
     from nanoengine.model.loader import EMBEDDED_PACKAGE
 
     package = root / "site" / EMBEDDED_PACKAGE
@@ -57,9 +55,7 @@ def stand_in_model(tokenizer: Path, root: Path) -> dict[str, str]:
     folder.mkdir(parents=True)
     for name in ("tokenizer.json", "tokenizer_config.json", "config.json"):
         shutil.copy(tokenizer / name, folder / name)
-    torch.manual_seed(0)
-    hf = transformers.LlamaForCausalLM(LlamaConfig.smollm2_135m().to_hf())
-    weights = {k: v.contiguous() for k, v in hf.state_dict().items() if k != "lm_head.weight"}  # tied
+    weights = {k: v.contiguous() for k, v in random_hf_model().state_dict().items() if k != "lm_head.weight"}  # tied
     save_file(weights, folder / "model.safetensors", metadata={"source": "random, seed 0"})
     return {"PYTHONPATH": str(root / "site"), "NANOENGINE_CACHE": str(root / "cache")}
 

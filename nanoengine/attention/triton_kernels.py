@@ -18,6 +18,7 @@ interpreter (TRITON_INTERPRET=1 must be set before triton is imported).
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -277,7 +278,13 @@ def tiles(capability: tuple[int, int] | None) -> tuple[int, int, int]:
 
 
 def _tiles_for(x: torch.Tensor) -> tuple[int, int, int]:
-    return tiles(torch.cuda.get_device_capability(x.device) if x.is_cuda else None)
+    return tiles(_capability(x.device.index) if x.is_cuda else None)
+
+
+@functools.cache
+def _capability(device_index: int) -> tuple[int, int]:
+    # Asked by every eager attention call of every layer; a device's capability never changes.
+    return torch.cuda.get_device_capability(device_index)
 
 
 def _dot_precision(dtype: torch.dtype) -> str:
