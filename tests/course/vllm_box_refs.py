@@ -141,7 +141,7 @@ R('06','map key and BlockHashToBlockMap',
 R('06','free_blocks checks and stated reasons',
   [('vllm/vllm/v1/core/block_pool.py','    def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock]) -> None:'),('vllm/vllm/v1/core/block_pool.py','            block.ref_cnt -= 1',2),('vllm/vllm/v1/core/block_pool.py','# LIFO reuse of non-cached blocks for better GPU locality.'),('vllm/vllm/v1/core/block_pool.py','# FIFO reuse of cached blocks for LRU eviction behavior.')],
   [('nanoengine/core/block_pool.py','                    f"Double free: block {block.block_id} has no reference left "')])
-R('13','skip_reading_prefix_cache',
+R('14','skip_reading_prefix_cache',
   [('vllm/vllm/sampling_params.py','    skip_reading_prefix_cache: bool | None = None'),('vllm/vllm/sampling_params.py','        if self.skip_reading_prefix_cache is None:'),('vllm/vllm/v1/request.py','    def get_skip_reading_prefix_cache(self) -> bool:')],
   [('nanoengine/request.py','    def skip_reading_prefix_cache(self) -> bool:')])
 
@@ -198,7 +198,7 @@ R('09','event delivery',
 R('09','cache_salt in the prompt',
   [('vllm/vllm/inputs/llm.py','class _PromptOptions(TypedDict):'),('vllm/vllm/inputs/llm.py','    cache_salt: NotRequired[str]'),('vllm/vllm/entrypoints/llm.py','    def generate('),('vllm/vllm/entrypoints/openai/chat_completion/protocol.py','    cache_salt: str | None = Field(')],
   [('nanoengine/entrypoints/llm.py','        cache_salt: str | None = None,'),('nanoengine/engine/llm_engine.py','                    priority: int = 0, cache_salt: str | None = None) -> str:')])
-R('13','num_common_prefix_blocks',
+R('14','num_common_prefix_blocks',
   [('vllm/vllm/v1/core/sched/output.py','    # Deprecated: cascade attention has been removed, so this is always empty.'),('vllm/vllm/v1/core/kv_cache_manager.py','        return [0] * self.num_kv_cache_groups')],
   [('nanoengine/worker/model_runner.py','                num_common_prefix_blocks=0 if group.sliding_window else _common_prefix'),('nanoengine/attention/backend.py','    def _cascade_decode(')])
 
@@ -255,9 +255,9 @@ R('12','sparse retention of sliding blocks',
 R('12','runner tables under a window',
   [('vllm/vllm/v1/worker/gpu/block_table.py','    def gather_block_tables('),('vllm/vllm/v1/worker/gpu/block_table.py','        tile that straddles the window start: masked-out NaN in such a tile'),('vllm/vllm/v1/worker/gpu/model_runner.py','            num_computed_tokens=self.req_states.num_computed_tokens.gpu,'),('vllm/vllm/v1/kv_cache_interface.py','    def num_retained_tokens(self) -> int:')],
   [('nanoengine/worker/block_table.py','    def append_row(self, req_id: str, block_ids: list[int]) -> None:',2),('nanoengine/attention/triton_kernels.py','            n_mask = n_mask & (n >= lo)'),('nanoengine/attention/triton_kernels.py','    for start in range(lo // BLOCK_N * BLOCK_N, end, BLOCK_N):')])
-R('13','parallel sampling',
+R('14','parallel sampling',
   [('vllm/vllm/v1/engine/parallel_sampling.py','class ParentRequest:'),('vllm/vllm/v1/engine/parallel_sampling.py','        child_req_id = f"{index}_{self.request_id}"'),('vllm/vllm/v1/engine/parallel_sampling.py','            child_sampling_params.seed = seed + index')],
   [('nanoengine/sampling_params.py','    def child(self, index: int) -> SamplingParams:'),('nanoengine/entrypoints/llm.py','            return [merge_samples([call.done[i] for i in children]) for children in ids]')])
-R('13','reset_prefix_cache',
+R('14','reset_prefix_cache',
   [('vllm/vllm/entrypoints/llm.py','        self, reset_running_requests: bool = False, reset_connector: bool = False'),('vllm/vllm/v1/core/sched/scheduler.py','    def reset_prefix_cache(')],
   [('nanoengine/entrypoints/llm.py','    def reset_prefix_cache(self) -> bool:')])
