@@ -51,20 +51,28 @@ def repetitive(tok, n: int) -> list[list[int]]:
             for t in texts]
 
 
+def chat(tok, n: int) -> list[list[int]]:
+    """The chatbot's first n questions behind its system prompt: answers are new text."""
+    return [list(p) for p in chatbot(tok, n, system_tokens=len(tok.encode(SYSTEM_PROMPT))).prompts]
+
+
 def run(llm: LLM, prompts: list[list[int]], params: SamplingParams) -> dict:
     before = llm.get_stats()
-    drafts, accepted = before.num_draft_tokens, before.num_accepted_tokens
+    drafts, accepted, steps = before.num_draft_tokens, before.num_accepted_tokens, before.num_steps
     outs, seconds = all_at_once(llm, prompts, params)
     stats = llm.get_stats()
     tokens = sum(len(o.token_ids) for o in outs)
     return {"tokens_per_s": tokens / seconds, "output_tokens": tokens, "outputs": [o.token_ids for o in outs],
-            "draft_tokens": stats.num_draft_tokens - drafts, "accepted_tokens": stats.num_accepted_tokens - accepted}
+            "draft_tokens": stats.num_draft_tokens - drafts, "accepted_tokens": stats.num_accepted_tokens - accepted,
+            "steps": stats.num_steps - steps}
 
 
-def measure(workload: list[list[int]], params: SamplingParams, runs: int) -> dict:
-    """Every configuration, one engine each, runs in turn `runs` times (so a slow spell of the machine hits
-    all of them alike); the median run of each counts."""
-    configs = {"off": None} | {f"k={k}": {"method": "ngram", "num_speculative_tokens": k} for k in KS}
+def measure(workload: list[list[int]], params: SamplingParams, runs: int, ks=KS, prompt_lookup=(5, 5)) -> dict:
+    """Every configuration (speculation off, then n-gram with each k and prompt_lookup = (min, max)), one engine
+    each, runs in turn `runs` times (so a slow spell of the machine hits all of them alike); the median run of
+    each counts. Chapter 13 runs it live, once."""
+    configs = {"off": None} | {f"k={k}": {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min":
+                                           prompt_lookup[0], "prompt_lookup_max": prompt_lookup[1]} for k in ks}
     engines = {name: LLM(speculative_config=spec, progress=False) for name, spec in configs.items()}
     for llm in engines.values():  # warm-up: first-call costs stay out of the timings
         llm.generate(prompt_token_ids=workload[0], sampling_params=SamplingParams(temperature=0, max_tokens=4))
@@ -79,7 +87,7 @@ def measure(workload: list[list[int]], params: SamplingParams, runs: int) -> dic
         drafts, accepted = sum(s["draft_tokens"] for s in runs_), sum(s["accepted_tokens"] for s in runs_)
         results[name] = {"tokens_per_s": tps, "tokens_per_s_runs": [s["tokens_per_s"] for s in runs_],
                          "speedup": tps / base, "draft_tokens": drafts, "accepted_tokens": accepted,
-                         "acceptance_rate": accepted / drafts if drafts else None,
+                         "acceptance_rate": accepted / drafts if drafts else None, "steps": runs_[0]["steps"],
                          "same_tokens_as_off": runs_[0]["outputs"] == samples["off"][0]["outputs"]}
     return results
 
@@ -93,7 +101,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     tok = LLM(progress=False).tokenizer
     workloads = {"repetitive": repetitive(tok, args.requests),
-                 "chat": [list(p) for p in chatbot(tok, args.requests, system_tokens=len(tok.encode(SYSTEM_PROMPT))).prompts]}
+                 "chat": chat(tok, args.requests)}
     params = SamplingParams(temperature=0, max_tokens=args.max_tokens)
     report = {"machine": {"device": "cpu", **machine_info()},
               "workload": {"requests": args.requests, "max_tokens": args.max_tokens, "runs": args.runs,

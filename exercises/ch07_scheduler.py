@@ -69,7 +69,10 @@ class Scheduler(EngineScheduler):
         What the plan must satisfy:
         - Budget: the planned tokens sum to at most config.max_num_batched_tokens. Each planned request takes
           chunk_size(what it still needs, budget left, self.long_prefill_threshold()), the threshold read once
-          at the start of the step (it caps nobody while one request alone runs or waits).
+          at the start of the step (it caps nobody while one request alone runs or waits). What a running
+          request still needs is request.num_tokens_with_spec - request.num_computed_tokens: num_tokens until
+          chapter 13 gives it draft tokens, which are scheduled too, none at position config.max_model_len - 1
+          or past it.
         - Running first: the running requests are planned in self.running's order before any waiting one;
           the step stops planning when the budget is spent.
         - Memory: a running request is planned only with the blocks kv_cache_manager.allocate_slots grants it.

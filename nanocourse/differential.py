@@ -134,13 +134,23 @@ def per_group(block_ids: Any) -> Any:
     return block_ids
 
 
-def _observe(scheduler: Scheduler, so, finished) -> dict[str, Any]:
+def _observe(scheduler: Scheduler, so, finished, spec: bool = False) -> dict[str, Any]:
     """Everything a step shows of a scheduler and its KV cache manager, each named for a failure message.
-    Block ids are per KV cache group (a one-group model's read ([3, 4],)), as the scheduler sends them."""
+    Block ids are per KV cache group (a one-group model's read ([3, 4],)), as the scheduler sends them. With
+    speculation on, also the drafts each request verified, every request's computed tokens and the blocks the
+    prefix cache names."""
     kv = scheduler.kv_cache_manager
     stats = kv.make_prefix_cache_stats()
     cached = so.scheduled_cached_reqs
-    return {
+    drafts = {} if not spec else {
+        "the drafts each request verifies this step (scheduled_spec_decode_tokens)":
+            sorted(so.scheduled_spec_decode_tokens.items()),
+        "each request's num_computed_tokens after the step":
+            {r: scheduler.requests[r].num_computed_tokens for r in sorted(scheduler.requests)},
+        "the blocks the prefix cache names (block id, hash)":
+            sorted((b.block_id, h) for h, b in kv.block_pool.cached_block_hash_to_block.items()),
+    }
+    return {**drafts, 
         "the requests preempted": sorted(so.preempted_req_ids),
         "the requests admitted (with the prompt tokens that were cache hits)":
             [(d.req_id, d.num_computed_tokens) for d in so.scheduled_new_reqs],
@@ -163,10 +173,26 @@ def _sampled(req_id: str, position: int) -> int:
     return 500 + (sum(map(ord, req_id)) * 31 + position * 7) % 97
 
 
+def _drafts(req_id: str, num_tokens: int, k: int) -> list[int]:
+    """k drafts for the tokens at num_tokens onwards: each the token _sampled will give there, except that about
+    one in three is wrong, so that verify steps accept all, some or none of them."""
+    return [_sampled(req_id, p) + (((sum(map(ord, req_id)) + p * num_tokens) % 3 == 0))
+            for p in range(num_tokens, num_tokens + k)]
+
+
+def _verified(req_id: str, request, drafts: list[int]) -> list[int]:
+    """A verify step's tokens as a greedy rejection sampler gives them when the model's token at position p is
+    _sampled(req_id, p): the drafts up to the first wrong one, then the model's own token there."""
+    n = request.num_tokens
+    accepted = next((i for i, d in enumerate(drafts) if d != _sampled(req_id, n + i)), len(drafts))
+    return [_sampled(req_id, n + i) for i in range(accepted + 1)]
+
+
 def replay_workload(build: Callable[[bool], Scheduler], cfg: dict, ops: list, block_size: int, pool_text: str) -> None:
     """Replay ops on build(True) (the learner's) and build(False) (the engine's) without a model, comparing every
     step; at the end both step until every request has finished (at most MAX_DRAIN_STEPS)."""
     pair = {"yours": build(True), "engine": build(False)}
+    k = cfg.get("num_speculative_tokens", 0)  # > 0: every running request verifies k drafts a step
     hasher = get_request_block_hasher(block_size)
     extra = "".join(f", {k} {v}" for k, v in cfg.items() if k not in {**_CONFIG})
     story = Story(f"{pool_text}, budget {cfg['budget']}, {cfg['policy']}, prefix caching "
@@ -179,11 +205,18 @@ def replay_workload(build: Callable[[bool], Scheduler], cfg: dict, ops: list, bl
         for who, s in pair.items():
             so = s.schedule() if who == "engine" else within(
                 2, lambda: story.call(f"step {steps[0]}{why}: schedule()", s.schedule), f"schedule() at step {steps[0]}")
-            sampled = {r: [_sampled(r, s.requests[r].num_tokens)] for r in so.num_scheduled_tokens
-                       if r in s.requests and s.requests[r].num_computed_tokens == s.requests[r].num_tokens}
-            finished = s.update_from_output(so, ModelRunnerOutput(sampled))
-            seen[who] = _observe(s, so, finished) if who == "engine" else story.call(
-                f"step {steps[0]}{why}: reading the state", _observe, s, so, finished)
+            # A request past its prompt gets a token, after the drafts its scheduled tokens cover (the verified
+            # ones and one more); a prompt chunk short of the end gets none.
+            spec, reqs = so.scheduled_spec_decode_tokens, s.requests
+            sampled = {r: _verified(r, reqs[r], spec.get(r, [])[:reqs[r].num_computed_tokens - reqs[r].num_tokens])
+                       for r in so.num_scheduled_tokens if r in reqs and reqs[r].num_computed_tokens >= reqs[r].num_tokens}
+            output = ModelRunnerOutput(sampled)
+            finished = s.update_from_output(so, output) if who == "engine" else story.call(
+                f"step {steps[0]}{why}: update_from_output()", s.update_from_output, so, output)
+            if k:  # what the engine's proposer does between steps: drafts for every request that still runs
+                s.update_draft_token_ids({r.request_id: _drafts(r.request_id, r.num_tokens, k) for r in s.running})
+            seen[who] = _observe(s, so, finished, bool(k)) if who == "engine" else story.call(
+                f"step {steps[0]}{why}: reading the state", _observe, s, so, finished, bool(k))
         engine = seen["engine"]
         plan = ", ".join(f"{r} {n}" for r, n in engine["the tokens scheduled, in order (request, tokens)"]) or "nothing"
         preempted = engine["the requests preempted"]

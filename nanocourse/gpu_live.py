@@ -38,7 +38,7 @@ def measure(timeout_s: int = 300) -> dict | None:
     return json.loads(run.stdout.strip().splitlines()[-1])
 
 
-def _bench(name: str):
+def bench_script(name: str):
     """bench/<name>.py as a module: the benchmarks are scripts, not a package."""
     spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
     module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)  # dataclasses look it up there
@@ -48,7 +48,7 @@ def _bench(name: str):
 
 def attention_figures(device: torch.device, dtype: torch.dtype) -> dict:
     """The device copy and decode at HEADS, CONTEXT and each of BATCHES, eager and graph-replayed."""
-    att = _bench("attention")
+    att = bench_script("attention")
     heads = next(h for h in att.GPU_HEADS if h.name == HEADS)
     copy = att.copy_gbps(device, 1 << 30)
     # Twice the largest batch's blocks plus the null block, as bench/attention.py draws its tables.
@@ -74,7 +74,7 @@ def engine_figures(device: torch.device, dtype: torch.dtype, workload: dict) -> 
     from nanoengine.config import LlamaConfig
     from nanoengine.model import LlamaForCausalLM
 
-    eng = _bench("engine")
+    eng = bench_script("engine")
     model = LlamaForCausalLM.random(LlamaConfig.smollm2_135m(), device=device, dtype=dtype)
     prompts = chatbot_prompts(workload)
     params = SamplingParams(temperature=0, max_tokens=workload["max_tokens"], ignore_eos=True)

@@ -55,6 +55,9 @@ PARTS = (
     Part("06", "KV cache manager", "ch06_prefix_caching", "KVCacheManager", "kv_cache_manager_cls",
          also=(("FullAttentionManager", "full_attention_manager_cls"),)),
     Part("07", "scheduler", "ch07_scheduler", "Scheduler", "scheduler_cls"),
+    # Chapter 13's scheduler overrides only the two speculative methods; with chapter 07's it is mixed in first.
+    Part("13", "speculative decoding", "ch13_spec_decode", "NgramProposer", "proposer_cls",
+         also=(("rejection_sample", "rejection_sampler"), ("Scheduler", "scheduler_cls"))),
 )
 
 
@@ -224,8 +227,18 @@ def my_parts(statuses: list[PartStatus], source: str = "exercises") -> dict[str,
             obj = getattr(loaded[part.module], part.name)
             kwargs[part.argument] = obj() if part.instantiate else obj
             for name, argument in part.also:
-                kwargs[argument] = getattr(loaded[part.module], name)
+                _plug(kwargs, argument, getattr(loaded[part.module], name))
     return kwargs
+
+
+def _plug(kwargs: dict[str, Any], argument: str, obj: Any) -> None:
+    """Two finished chapters that subclass the same engine class (07's and 13's schedulers override different
+    methods) go in as one class, the later chapter's methods first."""
+    earlier = kwargs.get(argument)
+    if isinstance(earlier, type):
+        obj = type(obj.__name__, (obj, earlier), {"__module__": obj.__module__, "__qualname__": obj.__qualname__,
+                                                  "mixed_from": (obj, earlier)})
+    kwargs[argument] = obj
 
 
 def parts_table(statuses: list[PartStatus], source: str = "exercises") -> str:
@@ -280,8 +293,12 @@ def seam_owners(llm) -> list[tuple[str, str, str]]:
         ("06", "BlockPoolInterface", type(kv.block_pool)),
         ("06", "KVCacheManagerInterface", type(kv)),
         ("07", "SchedulerInterface", type(engine.scheduler)),
+        ("13", "rejection_sampler", engine.runner.rejection_sampler),
     ]
-    return [(chapter, seam, f"{obj.__module__}.{obj.__qualname__}") for chapter, seam, obj in seams]
+    if engine.proposer is not None:
+        seams.append(("13", "NgramProposer", type(engine.proposer)))
+    return [(chapter, seam, " on ".join(f"{o.__module__}.{o.__qualname__}" for o in vars(obj).get("mixed_from", (obj,))))
+            for chapter, seam, obj in seams]
 
 
 __all__ = ["PARTS", "GRADED", "Part", "PartStatus", "chapter_grade", "chapter_grades", "grades_dir", "load_exercise", "mine_or_worked", "my_llm", "my_parts",

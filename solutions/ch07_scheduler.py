@@ -41,7 +41,9 @@ class Scheduler(EngineScheduler):
         i = 0
         while i < len(self.running) and budget > 0:
             request = self.running[i]
-            n = chunk_size(request.num_tokens - request.num_computed_tokens, budget, threshold)
+            # Its drafts too (chapter 13), with no position at max_model_len - 1 or past it.
+            n = min(chunk_size(request.num_tokens_with_spec - request.num_computed_tokens, budget, threshold),
+                    self.config.max_model_len - request.num_computed_tokens - 1)
             blocks = kv.allocate_slots(request, n)
             while blocks is None:
                 if len(self.running) == 1:

@@ -10,7 +10,7 @@ import os
 import reprlib
 import traceback
 import weakref
-from collections.abc import Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 
 import torch
 
@@ -30,6 +30,7 @@ from nanoengine.core import (
     SlidingWindowManager,
 )
 from nanoengine.config import SpeculativeConfig
+from nanoengine.sample.rejection_sampler import rejection_sample
 from nanoengine.spec_decode.ngram_proposer import NgramProposer
 from nanoengine.worker.cuda_graphs import DecodeGraphs
 from nanoengine.engine.llm_engine import EngineStats, LLMEngine
@@ -118,11 +119,12 @@ def _device_memory(device: torch.device) -> int:
 
 
 _SEAMS = ("hash_block_tokens", "block_pool", "free_queue_cls", "full_attention_manager_cls", "kv_cache_manager_cls",
-          "scheduler_cls", "block_table_cls", "sliding_window_manager_cls")
+          "scheduler_cls", "block_table_cls", "sliding_window_manager_cls", "proposer_cls", "rejection_sampler")
 # The seams with a default part, which None (like leaving the argument out) also takes.
 _SEAM_DEFAULTS = {"kv_cache_manager_cls": KVCacheManager, "scheduler_cls": Scheduler, "block_table_cls": BlockTable,
                   "full_attention_manager_cls": FullAttentionManager,
-                  "sliding_window_manager_cls": SlidingWindowManager}
+                  "sliding_window_manager_cls": SlidingWindowManager, "proposer_cls": NgramProposer,
+                  "rejection_sampler": rejection_sample}
 # The single-type manager seams: subclasses of the engine's class, since the coordinator builds them itself.
 _MANAGER_SEAMS = ("full_attention_manager_cls", "sliding_window_manager_cls")
 _FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
@@ -219,8 +221,9 @@ def _check_engine_args(args: dict) -> None:
         check_choice(err, "attention_backend", backend, BACKENDS)
     for name in _SEAMS:
         if args[name] is not None and not callable(args[name]):
-            what = "a function (parent_hash, token_ids, extra_keys)" if name == "hash_block_tokens" else \
-                "a class (or a factory) to build the part from; pass the class itself, not an instance"
+            what = {"hash_block_tokens": "a function (parent_hash, token_ids, extra_keys)",
+                    "rejection_sampler": "a function (logits, draft_token_ids, params, generators)"}.get(
+                name, "a class (or a factory) to build the part from; pass the class itself, not an instance")
             raise err(f"{name} must be {what}, got a {type(args[name]).__name__}.", parameter=name, value=args[name])
     for name in _MANAGER_SEAMS:
         cls, base = args[name], _SEAM_DEFAULTS[name]
@@ -260,6 +263,8 @@ class LLM:
     | `kv_cache_manager_cls` | `core.KVCacheManagerInterface`, built as `cls(block_size, pool, kv_cache_groups=..., **managers)` | 06 |
     | `scheduler_cls` | `core.sched.interface.SchedulerInterface`, built as `cls(SchedulerConfig, kv_cache_manager)` | 07 |
     | `sliding_window_manager_cls` | `core.SlidingWindowManager` (a subclass): a sliding group's blocks, for models with windows | 12 |
+    | `proposer_cls` | `spec_decode.ngram_proposer.NgramProposer`'s `propose(token_ids, k)`, built as `cls(SpeculativeConfig, max_model_len)` | 13 |
+    | `rejection_sampler` | `sample.rejection_sampler.rejection_sample`: which drafts a verify step accepts, and the token after | 13 |
 
     `nanocourse.my_llm()` fills them from the parts a learner has finished.
 
@@ -310,6 +315,8 @@ class LLM:
         enforce_eager: bool = False,
         max_logprobs: int = 20,
         speculative_config: dict | None = None,
+        proposer_cls: type[NgramProposer] = NgramProposer,
+        rejection_sampler: Callable = rejection_sample,
         progress: bool = True,
     ):
         _check_engine_args(dict(locals()))
@@ -320,6 +327,7 @@ class LLM:
         block_table_cls = block_table_cls or BlockTable
         sliding_window_manager_cls = sliding_window_manager_cls or SlidingWindowManager
         full_attention_manager_cls = full_attention_manager_cls or FullAttentionManager
+        proposer_cls, rejection_sampler = proposer_cls or NgramProposer, rejection_sampler or rejection_sample
         if isinstance(model, LlamaForCausalLM):
             # A ready model, e.g. random weights in a test or a course lab: it has no tokenizer, so
             # prompts are token ids and outputs carry no text (vLLM's skip_tokenizer_init).
@@ -381,7 +389,7 @@ class LLM:
         graphs = None  # captured for full attention only; a model with windows runs its steps eagerly
         if not (enforce_eager or hybrid) and self.device.type == "cuda" and getattr(self.backend, "supports_cuda_graphs", False):
             graphs = DecodeGraphs(self.model, self.kv_cache, max_num_seqs, self.max_model_len)
-        runner = ModelRunner(self.model, self.kv_cache, self.device, block_table_cls, graphs)
+        runner = ModelRunner(self.model, self.kv_cache, self.device, block_table_cls, graphs, rejection_sampler)
         proposer = None
         if self.speculative_config is not None:
             if not callable(getattr(scheduler, "update_draft_token_ids", None)):
@@ -389,7 +397,8 @@ class LLM:
                     f"speculative_config needs a scheduler that takes drafts (update_draft_token_ids); "
                     f"{type(scheduler).__name__} has none. Subclass core.sched.scheduler.Scheduler, or leave "
                     "speculative_config out.", parameter="speculative_config", value=speculative_config)
-            proposer = NgramProposer(self.speculative_config, self.max_model_len)
+            proposer = _build(_given("proposer_cls", proposer_cls), proposer_cls, None,
+                              "(SpeculativeConfig, max_model_len)", self.speculative_config, self.max_model_len)
         self.engine = LLMEngine(runner, scheduler, self.tokenizer, hash_algo, hash_block_tokens, proposer)
         self._unclaimed: dict[str, RequestOutput] = {}  # finished requests whose call has not collected them
         # The parts given through seams, by class (or hash function's code), to name one that raises.
@@ -398,7 +407,9 @@ class LLM:
                  "full_attention_manager_cls": full_attention_manager_cls,
                  "block_pool": block_pool and type(pool), "free_queue_cls": free_queue_cls,
                  "attention_backend": None if isinstance(backend, str) else type(self.backend),
-                 "hash_block_tokens": getattr(hash_block_tokens, "__code__", type(hash_block_tokens))}
+                 "hash_block_tokens": getattr(hash_block_tokens, "__code__", type(hash_block_tokens)),
+                 "proposer_cls": proposer_cls if proposer else None,
+                 "rejection_sampler": getattr(rejection_sampler, "__code__", type(rejection_sampler))}
         self._parts = {part: name for name, part in given.items()
                        if part is not None and part is not _SEAM_DEFAULTS.get(name) and part is not type(None)}
         logger.info(

@@ -44,8 +44,10 @@ class CachedRequestState:
 
 class ModelRunner:
     def __init__(self, model: LlamaForCausalLM, kv_cache: PagedKVCache, device: torch.device,
-                 block_table_cls: type[BlockTableInterface] = BlockTable, cuda_graphs: DecodeGraphs | None = None):
+                 block_table_cls: type[BlockTableInterface] = BlockTable, cuda_graphs: DecodeGraphs | None = None,
+                 rejection_sampler=rejection_sample):
         self.model, self.kv_cache, self.device = model, kv_cache, device
+        self.rejection_sampler = rejection_sampler  # a verify step's accept rule (LLM(rejection_sampler=...))
         self.cuda_graphs = cuda_graphs  # None: every step runs eagerly
         self.block_size = kv_cache.block_size
         self.input_block_table = MultiGroupBlockTable(self.block_size, len(kv_cache.groups), block_table_cls)
@@ -166,7 +168,7 @@ class ModelRunner:
         logits = row_logits([r for (i, _), d in zip(done, drafts) for r in range(starts[i + 1] - 1 - len(d), starts[i + 1])])
         params, generators = [s.sampling_params for _, s in done], [self.generators[s.req_id] for _, s in done]
         if spec:  # a step without drafts samples exactly as decoding without speculation does
-            token_lists = rejection_sample(logits, drafts, params, generators)
+            token_lists = self.rejection_sampler(logits, drafts, params, generators)
         else:
             token_lists = [[token] for token in sample(logits, params, generators)]
         firsts = list(itertools.accumulate((len(d) + 1 for d in drafts), initial=0))

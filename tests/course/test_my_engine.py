@@ -40,7 +40,7 @@ def test_untouched_stubs_leave_every_part_to_the_engine_and_it_serves(capsys):
     # Where Triton is missing (macOS), the kernel part says so instead of listing its stubs.
     no_triton = table.count("Triton is not installed")
     assert no_triton == (0 if triton_available() else 1)
-    assert table.startswith("Your engine: 0 of 7 parts are yours") and table.count("stubs left") == len(PARTS) - no_triton
+    assert table.startswith(f"Your engine: 0 of {len(PARTS)} parts are yours") and table.count("stubs left") == len(PARTS) - no_triton
     assert all(owner.startswith("nanoengine.") for _, _, owner in seam_owners(llm))
     out = llm.generate(prompt_token_ids=[[1, 2, 3, 4, 5]], sampling_params=SamplingParams(max_tokens=3))[0]
     assert len(out.token_ids) == 3
@@ -48,7 +48,7 @@ def test_untouched_stubs_leave_every_part_to_the_engine_and_it_serves(capsys):
 
 def test_worked_solutions_engine_equals_nanoengine_on_the_chatbot_workload(llm, capsys):
     worked = my_llm(source="solutions", kv_cache_memory_bytes=KV_BYTES)
-    assert "6 of 7 parts are worked" in capsys.readouterr().out, "all but the kernels, which sit out on a CPU"
+    assert f"{len(PARTS) - 1} of {len(PARTS)} parts are worked" in capsys.readouterr().out, "all but the kernels, which sit out on a CPU"
     owners = dict(((c, s), o) for c, s, o in seam_owners(worked))
     assert all(o.startswith("solutions.") for (c, _), o in owners.items() if c != "03"), owners
     engine = worked.engine
@@ -67,6 +67,26 @@ def test_worked_solutions_engine_equals_nanoengine_on_the_chatbot_workload(llm, 
     assert worked.get_stats().prefix_cache_hit_rate == reference.get_stats().prefix_cache_hit_rate
     pool = engine.kv_cache_manager.block_pool
     assert pool.get_num_free_blocks() == pool.num_gpu_blocks - 1, "no block leaks"
+
+
+def test_worked_solutions_speculate_with_chapter_07s_and_13s_schedulers_mixed(llm, capsys):
+    """Chapters 07 and 13 both subclass the engine's Scheduler: my_llm mixes them into one class, 13's methods
+    first, and the engine built from them drafts, verifies and rolls back as nanoengine does."""
+    spec = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 3}
+    worked = my_llm(source="solutions", kv_cache_memory_bytes=KV_BYTES, speculative_config=spec)
+    capsys.readouterr()
+    scheduler = type(worked.engine.scheduler)
+    assert [c.__module__ for c in scheduler.__mro__[1:3]] == ["solutions.ch13_spec_decode", "solutions.ch07_scheduler"]
+    owners = {s: o for c, s, o in seam_owners(worked) if c in ("07", "13")}
+    assert owners == {"rejection_sampler": "solutions.ch13_spec_decode.rejection_sample",
+                      "NgramProposer": "solutions.ch13_spec_decode.NgramProposer",
+                      "SchedulerInterface": "solutions.ch13_spec_decode.Scheduler on solutions.ch07_scheduler.Scheduler"}, owners
+    prompt = "Continue the list: apple, pear, plum, apple, pear, plum, apple, pear, plum, apple,"
+    params = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
+    reference = LLM(progress=False, kv_cache_memory_bytes=KV_BYTES, speculative_config=spec)
+    theirs, ours = (e.generate(prompt, params)[0] for e in (worked, reference))
+    assert theirs.token_ids == ours.token_ids
+    assert worked.get_stats().num_accepted_tokens == reference.get_stats().num_accepted_tokens > 0
 
 
 def test_an_edit_takes_effect_without_a_restart(tmp_path):

@@ -261,3 +261,20 @@ R('14','parallel sampling',
 R('14','reset_prefix_cache',
   [('vllm/vllm/entrypoints/llm.py','        self, reset_running_requests: bool = False, reset_connector: bool = False'),('vllm/vllm/v1/core/sched/scheduler.py','    def reset_prefix_cache(')],
   [('nanoengine/entrypoints/llm.py','    def reset_prefix_cache(self) -> bool:')])
+
+# 13
+R('13','n-gram proposer',
+  [('vllm/vllm/v1/spec_decode/ngram_proposer.py','class NgramProposer:'),('vllm/vllm/v1/spec_decode/ngram_proposer.py','    def batch_propose('),('vllm/vllm/v1/spec_decode/ngram_proposer.py','def batch_propose_numba('),('vllm/vllm/v1/spec_decode/ngram_proposer.py','def _find_longest_matched_ngram_and_propose_tokens('),('vllm/vllm/v1/worker/gpu/spec_decode/ngram/speculator.py','class NgramGPUSpeculator(BaseSpeculator):'),('vllm/vllm/v1/worker/gpu/spec_decode/ngram/speculator.py','        # Pack (n, pos) so a single max yields longest-n, rightmost-pos.'),('vllm/vllm/v1/worker/gpu/spec_decode/ngram/speculator.py','    out = tl.where(slot_valid, gathered, last_tok)')],
+  [('nanoengine/spec_decode/ngram_proposer.py','class NgramProposer:'),('nanoengine/spec_decode/ngram_proposer.py','def find_longest_matched_ngram_and_propose_tokens(')])
+R('13','rejection sampler',
+  [('vllm/vllm/v1/sample/rejection_sampler.py','class RejectionSampler(nn.Module):'),('vllm/vllm/v1/sample/rejection_sampler.py','PLACEHOLDER_TOKEN_ID: tl.constexpr = -1'),('vllm/vllm/v1/sample/rejection_sampler.py','    def parse_output(')],
+  [('nanoengine/sample/rejection_sampler.py','def rejection_sample(logits: torch.Tensor'),('nanoengine/sample/rejection_sampler.py','if float(torch.rand((), generator=gen)) < float(probs[draft]):')])
+R('13','scheduler: drafts and rollback',
+  [('vllm/vllm/v1/core/sched/scheduler.py','            # Speculative decode related.'),('vllm/vllm/v1/core/sched/scheduler.py','    def update_draft_token_ids(self, draft_token_ids: DraftTokenIds) -> None:'),('vllm/vllm/v1/core/sched/scheduler.py','                num_rejected = num_draft_tokens - num_accepted'),('vllm/vllm/v1/core/sched/scheduler.py','                        request.num_output_placeholders -= num_rejected')],
+  [('nanoengine/core/sched/scheduler.py','    def scheduled_spec_decode_tokens(self, num_scheduled: dict[str, int]) -> dict[str, list[int]]:'),('nanoengine/core/sched/scheduler.py','    def update_draft_token_ids(self, draft_token_ids: dict[str, list[int]]) -> None:'),('nanoengine/core/sched/scheduler.py','            request.num_computed_tokens -= len(spec_token_ids) - (len(new_token_ids) - 1)')])
+R('13','who proposes, and async scheduling',
+  [('vllm/vllm/v1/engine/core.py','        if self.check_for_draft_tokens and not self.async_scheduling and model_executed:'),('vllm/vllm/v1/core/sched/async_scheduler.py','        self._spec_token_placeholders: list[int] = [-1] * self.num_spec_tokens'),('vllm/vllm/v1/core/sched/async_scheduler.py','            request.spec_token_ids = self._spec_token_placeholders')],
+  [('nanoengine/engine/llm_engine.py','    def _propose(self, output: ModelRunnerOutput) -> None:'),('nanoengine/engine/llm_engine.py','        self.scheduler.update_draft_token_ids(drafts)')])
+R('13','speculative decoding stats',
+  [('vllm/vllm/v1/spec_decode/metrics.py','class SpecDecodingStats:'),('vllm/vllm/v1/spec_decode/metrics.py','    def observe_draft(self, num_draft_tokens: int, num_accepted_tokens: int):'),('vllm/vllm/v1/spec_decode/metrics.py','    num_accepted_tokens_per_pos: list[int] = field(default_factory=list)')],
+  [('nanoengine/engine/llm_engine.py','    num_drafts: int = 0'),('nanoengine/engine/llm_engine.py','    def draft_acceptance_rate(self) -> float:')])

@@ -140,3 +140,39 @@ def test_a_part_that_stalls_the_engine_gets_a_clear_error():
     assert not llm.engine.has_unfinished_requests() and llm.engine.kv_cache_manager.usage == 0
     assert llm.reset_prefix_cache()
     assert llm.generate(prompt_token_ids=[list(range(1, 9))], sampling_params=params)[0].token_ids == first
+
+
+def test_speculative_parts_plug_in_through_their_seams():
+    """proposer_cls is built as cls(SpeculativeConfig, max_model_len) and its drafts are verified; rejection_sampler
+    decides every verify step; neither is used with speculation off, and a non-callable is refused by name."""
+    from nanoengine.errors import InvalidEngineArgumentError
+    from nanoengine.sample.rejection_sampler import rejection_sample
+    from nanoengine.spec_decode.ngram_proposer import NgramProposer
+
+    proposed, verified = [], []
+
+    class Proposer(NgramProposer):
+        def propose(self, token_ids, k=None):
+            proposed.append(len(token_ids))
+            return super().propose(token_ids, k)
+
+    def sampler(logits, draft_token_ids, params, generators):
+        verified.append(draft_token_ids)
+        return rejection_sample(logits, draft_token_ids, params, generators)
+
+    model = LlamaForCausalLM.random(LlamaConfig.tiny(), seed=0)
+    spec = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 2}
+    params = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
+    prompt = [[3, 4, 5] * 5]
+    plain = LLM(model, block_size=4, kv_cache_memory_bytes=2**18, progress=False,
+                proposer_cls=Proposer, rejection_sampler=sampler).generate(prompt_token_ids=prompt, sampling_params=params)
+    assert proposed == [] and verified == [], "with speculation off no part of it runs"
+    llm = LLM(model, block_size=4, kv_cache_memory_bytes=2**18, progress=False, speculative_config=spec,
+              proposer_cls=Proposer, rejection_sampler=sampler)
+    out = llm.generate(prompt_token_ids=prompt, sampling_params=params)[0]
+    assert out.token_ids == plain[0].token_ids
+    assert proposed and any(any(d) for d in verified), "the given proposer drafted and the given sampler verified"
+    for name in ("proposer_cls", "rejection_sampler"):
+        with pytest.raises(InvalidEngineArgumentError, match=name):
+            LLM(model, progress=False, speculative_config=spec, **{name: 3})
+

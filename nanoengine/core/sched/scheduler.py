@@ -218,14 +218,18 @@ class Scheduler:
             total_num_scheduled_tokens=sum(num_scheduled.values()),
             preempted_req_ids={r.request_id for r in preempted},
             finished_req_ids=self.finished_req_ids,
-            scheduled_spec_decode_tokens=self._take_drafts(num_scheduled),
+            scheduled_spec_decode_tokens=self.scheduled_spec_decode_tokens(num_scheduled),
         )
         self.finished_req_ids = set()
         for req_id, n in num_scheduled.items():
             self.requests[req_id].num_computed_tokens += n
         return out
 
-    def _take_drafts(self, num_scheduled: dict[str, int]) -> dict[str, list[int]]:
+    def scheduled_spec_decode_tokens(self, num_scheduled: dict[str, int]) -> dict[str, list[int]]:
+        """The drafts each request verifies this step: those of its scheduled tokens past its num_tokens (its
+        drafts, cut to fit the budget and max_model_len); every scheduled request's drafts are used up, so a
+        step never verifies drafts it did not schedule, and the engine proposes anew after the step (the "Speculative
+        decode related" lines of vLLM 0.33's Scheduler.schedule). Called before num_computed_tokens advances."""
         drafts = {}
         for req_id, n in num_scheduled.items():
             request = self.requests[req_id]
@@ -257,25 +261,27 @@ class Scheduler:
             request = self.requests.get(req_id)
             if request is None or request.num_computed_tokens < request.num_tokens:
                 continue
-            new_token_ids = model_runner_output.sampled_token_ids[req_id]
-            drafts = scheduler_output.scheduled_spec_decode_tokens.get(req_id)
-            if drafts:
-                request.num_computed_tokens -= len(drafts) - (len(new_token_ids) - 1)
-            status = self._append_output(request, new_token_ids)
+            status = self._update_request_with_output(request, model_runner_output.sampled_token_ids[req_id],
+                                                      scheduler_output.scheduled_spec_decode_tokens.get(req_id, []))
             if status is not None:
                 self._finish(request, status)
                 finished.append(request)
         return finished
 
-    def _append_output(self, request: Request, token_ids: list[int]) -> RequestStatus | None:
-        """Append the tokens one at a time, checking the stop conditions after each; at a stop the rest are
-        dropped (vLLM's _update_request_with_output), and num_computed_tokens keeps covering every appended
-        token but the last."""
-        for num_new, token in enumerate(token_ids, 1):
+    def _update_request_with_output(self, request: Request, new_token_ids: list[int],
+                                    spec_token_ids: list[int]) -> RequestStatus | None:
+        """A request's tokens from one step (the accepted drafts and one token more, after a verify step of
+        spec_token_ids): roll the rejected drafts back from num_computed_tokens, then append the tokens one at
+        a time, checking the stop conditions after each; at a stop the rest are dropped. Afterwards
+        num_computed_tokens covers every appended token but the last, whose KV the next step computes (vLLM
+        0.33: the num_rejected lines of update_from_output, then _update_request_with_output)."""
+        if spec_token_ids:  # the rejected drafts' slots hold guesses, which the next step overwrites
+            request.num_computed_tokens -= len(spec_token_ids) - (len(new_token_ids) - 1)
+        for num_new, token in enumerate(new_token_ids, 1):
             request.append_output_token_ids(token)
             status = self._check_stop(request)
             if status is not None:
-                request.num_computed_tokens -= len(token_ids) - num_new
+                request.num_computed_tokens -= len(new_token_ids) - num_new
                 return status
         return None
 

@@ -1,0 +1,155 @@
+"""Chapter 13 exercises: speculative decoding: draft, verify, accept, roll back.
+
+Four parts, each mirroring vLLM 0.33 (read them beside this):
+- the n-gram proposer's rule (vllm/v1/spec_decode/ngram_proposer.py, _find_longest_matched_ngram_and_propose_tokens);
+- the accept rule of a verify step (vllm/v1/sample/rejection_sampler.py);
+- the scheduler's two speculative pieces (vllm/v1/core/sched/scheduler.py): which drafts a step verifies, and the
+  rollback of the rejected ones after it.
+Once the tasks pass, my_llm(speculative_config={"method": "ngram", "num_speculative_tokens": 4}) serves with them:
+LLM(proposer_cls=NgramProposer, rejection_sampler=rejection_sample, scheduler_cls=Scheduler).
+
+Check your work with:   make grade CH=13
+Stuck? In the notebook, `from nanocourse import hint; hint("13")` lists this chapter's hints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from nanoengine.core.sched.scheduler import Scheduler as EngineScheduler
+from nanoengine.request import Request, RequestStatus
+from nanoengine.sample.sampler import draw, target_probs  # noqa: F401  (task 13.3: a row's distribution, one draw)
+from nanoengine.sampling_params import SamplingParams
+from nanoengine.spec_decode.ngram_proposer import NgramProposer as EngineNgramProposer
+
+
+def find_longest_matched_ngram_and_propose_tokens(tokens: Sequence[int], min_ngram: int, max_ngram: int,
+                                                  max_model_len: int, k: int) -> list[int]:
+    """Task 13.1: the drafts of an n-gram proposer for a request whose verified tokens are `tokens`.
+
+    Contract:
+    - Room first: k is cut to max_model_len - len(tokens) (a step emits the accepted drafts and one token more,
+      so no draft may sit at or past max_model_len). k <= 0 after the cut, or fewer tokens than min_ngram:
+      return [].
+    - The n-gram: for n from max_ngram down to min_ngram (the longest wins), the suffix tokens[-n:] must occur
+      earlier in tokens: an occurrence tokens[s:s + n] == tokens[-n:] that ends before the last token
+      (s + n <= len(tokens) - 1). It may overlap the suffix; it is never the suffix itself (which would propose
+      nothing). Of the occurrences of the longest such n, the earliest (smallest s) wins.
+    - Propose the tokens that follow it, tokens[s + n:], at most k of them: fewer when the context ends sooner.
+    - Nothing matches for any n in [min_ngram, max_ngram]: return [] (the request takes a plain decode step).
+    (vLLM 0.33: _find_longest_matched_ngram_and_propose_tokens in vllm/v1/spec_decode/ngram_proposer.py, the V1
+    runner's proposer, which finds the same n-gram with a KMP scan of the reversed tokens in numba. The default V2
+    runner's speculator, vllm/v1/worker/gpu/spec_decode/ngram/speculator.py, has another rule: the rightmost
+    occurrence, always k drafts, padded with the last token. nanoengine follows V1's.)
+    Plain Python loops are fine: a context of a few thousand tokens costs microseconds beside a forward pass.
+    Example: tokens [5, 3, 8, 1, 2, 3, 9, 1, 2, 3], min 1, max 3, k 2: [1, 2, 3] (n = 3) occurs at 3, so [9, 1]
+    (n = 1 would have found [3] at 1 and proposed [8, 1]). [5, 2, 3, 8, 2, 3, 6, 2, 3], n = 2, k 2: [8, 2], the
+    earliest. [7, 3, 9, 2, 3], min 1, max 2, k 2: [2, 3] occurs only as the suffix, so n = 1: [9, 2].
+    [1, 1, 1, 1], min 1, max 3, k 3: [1, 1, 1] at 0 overlaps the suffix and only [1] follows it. [1, 2, 7, 7, 1, 2],
+    n = 2, k 5: [7, 7, 1, 2] with max_model_len 100, [7, 7] with 8, [] with 6.
+    """
+    raise NotImplementedError
+
+
+class NgramProposer(EngineNgramProposer):
+    """The engine's proposer with your rule (nothing to write here)."""
+
+    def propose(self, token_ids: Sequence[int], k: int | None = None) -> list[int]:
+        return find_longest_matched_ngram_and_propose_tokens(
+            token_ids, self.min_n, self.max_n, self.max_model_len, self.k if k is None else min(k, self.k))
+
+
+def rejection_sample(logits: torch.Tensor, draft_token_ids: list[list[int]], params: list[SamplingParams],
+                     generators: list[torch.Generator | None]) -> list[list[int]]:
+    """Tasks 13.2 (greedy requests) and 13.3 (sampled requests): the tokens a verify step emits per request.
+
+    Inputs: logits [sum(len(d) + 1 for d in draft_token_ids), V] fp32, rows laid out request after request: a
+    request with drafts d1..dk owns k + 1 rows, row i predicting the token after its i-th input (row 0 after its
+    last verified token, row i after d_i). A request without drafts owns one row. params[r] and generators[r]
+    are request r's (a generator may be None: then torch's global one; the same generator may serve several
+    requests). Return one list per request: its accepted drafts (a prefix of its drafts), then one token more:
+    1 to k + 1 tokens. Every row of a request is read, and only its own rows.
+
+    Task 13.2, greedy requests (params[r].greedy, temperature 0): accept the drafts while each equals its row's
+    argmax; at the first that differs, emit that row's argmax instead and stop, even if a later draft would
+    match (its row predicted the token after a wrong one). All accepted: the bonus token, the last row's argmax.
+    The output is then exactly what k + 1 plain greedy steps would give, only shorter where a draft was wrong.
+    (vLLM 0.33: rejection_greedy_sample_kernel in vllm/v1/sample/rejection_sampler.py, with the bonus token
+    sampled beforehand by the ordinary sampler.)
+    Example: rows' argmax [3, 5, 6, 1]: drafts [3, 5, 6] give [3, 5, 6, 1]; [3, 4, 6] give [3, 5]; [2, 5, 6] give
+    [3]. Two requests with drafts [[2], []] over rows with argmax [3, 5, 6]: [[3], [6]].
+
+    Task 13.3, sampled requests: rejection sampling (Leviathan et al., arXiv:2211.17192) against an n-gram draft,
+    whose draft distribution q is one-hot (vLLM's NO_DRAFT_PROBS). With p the row's target distribution,
+    target_probs(logits[row], params[r]) (tempered, then top-k/top-p filtered, as the sampler draws):
+    - draft d_i is accepted with probability min(1, p(d_i) / q(d_i)) = p(d_i): draw u uniform in [0, 1) with
+      the request's generator (torch.rand((), generator=gen)) and accept when u < p(d_i). So a draft of
+      probability 0 (outside top-k or top-p) is never accepted, and one of probability 1 always is;
+    - at the first rejection, emit a token drawn from max(0, p - q) renormalized, which is p with d_i's entry
+      set to 0 (draw(probs, gen) takes unnormalized weights), and stop: the rejected draft is never emitted there;
+    - all accepted: the bonus token, drawn from the last row's p.
+    Then each emitted token is distributed exactly as plain sampling would draw it (the tests count: the first
+    token of many verify steps must follow row 0's p, whatever the draft).
+    (vLLM 0.33: rejection_random_sample_kernel and sample_recovered_tokens in vllm/v1/sample/rejection_sampler.py.
+    vLLM accepts on target_prob / draft_prob >= u, that is u <= p; nanoengine on u < p, so a token of
+    probability 0 is never accepted even when u is exactly 0. The two differ only when u equals p(d).)
+    Helpers: nanoengine.sample.sampler's target_probs(logits_row, params) and draw(probs, generator).
+    Example: p = [0.5, 0.3, 0.2] on row 0 and draft [1]: [1, x] with probability 0.3 (x from row 1's p); else
+    [0, ...] or [2, ...] with probabilities 0.5 / 0.7 and 0.2 / 0.7 of the rest, so overall token 0 comes first with
+    probability 0.7 * 0.5 / 0.7 = 0.5, token 1 with 0.3, token 2 with 0.2: p itself.
+    """
+    raise NotImplementedError
+
+
+class Scheduler(EngineScheduler):
+    def scheduled_spec_decode_tokens(self, num_scheduled: dict[str, int]) -> dict[str, list[int]]:
+        """Task 13.4: the drafts each scheduled request verifies this step.
+
+        make_output calls this once per step, before num_computed_tokens advances, with num_scheduled
+        (request id -> tokens scheduled this step). A running request was scheduled from num_computed_tokens up
+        to at most num_tokens_with_spec (its verified tokens, then request.spec_token_ids), cut by the budget and
+        max_model_len. Contract:
+        - A request's drafts verified this step are its scheduled tokens past num_tokens:
+          num_scheduled[id] + num_computed_tokens - num_tokens of them, the first ones of spec_token_ids. When
+          that count is 0 or less (a prompt chunk, or a budget that left room for the last verified token only)
+          the request has no entry; with drafts verified, its entry is that prefix of spec_token_ids.
+        - Every scheduled request's spec_token_ids becomes [] (verified or not: the engine proposes anew after the
+          step, and a step never verifies drafts it did not schedule). A request not in num_scheduled keeps its
+          drafts.
+        (vLLM 0.33: the "Speculative decode related" lines of Scheduler.schedule in vllm/v1/core/sched/scheduler.py,
+        where num_output_placeholders is 0 here: nanoengine has no async scheduling.)
+        Example: a decoding request (num_computed_tokens = num_tokens - 1) with drafts [7, 7, 7, 7, 7] scheduled 4
+        tokens verifies [7, 7, 7]; scheduled 1 token, nothing (no entry); either way its spec_token_ids is [] after.
+        A 10-token prompt at 4 computed tokens, scheduled 4: no entry.
+        """
+        raise NotImplementedError
+
+    def _update_request_with_output(self, request: Request, new_token_ids: list[int],
+                                    spec_token_ids: list[int]) -> RequestStatus | None:
+        """Task 13.5: a request's tokens from one step: roll back the rejected drafts, append, stop.
+
+        update_from_output calls this for each request past its prompt, with new_token_ids (the accepted drafts
+        and one token more; one token after a plain decode step) and spec_token_ids (the drafts this step
+        verified, what scheduled_spec_decode_tokens returned for it; [] for none). When it is called,
+        num_computed_tokens already counts every scheduled token: the last verified token and all the drafts.
+        Contract:
+        - Rollback: the rejected drafts are len(spec_token_ids) - (len(new_token_ids) - 1); take them off
+          num_computed_tokens. Their KV slots hold guesses; the next step overwrites them. (allocate_slots caches
+          blocks only up to num_tokens, so no block with a rejected draft is cached as long as num_computed_tokens
+          is right.)
+        - Append the tokens one at a time (request.append_output_token_ids(token), which keeps the block hashes
+          up), and after each check the stop rules with self._check_stop(request) (EOS unless ignore_eos,
+          max_tokens, max_model_len): at a stop, drop the tokens after it and return its status.
+        - Afterwards num_computed_tokens == num_tokens - 1: every appended token is computed but the last, whose
+          KV the next step computes. At a stop, the dropped tokens come off num_computed_tokens too (vLLM keeps this
+          so that a resumable request resumes from it).
+        - Return None when the request goes on.
+        (vLLM 0.33: the num_rejected lines of Scheduler.update_from_output, then _update_request_with_output, in
+        vllm/v1/core/sched/scheduler.py; vLLM trims new_token_ids in place and returns (tokens, stopped).)
+        Example: prompt of 5, output [9], drafts [7, 8, 9], so num_computed_tokens 9 on entry. New [7, 6]: 2
+        rejected, num_computed_tokens 7, output [9, 7, 6]. New [7, 8, 9, 4]: none rejected, 9 computed (11 tokens).
+        With EOS 0, drafts [5, 0, 5] and new [5, 0, 5, 4]: output [9, 5, 0], FINISHED_STOPPED, 7 computed.
+        """
+        raise NotImplementedError

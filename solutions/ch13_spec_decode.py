@@ -1,0 +1,99 @@
+"""Chapter 13 solutions: speculative decoding: draft, verify, accept, roll back."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from nanoengine.core.sched.scheduler import Scheduler as EngineScheduler
+from nanoengine.request import Request, RequestStatus
+from nanoengine.sample.sampler import draw, target_probs
+from nanoengine.sampling_params import SamplingParams
+from nanoengine.spec_decode.ngram_proposer import NgramProposer as EngineNgramProposer
+
+
+def find_longest_matched_ngram_and_propose_tokens(tokens: Sequence[int], min_ngram: int, max_ngram: int,
+                                                  max_model_len: int, k: int) -> list[int]:
+    """Task 13.1: longest n first, earliest occurrence ending before the last token, at most k tokens after it."""
+    total = len(tokens)
+    k = min(k, max_model_len - total)
+    if k <= 0 or total < min_ngram:
+        return []
+    tokens = list(tokens)
+    for n in range(min(max_ngram, total - 1), min_ngram - 1, -1):
+        suffix = tokens[total - n:]
+        for start in range(total - n):
+            if tokens[start:start + n] == suffix:
+                return tokens[start + n:start + n + k]
+    return []
+
+
+class NgramProposer(EngineNgramProposer):
+    """The engine's proposer with your rule (nothing to write here)."""
+
+    def propose(self, token_ids: Sequence[int], k: int | None = None) -> list[int]:
+        return find_longest_matched_ngram_and_propose_tokens(
+            token_ids, self.min_n, self.max_n, self.max_model_len, self.k if k is None else min(k, self.k))
+
+
+def rejection_sample(logits: torch.Tensor, draft_token_ids: list[list[int]], params: list[SamplingParams],
+                     generators: list[torch.Generator | None]) -> list[list[int]]:
+    """Tasks 13.2 and 13.3: len(drafts) + 1 rows per request, request after request."""
+    out, start = [], 0
+    for drafts, p, gen in zip(draft_token_ids, params, generators):
+        rows = logits[start:start + len(drafts) + 1]
+        start += len(drafts) + 1
+        out.append(_verify_greedy(rows, drafts) if p.greedy else _verify_sampled(rows, drafts, p, gen))
+    return out
+
+
+def _verify_greedy(rows: torch.Tensor, drafts: list[int]) -> list[int]:
+    """Task 13.2: the drafts while they equal the row's argmax, then the argmax of the next row."""
+    target = rows.argmax(dim=-1).tolist()
+    accepted = 0
+    while accepted < len(drafts) and drafts[accepted] == target[accepted]:
+        accepted += 1
+    return target[:accepted + 1]
+
+
+def _verify_sampled(rows: torch.Tensor, drafts: list[int], params: SamplingParams,
+                    gen: torch.Generator | None) -> list[int]:
+    """Task 13.3: accept draft d with probability p(d) (a one-hot draft distribution); at the first rejection
+    draw from p without d; after all, the bonus token from the last row."""
+    for i, draft in enumerate(drafts):
+        probs = target_probs(rows[i], params)
+        if float(torch.rand((), generator=gen)) < float(probs[draft]):
+            continue
+        probs[draft] = 0.0
+        return drafts[:i] + [draw(probs, gen)]
+    return list(drafts) + [draw(target_probs(rows[len(drafts)], params), gen)]
+
+
+class Scheduler(EngineScheduler):
+    def scheduled_spec_decode_tokens(self, num_scheduled: dict[str, int]) -> dict[str, list[int]]:
+        """Task 13.4: the scheduled tokens past num_tokens are drafts; every scheduled request's drafts are used up."""
+        verified = {}
+        for req_id, num_new in num_scheduled.items():
+            request = self.requests[req_id]
+            if not request.spec_token_ids:
+                continue
+            num_spec = num_new + request.num_computed_tokens - request.num_tokens
+            if num_spec > 0:
+                verified[req_id] = request.spec_token_ids[:num_spec]
+            request.spec_token_ids = []
+        return verified
+
+    def _update_request_with_output(self, request: Request, new_token_ids: list[int],
+                                    spec_token_ids: list[int]) -> RequestStatus | None:
+        """Task 13.5: roll back the rejected drafts, then append one token at a time and stop where a stop rule says."""
+        if spec_token_ids:
+            num_rejected = len(spec_token_ids) - (len(new_token_ids) - 1)
+            request.num_computed_tokens -= num_rejected
+        for num_new, token in enumerate(new_token_ids, 1):
+            request.append_output_token_ids(token)
+            status = self._check_stop(request)
+            if status is not None:
+                request.num_computed_tokens -= len(new_token_ids) - num_new
+                return status
+        return None
