@@ -73,7 +73,9 @@ def measure(workload: list[list[int]], params: SamplingParams, runs: int, ks=KS,
     each counts. Chapter 13 runs it live, once."""
     configs = {"off": None} | {f"k={k}": {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min":
                                            prompt_lookup[0], "prompt_lookup_max": prompt_lookup[1]} for k in ks}
-    engines = {name: LLM(speculative_config=spec, progress=False) for name, spec in configs.items()}
+    # A pool of the CPU's default size each: on a GPU, sizing from free memory would leave the later engines none.
+    engines = {name: LLM(speculative_config=spec, progress=False, kv_cache_memory_bytes=512 * 2**20)
+               for name, spec in configs.items()}
     for llm in engines.values():  # warm-up: first-call costs stay out of the timings
         llm.generate(prompt_token_ids=workload[0], sampling_params=SamplingParams(temperature=0, max_tokens=4))
     samples: dict[str, list[dict]] = {name: [] for name in engines}
