@@ -30,9 +30,9 @@ def find_longest_matched_ngram_and_propose_tokens(tokens: Sequence[int], min_ngr
     """Task 13.1: the drafts of an n-gram proposer for a request whose verified tokens are `tokens`.
 
     Contract:
-    - Room first: k is cut to max_model_len - len(tokens) (a step emits the accepted drafts and one token more,
-      so no draft may sit at or past max_model_len). k <= 0 after the cut, or fewer tokens than min_ngram:
-      return [].
+    - Room first: k is cut to max_model_len - len(tokens), so that no draft sits at position max_model_len or
+      past it (the scheduler then schedules only what the step can hold). k <= 0 after the cut, or fewer tokens
+      than min_ngram: return [].
     - The n-gram: for n from max_ngram down to min_ngram (the longest wins), the suffix tokens[-n:] must occur
       earlier in tokens: an occurrence tokens[s:s + n] == tokens[-n:] that ends before the last token
       (s + n <= len(tokens) - 1). It may overlap the suffix; it is never the suffix itself (which would propose
@@ -90,8 +90,9 @@ def rejection_sample(logits: torch.Tensor, draft_token_ids: list[list[int]], par
     - at the first rejection, emit a token drawn from max(0, p - q) renormalized, which is p with d_i's entry
       set to 0 (draw(probs, gen) takes unnormalized weights), and stop: the rejected draft is never emitted there;
     - all accepted: the bonus token, drawn from the last row's p.
-    Then each emitted token is distributed exactly as plain sampling would draw it (the tests count: the first
-    token of many verify steps must follow row 0's p, whatever the draft).
+    Then each emitted token is distributed exactly as plain sampling would draw it. The tests count over many
+    verify steps: the first token must follow row 0's p whatever the draft, two drafts must be accepted together
+    as often as p(d1) * p(d2), and the same generator seeds must give the same tokens.
     (vLLM 0.33: rejection_random_sample_kernel and sample_recovered_tokens in vllm/v1/sample/rejection_sampler.py.
     vLLM accepts on target_prob / draft_prob >= u, that is u <= p; nanoengine on u < p, so a token of
     probability 0 is never accepted even when u is exactly 0. The two differ only when u equals p(d).)

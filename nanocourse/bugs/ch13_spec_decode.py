@@ -31,6 +31,13 @@ BUGS = [
     ("13.3", "accepted with probability 1 - p(draft)",
      "if float(torch.rand((), generator=gen)) < float(probs[draft]):",
      "if float(torch.rand((), generator=gen)) >= float(probs[draft]) and float(probs[draft]) > 0:"),
+    ("13.3", "u drawn from torch's global generator, not the request's",
+     "if float(torch.rand((), generator=gen)) < float(probs[draft]):", "if float(torch.rand(())) < float(probs[draft]):"),
+    ("13.3", "one u per request, reused for every draft",
+     "    for i, draft in enumerate(drafts):\n        probs = target_probs(rows[i], params)\n"
+     "        if float(torch.rand((), generator=gen)) < float(probs[draft]):",
+     "    u = float(torch.rand((), generator=gen))\n    for i, draft in enumerate(drafts):\n"
+     "        probs = target_probs(rows[i], params)\n        if u < float(probs[draft]):"),
     ("13.4", "the drafts not cut to the tokens scheduled",
      "verified[req_id] = request.spec_token_ids[:num_spec]", "verified[req_id] = list(request.spec_token_ids)"),
     ("13.4", "spec_token_ids not cleared", "            request.spec_token_ids = []\n", ""),

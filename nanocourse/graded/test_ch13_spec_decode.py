@@ -166,9 +166,42 @@ def describe(p: SamplingParams) -> str:
 
 @pytest.mark.task("13.3", "rejection_sample, sampled rows: accept with probability p(draft), else draw from p without it")
 def test_sampled_rows(impl):
-    """The rules every output obeys, then the distribution of the tokens emitted."""
+    """The rules every output obeys, the request's own generator, then the distribution of the tokens emitted."""
     check_sampled_rules(impl)
+    check_own_generators(impl)
     check_sampled_distribution(impl)
+    check_drafts_accepted_independently(impl)
+
+
+def check_own_generators(impl):
+    """The same per-request seeds give the same tokens, whatever torch's global generator does meanwhile."""
+    logits = torch.randn(8, 6, generator=torch.Generator().manual_seed(3))
+    drafts, params = [[1, 2, 3], [4, 5], []], [SamplingParams(temperature=1.0)] * 3
+    runs = []
+    for global_seed in (0, 1):
+        torch.manual_seed(global_seed)
+        runs.append([impl.rejection_sample(logits.clone(), [list(d) for d in drafts], params,
+                                           [torch.Generator().manual_seed(seed + r) for r in range(3)])
+                     for seed in range(20)])
+    if runs[0] != runs[1]:
+        first, then = next((a, b) for a, b in zip(*runs) if a != b)
+        raise AssertionError(
+            "three sampled requests (drafts [1, 2, 3], [4, 5], none) verified 20 times with generators seeded 0..22, "
+            "once after torch.manual_seed(0) and once after torch.manual_seed(1), gave different tokens: every random "
+            "number of request r must come from generators[r] (torch.rand((), generator=gen), draw(probs, gen)), so "
+            f"that a seeded request is reproducible; the same seeds gave {first}, then {then}")
+
+
+def check_drafts_accepted_independently(impl):
+    """Two drafts of probability 1/2 each are both accepted a quarter of the time: a fresh u for every draft."""
+    n, params = 4000, SamplingParams(temperature=1.0)
+    gen = torch.Generator().manual_seed(11)
+    runs = impl.rejection_sample(torch.zeros(3 * n, 2), [[0, 0] for _ in range(n)], [params] * n, [gen] * n)
+    both = sum(len(run) == 3 for run in runs) / n
+    assert abs(both - 0.25) < 5 * math.sqrt(0.25 * 0.75 / n) + 0.005, (
+        f"{n} verify steps of one request, drafts [0, 0], every row's p = [0.5, 0.5]: the first draft is accepted "
+        f"with probability 0.5 and then the second, independently, with 0.5, so both a quarter of the time; yours "
+        f"{both:.3f} (a new u = torch.rand((), generator=gen) for every draft, not one per request)")
 
 
 def check_sampled_rules(impl):
@@ -248,8 +281,18 @@ def check_sampled_distribution(impl):
 
 
 # ---- 13.4 and 13.5: the scheduler's speculative pieces ---------------------------------------------------------
-def new_scheduler(impl, **cfg):
-    return impl.Scheduler(SchedulerConfig(**({"max_num_batched_tokens": 64} | cfg)), KVCacheManager(BS, 64))
+# Each task grades its own method: the other of the two is the engine's, so 13.4's grade never depends on 13.5.
+ENGINE_PIECE = {"13.4": "_update_request_with_output", "13.5": "scheduled_spec_decode_tokens"}
+
+
+def scheduler_for(impl, task):
+    """Your Scheduler with the engine's method for the other task (13.6 runs both of yours)."""
+    other = ENGINE_PIECE[task]
+    return type(f"Yours{task.replace('.', '_')}", (impl.Scheduler,), {other: getattr(Scheduler, other)})
+
+
+def new_scheduler(impl, task, **cfg):
+    return scheduler_for(impl, task)(SchedulerConfig(**({"max_num_batched_tokens": 64} | cfg)), KVCacheManager(BS, 64))
 
 
 def decoding(s, rid="a", prompt=(1, 2, 3, 4, 5), max_tokens=20, eos=0, ignore_eos=False):
@@ -269,11 +312,11 @@ def test_scheduled_drafts(impl):
     running request each step and verified by a fake greedy model: the drafts verified, the computed tokens, the
     cached blocks and every queue must agree after every step."""
     check_scheduled_drafts_examples(impl)
-    replay_with_drafts(impl)
+    replay_with_drafts(impl, "13.4")
 
 
 def check_scheduled_drafts_examples(impl):
-    s = new_scheduler(impl)
+    s = new_scheduler(impl, "13.4")
     a, b, c, d = (decoding(s, rid) for rid in "abcd")
     prompt = Request("p", list(range(10, 20)), sampling_params=SamplingParams(max_tokens=5))
     s.add_request(prompt)
@@ -299,7 +342,7 @@ def check_scheduled_drafts_examples(impl):
         f"{setup}: request d was not scheduled, so its drafts stay for a later step: [4, 4], yours {d.spec_token_ids}")
 
     # Through schedule(): a budget of 6 tokens cuts request a's 8 drafts to 5.
-    s = new_scheduler(impl, max_num_batched_tokens=6)
+    s = new_scheduler(impl, "13.4", max_num_batched_tokens=6)
     a = Request("a", [1, 2, 3, 4, 5], sampling_params=SamplingParams(max_tokens=20), block_hasher=get_request_block_hasher(BS))
     s.add_request(a)
     s.update_from_output(s.schedule(), ModelRunnerOutput({"a": [9]}))
@@ -311,22 +354,24 @@ def check_scheduled_drafts_examples(impl):
     assert a.spec_token_ids == [], f"the scheduled request's drafts are used up; yours leaves {a.spec_token_ids}"
 
 
-def replay(impl, workload):
+def replay(impl, task, workload):
     cfg, ops = workload
+    yours = scheduler_for(impl, task)
 
-    def build(yours: bool) -> Scheduler:
-        return (impl.Scheduler if yours else Scheduler)(
-            scheduler_config(cfg), KVCacheManager(BS, cfg["num_blocks"], cfg["caching"]))
+    def build(mine: bool) -> Scheduler:
+        return (yours if mine else Scheduler)(scheduler_config(cfg), KVCacheManager(BS, cfg["num_blocks"], cfg["caching"]))
 
-    replay_workload(build, cfg, ops, BS, f"{cfg['num_blocks'] - 1} usable blocks of {BS} tokens")
+    mine = "scheduled_spec_decode_tokens" if task == "13.4" else "_update_request_with_output"
+    replay_workload(build, cfg, ops, BS, f"{cfg['num_blocks'] - 1} usable blocks of {BS} tokens; your {mine} "
+                                         f"with the engine's {ENGINE_PIECE[task]}")
 
 
-def replay_with_drafts(impl):
+def replay_with_drafts(impl, task):
     @settings(max_examples=300, deadline=None, database=None, derandomize=True, report_multiple_bugs=False,
               suppress_health_check=list(HealthCheck))
     @given(workload=scheduler_workloads(num_speculative_tokens=st.sampled_from([1, 2, 4])))
     def matches(workload):
-        replay(impl, workload)
+        replay(impl, task, workload)
 
     matches()
 
@@ -334,7 +379,7 @@ def replay_with_drafts(impl):
 def verify_step(impl, drafts, new, **kw):
     """A decoding request after a verify step of `drafts` (num_computed_tokens advanced past them), given `new`."""
     cfg = {k: kw.pop(k) for k in ("max_model_len",) if k in kw}
-    s = new_scheduler(impl, **cfg)
+    s = new_scheduler(impl, "13.5", **cfg)
     request = decoding(s, **kw)
     before = list(request.output_token_ids)
     request.num_computed_tokens = request.num_tokens + len(drafts)
@@ -363,14 +408,15 @@ def test_update_request_with_output(impl):
     """Named examples, then 13.4's replay: after every verify step the computed tokens, the cached blocks and the
     queues agree with the engine's."""
     check_update_examples(impl)
-    replay_with_drafts(impl)
+    replay_with_drafts(impl, "13.5")
 
 
 def check_update_examples(impl):
     for drafts, new, kw, added, status, rule in UPDATE_EXAMPLES:
         request, got, before = verify_step(impl, drafts, new, **kw)
-        where = (f"{rule} (a request of 5 prompt tokens and output {before}, num_computed_tokens 5, verifying drafts "
-                 f"{drafts}, then given the tokens {new}{', ' + str(kw) if kw else ''})")
+        where = (f"{rule} (a request of 5 prompt tokens and output {before}, num_computed_tokens 5 before the step and "
+                 f"{5 + 1 + len(drafts)} on entry, having verified drafts {drafts}, then given the tokens {new}"
+                 f"{', ' + str(kw) if kw else ''})")
         assert request.output_token_ids == before + added, \
             f"{where}: its output becomes {before + added}, yours {request.output_token_ids}"
         assert got == status, f"{where}: returns {status}, yours {got}"
