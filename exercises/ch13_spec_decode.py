@@ -93,9 +93,10 @@ def rejection_sample(logits: torch.Tensor, draft_token_ids: list[list[int]], par
     Then each emitted token is distributed exactly as plain sampling would draw it. The tests count over many
     verify steps: the first token must follow row 0's p whatever the draft, two drafts must be accepted together
     as often as p(d1) * p(d2), and the same generator seeds must give the same tokens.
-    (vLLM 0.33: rejection_random_sample_kernel and sample_recovered_tokens in vllm/v1/sample/rejection_sampler.py.
-    vLLM accepts on target_prob / draft_prob >= u, that is u <= p; nanoengine on u < p, so a token of
-    probability 0 is never accepted even when u is exactly 0. The two differ only when u equals p(d).)
+    (vLLM 0.33: the default V2 runner's RejectionSampler, vllm/v1/worker/gpu/spec_decode/rejection_sampler.py
+    with its kernels in rejection_sampler_utils.py, accepts when p(d) > u for u in (0, 1), as here. The V1
+    runner's, rejection_random_sample_kernel and sample_recovered_tokens in vllm/v1/sample/rejection_sampler.py,
+    accepts on target_prob / draft_prob >= u, that is u <= p; the two differ only when u equals p(d).)
     Helpers: nanoengine.sample.sampler's target_probs(logits_row, params) and draw(probs, generator).
     Example: p = [0.5, 0.3, 0.2] on row 0 and draft [1]: [1, x] with probability 0.3 (x from row 1's p); else
     [0, ...] or [2, ...] with probabilities 0.5 / 0.7 and 0.2 / 0.7 of the rest, so overall token 0 comes first with
@@ -150,7 +151,7 @@ class Scheduler(EngineScheduler):
         (vLLM 0.33: the num_rejected lines of Scheduler.update_from_output, then _update_request_with_output, in
         vllm/v1/core/sched/scheduler.py; vLLM trims new_token_ids in place and returns (tokens, stopped).)
         Example: prompt of 5, output [9], drafts [7, 8, 9], so num_computed_tokens 9 on entry. New [7, 6]: 2
-        rejected, num_computed_tokens 7, output [9, 7, 6]. New [7, 8, 9, 4]: none rejected, 9 computed (11 tokens).
+        rejected, num_computed_tokens 7, output [9, 7, 6]. New [7, 8, 9, 4]: none rejected, 9 computed (10 tokens).
         With EOS 0, drafts [5, 0, 5] and new [5, 0, 5, 4]: output [9, 5, 0], FINISHED_STOPPED, 7 computed.
         """
         raise NotImplementedError

@@ -197,7 +197,7 @@ def spec_step_lines(s: SpecStep, decode: Callable[[int], str] | None = None) -> 
         f"{s.num_verified + len(s.emitted)}",
         f"  block table {list(s.block_ids)}: draft slots at positions "
         + (f"{slots.start}..{slots.stop - 1} in block(s) "
-           f"{sorted({s.block_ids[p // s.block_size] for p in slots})}" if slots else "none")
+           f"{list(dict.fromkeys(s.block_ids[p // s.block_size] for p in slots))}" if slots else "none")
         + f"; hashed blocks {s.hashed} (cover {s.hashed * s.block_size} tokens <= {s.num_verified} verified)",
     ]
     if s.finished:

@@ -61,7 +61,7 @@ class EngineStats:
 
     @property
     def draft_acceptance_rate(self) -> float:
-        """Accepted drafts per draft verified (vLLM's logged "Draft acceptance rate")."""
+        """Accepted drafts per draft verified (vLLM's logged "Avg Draft acceptance rate")."""
         return self.num_accepted_tokens / self.num_draft_tokens if self.num_draft_tokens else 0.0
 
 

@@ -41,8 +41,9 @@ def _random(logits: torch.Tensor, drafts: list[int], params: SamplingParams, gen
     renormalized, which is p without d."""
     for i, draft in enumerate(drafts):
         probs = target_probs(logits[i], params)
-        # u < p(d): a token of probability 0 is never accepted, even for u = 0. vLLM accepts on u <= p(d)
-        # (target / draft >= uniform); the two differ only when u equals p(d) exactly.
+        # u < p(d): a token of probability 0 is never accepted, even for u = 0. vLLM 0.33's default V2 sampler
+        # accepts on p(d) > u too (rejection_sampler_utils.py); the V1 runner's on u <= p(d) (target / draft >=
+        # uniform): the two differ only when u equals p(d) exactly.
         if float(torch.rand((), generator=gen)) < float(probs[draft]):
             continue
         probs[draft] = 0.0

@@ -8,9 +8,10 @@ is split into chunks over several steps (chunked prefill).
 Speculative decoding adds draft tokens (Request.spec_token_ids, proposed by the engine between steps): a
 running request is scheduled num_tokens_with_spec - num_computed_tokens tokens, its last verified token and
 its drafts, from the same budget. allocate_slots gets them all as new tokens; num_lookahead_tokens stays 0,
-as in vLLM for n-gram drafts (vLLM reserves lookahead slots for drafts proposed on the device after the
-step: the EAGLE family and draft models; the course calls the drafts' slots "lookahead slots" informally). allocate_slots
-caches blocks only up to request.num_tokens, so no block holding an unverified token is ever cached.
+as in vLLM for n-gram drafts (vLLM reserves lookahead slots where the drafter itself writes KV past the target's
+query range: the EAGLE family and draft models; the course calls the drafts' slots "lookahead slots"
+informally). allocate_slots caches blocks only up to request.num_tokens, so no block holding an unverified
+token is ever cached.
 """
 
 from __future__ import annotations
