@@ -32,9 +32,7 @@ def find_longest_matched_ngram_and_propose_tokens(tokens: Sequence[int], min_ngr
 class NgramProposer(EngineNgramProposer):
     """The engine's proposer with your rule (nothing to write here)."""
 
-    def propose(self, token_ids: Sequence[int], k: int | None = None) -> list[int]:
-        return find_longest_matched_ngram_and_propose_tokens(
-            token_ids, self.min_n, self.max_n, self.max_model_len, self.k if k is None else min(k, self.k))
+    rule = staticmethod(find_longest_matched_ngram_and_propose_tokens)
 
 
 def rejection_sample(logits: torch.Tensor, draft_token_ids: list[list[int]], params: list[SamplingParams],

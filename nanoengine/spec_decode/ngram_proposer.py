@@ -14,24 +14,6 @@ from collections.abc import Sequence
 from nanoengine.config import SpeculativeConfig
 
 
-class NgramProposer:
-    """Proposes up to k draft tokens per request from its verified tokens (prompt + output), no model.
-
-    vLLM runs the same rule in numba over numpy rows of the whole batch (batch_propose_numba, a KMP scan);
-    here it is plain Python per request, which costs microseconds beside a forward pass.
-    """
-
-    def __init__(self, config: SpeculativeConfig, max_model_len: int):
-        self.min_n, self.max_n = config.prompt_lookup_min, config.prompt_lookup_max
-        self.k = config.num_speculative_tokens
-        self.max_model_len = max_model_len
-
-    def propose(self, token_ids: Sequence[int], k: int | None = None) -> list[int]:
-        """Drafts for a request whose verified tokens are token_ids; at most k (default: the config's)."""
-        return find_longest_matched_ngram_and_propose_tokens(
-            token_ids, self.min_n, self.max_n, self.max_model_len, self.k if k is None else min(k, self.k))
-
-
 def find_longest_matched_ngram_and_propose_tokens(tokens: Sequence[int], min_ngram: int, max_ngram: int,
                                                   max_model_len: int, k: int) -> list[int]:
     """vLLM's _find_longest_matched_ngram_and_propose_tokens, in plain Python.
@@ -52,3 +34,24 @@ def find_longest_matched_ngram_and_propose_tokens(tokens: Sequence[int], min_ngr
             if tokens[start] == first and tokens[start:start + n] == suffix:
                 return tokens[start + n:start + n + k]
     return []
+
+
+class NgramProposer:
+    """Proposes up to k draft tokens per request from its verified tokens (prompt + output), no model.
+
+    vLLM runs the same rule in numba over numpy rows of the whole batch (batch_propose_numba, a KMP scan);
+    here it is plain Python per request, which costs microseconds beside a forward pass.
+    """
+
+    def __init__(self, config: SpeculativeConfig, max_model_len: int):
+        self.min_n, self.max_n = config.prompt_lookup_min, config.prompt_lookup_max
+        self.k = config.num_speculative_tokens
+        self.max_model_len = max_model_len
+
+    # The rule, a plain function: chapter 13's proposer is this class with the learner's rule in its place.
+    rule = staticmethod(find_longest_matched_ngram_and_propose_tokens)
+
+    def propose(self, token_ids: Sequence[int], k: int | None = None) -> list[int]:
+        """Drafts for a request whose verified tokens are token_ids; at most k (default: the config's)."""
+        return self.rule(
+            token_ids, self.min_n, self.max_n, self.max_model_len, self.k if k is None else min(k, self.k))
