@@ -1,12 +1,24 @@
-"""How pytest checks the chapter notebooks under nbval, wherever it collects them: `make test`, `make
-test-no-triton`, or bench/notebooks_cuda.py on a GPU, which collects notebooks/ alone."""
+"""How pytest runs in this repository, wherever it collects: `make test`, `make test-no-triton`, or
+bench/notebooks_cuda.py on a GPU, which collects notebooks/ alone. Mainly how it checks the chapter
+notebooks under nbval."""
 
 import functools
 import json
+import os
 from pathlib import Path
 
 import pytest
 import torch
+
+# Under pytest-xdist each worker has a core of its own; more threads would only contend, and OpenMP threads that
+# spin-wait for a core the other worker holds run many times slower (chapter 13's
+# live speed-up cell took 234 s instead of 41 s; make test 640 s instead of 444 s).
+# What the tests start (notebook kernels, the CLI, graded runs) inherits the limit through the environment.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
+else:
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
 
 # A cell tagged so prints what the embedded model computes on the CPU in fp32 (its text, logprobs, byte
 # sizes, which parts run): the notebook's engines run there by default where there is no CUDA. On a GPU

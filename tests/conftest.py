@@ -9,9 +9,6 @@ import torch  # importing torch does not import triton
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-# Under pytest-xdist each worker has a core of its own; more threads would only contend.
-torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else max(1, os.cpu_count() or 1))
-
 
 @pytest.fixture(scope="session")
 def llm():
