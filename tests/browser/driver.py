@@ -78,10 +78,6 @@ class LabServer:
             (settings / name).write_text(json.dumps(value))
         env = dict(os.environ, PYTHONPATH=str(self.root), JUPYTER_CONFIG_DIR=str(self.scratch / "config"),
                    JUPYTER_RUNTIME_DIR=str(self.scratch / "runtime"))
-        if os.environ.get("PYTEST_XDIST_WORKER"):
-            # Each worker's kernel gets one torch thread, as tests/conftest.py gives each worker: two kernels
-            # of two threads on two cores wait on each other (the pass took 15% longer).
-            env["OMP_NUM_THREADS"] = "1"
         cmd = [sys.executable, "-m", "jupyterlab", f"--notebook-dir={self.root / 'notebooks'}", "--no-browser",
                "--ip=127.0.0.1", f"--port={self.port}", f"--IdentityProvider.token={self.token}",
                f"--LabApp.user_settings_dir={settings}", "--LabApp.expose_app_in_browser=True"]
