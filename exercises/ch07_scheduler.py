@@ -95,8 +95,9 @@ class Scheduler(EngineScheduler):
 
         Example: budget 64, no threshold, a decoding (1 token) and b waiting with a 150-token prompt that
         fits: the step plans {a: 1, b: 63}; the next plans {a: 1, b: 63}; then {a: 1, b: 24}.
-        Task 07.8 runs your schedule() beside the engine's over random workloads and compares every step's
-        plan, blocks, queues and prefix-cache counts: the rules above, and nothing else, decide them all.
+        Task 07.8 runs your schedule() beside the engine's over random workloads, a third of them with 2 drafts
+        per running request and step, and compares every step's plan, drafts, blocks, queues and prefix-cache
+        counts: the rules above, and nothing else, decide them all.
         Stuck? hint("07") lists the hints; hint("07", 2) starts on schedule().
         """
         raise NotImplementedError
