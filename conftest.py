@@ -13,7 +13,8 @@ import torch
 # Under pytest-xdist each worker has a core of its own; more threads would only contend, and OpenMP threads that
 # spin-wait for a core the other worker holds run many times slower (chapter 13's
 # live speed-up cell took 234 s instead of 41 s; make test 640 s instead of 444 s).
-# What the tests start (notebook kernels, the CLI, graded runs) inherits the limit through the environment.
+# What the tests start (notebook kernels, the CLI, graded runs) inherits the limit through the environment,
+# whatever the shell had set.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ["OMP_NUM_THREADS"] = "1"
     torch.set_num_threads(1)
