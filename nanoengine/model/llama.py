@@ -137,8 +137,13 @@ class LlamaDecoderLayer(nn.Module):
 class LlamaModel(nn.Module):
     def __init__(self, config: LlamaConfig):
         super().__init__()
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.rotary_emb = RotaryEmbedding(config.head_dim, config.rope_theta, config.max_position_embeddings)
+        # Built without its random init, which loading or LlamaForCausalLM.random overwrites: under
+        # from_state_dict's torch.device("meta") that init (like a RoPE table) imports torch._dynamo, 1.4 s of
+        # every process's first LLM().
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size,
+                                         _weight=torch.empty(config.vocab_size, config.hidden_size))
+        # Built by LlamaForCausalLM._finish, in fp32 on the device the model runs on.
+        self.rotary_emb: RotaryEmbedding | None = None
         self.layers = nn.ModuleList(LlamaDecoderLayer(config, i) for i in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
