@@ -150,7 +150,7 @@ class LlamaConfig:
         return cls.tiny(num_hidden_layers=4, layer_types=layers, sliding_window=sliding_window, **overrides)
 
 
-SPECULATIVE_METHODS = ("ngram",)
+SPECULATIVE_METHODS = ("ngram", "draft_model")
 
 
 def _speculative_error(message: str, *, parameter: str | None = None, value=None) -> InvalidEngineArgumentError:
@@ -160,20 +160,26 @@ def _speculative_error(message: str, *, parameter: str | None = None, value=None
 
 @dataclass(slots=True, frozen=True)
 class SpeculativeConfig:
-    """Speculative decoding (vllm/config/speculative.py's SpeculativeConfig, its n-gram subset).
+    """Speculative decoding (vllm/config/speculative.py's SpeculativeConfig, its n-gram and draft-model subset).
 
-    method: "ngram" (prompt lookup: drafts are copied from the request's own context, no draft model).
+    method: "ngram" (prompt lookup: drafts are copied from the request's own context, no draft model) or
+    "draft_model" (a smaller model with the target's vocabulary drafts greedily, keeping its own KV in the
+    target's blocks).
     num_speculative_tokens: k, the most draft tokens verified per request and step (required, as in vLLM).
-    prompt_lookup_min / prompt_lookup_max: the n-gram lengths matched, longest first. vLLM's defaults: both
-    5 when neither is given, and one given alone stands for both.
+    model: the draft model, for "draft_model" only: a GGUF path (as LLM's model argument) or a ready
+    LlamaForCausalLM (random weights in tests).
+    prompt_lookup_min / prompt_lookup_max: for "ngram" only, the n-gram lengths matched, longest first.
+    vLLM's defaults: both 5 when neither is given, and one given alone stands for both.
     Invariant (checked here, InvalidEngineArgumentError naming speculative_config otherwise):
-    1 <= num_speculative_tokens and 1 <= prompt_lookup_min <= prompt_lookup_max.
+    1 <= num_speculative_tokens; "draft_model" has a model and no prompt_lookup keys; "ngram" has no model
+    and 1 <= prompt_lookup_min <= prompt_lookup_max.
     """
 
     num_speculative_tokens: int
     method: str = "ngram"
     prompt_lookup_min: int | None = None
     prompt_lookup_max: int | None = None
+    model: object = None
 
     def __post_init__(self) -> None:
         err = _speculative_error
@@ -181,6 +187,12 @@ class SpeculativeConfig:
         object.__setattr__(self, "num_speculative_tokens", check_int(
             err, 'speculative_config["num_speculative_tokens"]', self.num_speculative_tokens, low=1,
             hint="It is the most draft tokens verified per step; 2 to 5 suit n-gram drafts."))
+        if self.method == "draft_model":
+            self._check_draft_model()
+            return
+        if self.model is not None:
+            raise err('speculative_config["model"] names a draft model, which the "ngram" method does not use; '
+                      'give "method": "draft_model" to draft with it, or leave "model" out.', value=self.model)
         for key in ("prompt_lookup_min", "prompt_lookup_max"):
             object.__setattr__(self, key, check_int(err, f'speculative_config["{key}"]', getattr(self, key), low=1,
                                                     none_ok=True))
@@ -191,6 +203,23 @@ class SpeculativeConfig:
             raise err(f'speculative_config["prompt_lookup_min"]={self.prompt_lookup_min} must be <= '
                       f'speculative_config["prompt_lookup_max"]={self.prompt_lookup_max}; swap them or give one '
                       "of them only.", value=self.prompt_lookup_min)
+
+    def _check_draft_model(self) -> None:
+        if self.model is None:
+            raise _speculative_error(
+                'speculative_config["method"]="draft_model" needs "model": the draft model\'s GGUF path (for the '
+                'embedded SmolLM2 drafting for itself, nanoengine.model.loader.embedded_gguf_path()) or a '
+                "LlamaForCausalLM.", value=self.model)
+        given = [key for key in ("prompt_lookup_min", "prompt_lookup_max") if getattr(self, key) is not None]
+        if given:
+            raise _speculative_error(f'speculative_config{given} are n-gram lengths, which "draft_model" does not '
+                                     'use; leave them out, or give "method": "ngram".', value=self.method)
+
+    @property
+    def num_lookahead_tokens(self) -> int:
+        """KV slots to reserve past the tokens the target is scheduled for (vLLM's VllmConfig property): a draft
+        model writes its own KV for the drafts it feeds itself, k of them at most; n-gram drafts write none."""
+        return self.num_speculative_tokens if self.method == "draft_model" else 0
 
     @classmethod
     def from_dict(cls, config: dict | None) -> SpeculativeConfig | None:
@@ -204,7 +233,7 @@ class SpeculativeConfig:
         unknown = sorted(map(str, config.keys() - set(keys)))
         if unknown:
             raise _speculative_error(f"speculative_config has unknown keys {unknown}; nanoengine takes {keys} "
-                                     "(vLLM's names for the n-gram method).", value=config)
+                                     "(vLLM's names for the n-gram and draft-model methods).", value=config)
         if "num_speculative_tokens" not in config:
             raise _speculative_error('speculative_config needs "num_speculative_tokens", the number of draft '
                                      'tokens per step (e.g. {"method": "ngram", "num_speculative_tokens": 4}).',

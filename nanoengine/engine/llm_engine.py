@@ -101,19 +101,22 @@ class StepObserver(Protocol):
 
 
 class LLMEngine:
-    """proposer: drafts for speculative decoding (None: off, and no step changes). vLLM proposes in the model
-    runner right after sampling, since EAGLE's drafts need the step's hidden states on the device; n-gram
-    drafts need only the verified tokens, so here the engine proposes between steps, from the scheduler's
-    Requests after the stop checks, and hands them over through Scheduler.update_draft_token_ids as vLLM's
-    EngineCore.post_step does with async scheduling off (the V1 runner's n-gram path). With async scheduling,
-    vLLM 0.33's default, the AsyncScheduler schedules k placeholder drafts (-1) and the worker fills in the real
-    ones on the device. The runner stays one forward pass and the scheduler holds no proposing code."""
+    """proposer: n-gram drafts for speculative decoding (None: none, and no step changes unless the runner has a
+    draft model). vLLM proposes in the model runner right after sampling, since a draft model's or EAGLE's
+    drafts need the device and the step's KV; the runner's drafter does so here too, and the engine takes its
+    drafts (ModelRunner.take_draft_token_ids). N-gram drafts need only the verified tokens, so the engine
+    proposes them between steps, from the scheduler's Requests after the stop checks. Either kind reaches the
+    scheduler through Scheduler.update_draft_token_ids, as vLLM's EngineCore.post_step does with async
+    scheduling off (the V1 runner's path). With async scheduling, vLLM 0.33's default, the AsyncScheduler
+    schedules k placeholder drafts (-1) and the worker fills in the real ones on the device. The scheduler holds
+    no proposing code."""
 
     def __init__(self, runner: ModelRunner, scheduler: SchedulerInterface, tokenizer: Tokenizer | None,
                  hash_algo: str = "xxhash", hash_block_tokens: BlockTokensHasher | None = None,
                  proposer: NgramProposer | None = None):
         self.runner, self.scheduler, self.tokenizer = runner, scheduler, tokenizer
         self.proposer = proposer
+        self.runner_drafts = getattr(runner, "drafter", None) is not None  # a draft model proposes in the runner
         self.kv_cache_manager: KVCacheManagerInterface = scheduler.kv_cache_manager
         self.hash_block_tokens = hash_block_tokens  # None: the engine's own chained hash
         self.block_hasher = get_request_block_hasher(
@@ -207,7 +210,7 @@ class LLMEngine:
         self.stage = "detokenize"
         stopped = [req_id for req_id in output.sampled_token_ids if self._detokenize(req_id, now)]
         self.scheduler.finish_requests(stopped, RequestStatus.FINISHED_STOPPED)
-        if self.proposer is not None:
+        if self.proposer is not None or self.runner_drafts:
             self.stage = "propose"
             self._propose(output)
         done = finished + [self.outputs[r].request for r in stopped]
@@ -248,8 +251,13 @@ class LLMEngine:
         )
 
     def _propose(self, output: ModelRunnerOutput) -> None:
-        """Drafts for each request that got tokens this step and still runs. A step emits at most its drafts
-        and one token more, so drafts past max_tokens would be dropped unseen: they are not proposed."""
+        """Drafts for each request that got tokens this step and still runs: the draft model's, which the
+        runner proposed after its forward pass, or n-gram ones. A step emits at most its drafts and one token
+        more, so drafts past max_tokens would be dropped unseen: they are not proposed."""
+        if self.runner_drafts:
+            drafts = self.runner.take_draft_token_ids()
+            self.scheduler.update_draft_token_ids({r: d for r, d in drafts.items() if r in self.scheduler.requests})
+            return
         drafts = {}
         for req_id in output.sampled_token_ids:
             request = self.scheduler.requests.get(req_id)

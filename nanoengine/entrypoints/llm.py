@@ -31,6 +31,7 @@ from nanoengine.core import (
 )
 from nanoengine.config import SpeculativeConfig
 from nanoengine.sample.rejection_sampler import rejection_sample
+from nanoengine.spec_decode.draft_model import DraftModelProposer
 from nanoengine.spec_decode.ngram_proposer import NgramProposer
 from nanoengine.worker.cuda_graphs import DecodeGraphs
 from nanoengine.engine.llm_engine import EngineStats, LLMEngine
@@ -38,6 +39,7 @@ from nanoengine.errors import (
     InvalidEngineArgumentError,
     InvalidRequestError,
     KVCacheTooSmallError,
+    ModelNotFoundError,
     RequestAbortedError,
     UnsupportedModelError,
 )
@@ -273,11 +275,17 @@ class LLM:
     seam's Protocol (None takes the engine's own part). `max_logprobs` (vLLM's name and default, 20; -1: no
     cap) bounds what a request's logprobs and prompt_logprobs may ask for.
 
-    `speculative_config` (vLLM's argument and keys) turns on n-gram speculative decoding:
-    `{"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": a, "prompt_lookup_max": b}` drafts
-    up to k tokens a step by copying what followed the context's last n-gram earlier in the context, and one
-    forward pass verifies them all; outputs keep the model's distribution (greedy: the same tokens). See
-    config.SpeculativeConfig for the defaults; None (the default) leaves every step as it is.
+    `speculative_config` (vLLM's argument and keys) turns on speculative decoding; outputs keep the model's
+    distribution (greedy: the same tokens), and None (the default) leaves every step as it is.
+    - `{"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": a, "prompt_lookup_max": b}` drafts
+      up to k tokens a step by copying what followed the context's last n-gram earlier in the context, and one
+      forward pass verifies them all (see config.SpeculativeConfig for the defaults).
+    - `{"method": "draft_model", "model": draft, "num_speculative_tokens": k}` drafts k tokens a step greedily
+      with a draft model of the target's vocabulary (a GGUF path, or a LlamaForCausalLM). Its layers keep KV in
+      the target's blocks, so each block costs both models' layers, and the scheduler reserves k lookahead slots
+      past each request's scheduled tokens for the draft passes (vLLM's num_lookahead_tokens). The embedded
+      SmolLM2 drafting for itself (`"model": nanoengine.model.loader.embedded_gguf_path()`) shares one copy of
+      the weights and has every greedy draft accepted: a check, not a speed-up. Full-attention models only.
 
     A call owns its requests. When generate(), chat() or stream() ends for any reason (an exception from
     any part, a KeyboardInterrupt, a stream closed or dropped early), the requests it added and has not
@@ -354,11 +362,17 @@ class LLM:
                 f"max_model_len={max_model_len} exceeds the model's {limit} positions (max_position_embeddings); "
                 f"give at most {limit}, or None for the model's own.", parameter="max_model_len", value=max_model_len)
         self.max_model_len = max_model_len or limit
+        self.draft_model = self._load_draft_model(progress)
         # Computed once here and passed to the paged cache, the KV cache manager and (through the cache) the runner.
         self.kv_cache_groups = groups = kv_cache_groups(self.config)
         hybrid = any(g.sliding_window for g in groups)
         if hybrid:
             self._check_windows(groups, block_size)
+        if self.draft_model is not None and (hybrid or self.draft_model.config.sliding_window is not None):
+            raise InvalidEngineArgumentError(
+                'speculative_config["method"]="draft_model" serves full-attention models only: the draft\'s KV follows '
+                "the target's one block table. Use a target and a draft without sliding windows, or n-gram drafts.",
+                parameter="speculative_config", value=speculative_config)
         num_blocks = self._num_kv_blocks(kv_cache_memory_bytes, gpu_memory_utilization, num_gpu_blocks_override)
         self._check_fits(num_blocks, kv_cache_memory_bytes, num_gpu_blocks_override)
         self.kv_cache = PagedKVCache(self.config, num_blocks, block_size, self.backend, self.device, self.dtype, groups)
@@ -381,15 +395,19 @@ class LLM:
                             KVCacheManagerInterface, "(block_size, block_pool, kv_cache_groups=..., ...)", block_size,
                             pool, kv_cache_groups=groups, full_attention_manager_cls=full_attention_manager_cls,
                             sliding_window_manager_cls=sliding_window_manager_cls)
+        lookahead = self.speculative_config.num_lookahead_tokens if self.speculative_config else 0
         config = SchedulerConfig(max_num_batched_tokens, max_num_seqs, long_prefill_token_threshold,
-                                 scheduling_policy, self.max_model_len, long_prefill_token_threshold_adaptive)
+                                 scheduling_policy, self.max_model_len, long_prefill_token_threshold_adaptive, lookahead)
         scheduler = _build(_given("scheduler_cls", scheduler_cls), scheduler_cls, SchedulerInterface,
                            "(SchedulerConfig, kv_cache_manager)", config, kv_manager)
         _build(_given("block_table_cls", block_table_cls), block_table_cls, BlockTableInterface, "(block_size)", block_size)
         graphs = None  # captured for full attention only; a model with windows runs its steps eagerly
         if not (enforce_eager or hybrid) and self.device.type == "cuda" and getattr(self.backend, "supports_cuda_graphs", False):
             graphs = DecodeGraphs(self.model, self.kv_cache, max_num_seqs, self.max_model_len)
-        runner = ModelRunner(self.model, self.kv_cache, self.device, block_table_cls, graphs, rejection_sampler)
+        drafter = None if self.draft_model is None else DraftModelProposer(
+            self.draft_model, PagedKVCache(self.draft_model.config, num_blocks, block_size, self.backend, self.device,
+                                           self.dtype), self.speculative_config, self.max_model_len)
+        runner = ModelRunner(self.model, self.kv_cache, self.device, block_table_cls, graphs, rejection_sampler, drafter)
         proposer = None
         if self.speculative_config is not None:
             if not callable(getattr(scheduler, "update_draft_token_ids", None)):
@@ -397,6 +415,7 @@ class LLM:
                     f"speculative_config needs a scheduler that takes drafts (update_draft_token_ids); "
                     f"{type(scheduler).__name__} has none. Subclass core.sched.scheduler.Scheduler, or leave "
                     "speculative_config out.", parameter="speculative_config", value=speculative_config)
+        if self.speculative_config is not None and drafter is None:
             proposer = _build(_given("proposer_cls", proposer_cls), proposer_cls, None,
                               "(SpeculativeConfig, max_model_len)", self.speculative_config, self.max_model_len)
         self.engine = LLMEngine(runner, scheduler, self.tokenizer, hash_algo, hash_block_tokens, proposer)
@@ -433,9 +452,46 @@ class LLM:
                 "window, so its layers are full attention. Give a smaller window, or full_attention layer types."
             )
 
+    def _load_draft_model(self, progress: bool) -> LlamaForCausalLM | None:
+        """The draft model of speculative_config's "draft_model" method (None for any other), on the target's
+        device and dtype, with the target's vocabulary and room for max_model_len positions."""
+        spec = self.speculative_config
+        if spec is None or spec.method != "draft_model":
+            return None
+
+        def refuse(message: str) -> InvalidEngineArgumentError:
+            return InvalidEngineArgumentError(f'speculative_config["model"]: {message}', parameter="speculative_config",
+                                              value=spec.model)
+
+        if isinstance(spec.model, LlamaForCausalLM):
+            draft, weight = spec.model, next(spec.model.parameters())
+            if (weight.device.type, weight.dtype) != (self.device.type, self.dtype):
+                raise refuse(f"the draft model is on {weight.device} in {weight.dtype}, the target on {self.device} in "
+                             f"{self.dtype}; move it with .to(device, dtype) first.")
+        elif isinstance(spec.model, (str, os.PathLike)):
+            try:
+                _, folder = unpacked_folder(spec.model, progress)
+            except ModelNotFoundError as exc:
+                raise refuse(str(exc)) from exc
+            draft = _shared_model(folder, read_config(folder), self.device, self.dtype)
+        else:
+            raise refuse(f"expected a GGUF path or a LlamaForCausalLM, got a {type(spec.model).__name__}.")
+        if draft.config.vocab_size != self.config.vocab_size:
+            raise refuse(f"the draft's vocabulary has {draft.config.vocab_size} tokens and the target's "
+                         f"{self.config.vocab_size}; a draft must share the target's tokenizer (vLLM refuses it too).")
+        if draft.config.max_position_embeddings < self.max_model_len:
+            raise refuse(f"the draft has {draft.config.max_position_embeddings} positions, fewer than "
+                         f"max_model_len={self.max_model_len}; give max_model_len <= "
+                         f"{draft.config.max_position_embeddings}.")
+        return draft
+
     @property
     def _bytes_per_block(self) -> int:
-        return PagedKVCache.bytes_per_block(self.config, self.block_size, self.dtype, self.kv_cache_groups)
+        """One block id's memory: the target's layers, and the draft model's, which keep KV in the same blocks."""
+        size = PagedKVCache.bytes_per_block(self.config, self.block_size, self.dtype, self.kv_cache_groups)
+        if self.draft_model is not None:
+            size += PagedKVCache.bytes_per_block(self.draft_model.config, self.block_size, self.dtype)
+        return size
 
     def _num_kv_blocks(self, budget: int | None, utilization: float, override: int | None = None) -> int:
         if override is not None:

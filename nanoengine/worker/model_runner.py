@@ -4,6 +4,9 @@ A speculative verify step feeds a request's last verified token and its drafts d
 through the same paged path as any input: to attention it is a short prefill chunk over a cached prefix,
 which both backends and the Triton kernels serve as is. CUDA graphs replay pure-decode steps only (one
 token per request, DecodeGraphs.can_replay), so a step with any drafts runs eagerly.
+
+With a draft model (spec_decode/draft_model.py) the runner also hands the drafter, after sampling, what the step
+verified and the new tokens, and keeps its drafts for the engine (take_draft_token_ids), as vLLM's runner does.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from nanoengine.sample.rejection_sampler import rejection_sample
 from nanoengine.sample.sampler import compute_logprobs, make_generator, sample
 from nanoengine.sampling_params import SamplingParams
 from nanoengine.core.sched.output import SchedulerOutput
+from nanoengine.spec_decode.draft_model import Batch, DraftModelProposer
 
 
 @dataclass(slots=True)
@@ -45,8 +49,12 @@ class CachedRequestState:
 class ModelRunner:
     def __init__(self, model: LlamaForCausalLM, kv_cache: PagedKVCache, device: torch.device,
                  block_table_cls: type[BlockTableInterface] = BlockTable, cuda_graphs: DecodeGraphs | None = None,
-                 rejection_sampler=rejection_sample):
+                 rejection_sampler=rejection_sample, drafter: DraftModelProposer | None = None):
         self.model, self.kv_cache, self.device = model, kv_cache, device
+        # A draft model runs after each forward pass, over the same blocks (None: no drafts, or n-gram ones
+        # that the engine proposes between steps).
+        self.drafter = drafter
+        self._draft_token_ids: dict[str, list[int]] = {}
         self.rejection_sampler = rejection_sampler  # a verify step's accept rule (LLM(rejection_sampler=...))
         self.cuda_graphs = cuda_graphs  # None: every step runs eagerly
         self.block_size = kv_cache.block_size
@@ -66,6 +74,7 @@ class ModelRunner:
                 self.generators.pop(req_id, None)
 
     def _update_states(self, so: SchedulerOutput) -> None:
+        self._draft_token_ids = {}
         self.remove_requests(so.finished_req_ids)
         self.remove_requests(so.preempted_req_ids, keep_generators=True)
         for new in so.scheduled_new_reqs:
@@ -93,35 +102,35 @@ class ModelRunner:
         through its decode kernel in one launch (vLLM's reorder_batch_to_split_decodes_and_prefills)."""
         return sorted(num_scheduled_tokens, key=lambda r: num_scheduled_tokens[r] > 1)
 
-    def _prepare_inputs(self, order: list[str], num_scheduled: dict[str, int], spec: dict[str, list[int]]):
-        input_ids, positions, computed, seq_lens, starts = [], [], [], [], [0]
-        for req_id in order:
-            state, n = self.requests[req_id], num_scheduled[req_id]
-            c = state.num_computed_tokens
-            computed.append(c)
-            drafts = spec.get(req_id, [])
-            input_ids += state.token_ids[c : c + n - len(drafts)] + drafts
-            positions += range(c, c + n)
-            seq_lens.append(c + n)
-            starts.append(starts[-1] + n)
+    def prepare_inputs(self, batch: Batch):
+        """One forward pass's inputs for batch, (request id, first position, tokens) each, in that order (decodes,
+        one token each, first): token ids, positions, one AttentionMetadata per KV cache group, and where each
+        request's rows start (a last entry: the total)."""
+        input_ids, positions, seq_lens, starts = [], [], [], [0]
+        for _, c, tokens in batch:
+            input_ids += tokens
+            positions += range(c, c + len(tokens))
+            seq_lens.append(c + len(tokens))
+            starts.append(starts[-1] + len(tokens))
         dev = self.device
         query_start_loc = torch.tensor(starts, dtype=torch.int32, device=dev)
         seq_lens_t = torch.tensor(seq_lens, dtype=torch.int32, device=dev)
-        max_query_len, max_seq_len = max(num_scheduled[r] for r in order), max(seq_lens)
-        num_decodes = sum(num_scheduled[r] == 1 for r in order)
+        order = [req_id for req_id, _, _ in batch]
+        lengths = [len(tokens) for *_, tokens in batch]
+        num_decodes = next((i for i, n in enumerate(lengths) if n > 1), len(lengths))
         metadata = []
         for table, group in zip(self.input_block_table, self.kv_cache.groups):
             slots = []
-            for req_id, c in zip(order, computed):
-                slots += table.compute_slot_mapping(req_id, c, num_scheduled[req_id])
+            for req_id, c, tokens in batch:
+                slots += table.compute_slot_mapping(req_id, c, len(tokens))
             tables = table.get_block_tables(order)
             metadata.append(AttentionMetadata(
                 slot_mapping=torch.tensor(slots, dtype=torch.int64, device=dev),
                 query_start_loc=query_start_loc,
                 seq_lens=seq_lens_t,
                 block_tables=torch.tensor(tables, dtype=torch.int32, device=dev),
-                max_query_len=max_query_len,
-                max_seq_len=max_seq_len,
+                max_query_len=max(lengths),
+                max_seq_len=max(seq_lens),
                 num_decodes=num_decodes,
                 # Cascade attention serves full attention only: under a window the shared prefix is partly
                 # out of sight. (vLLM 0.33 removed cascade attention and reports no common prefix for any group.)
@@ -140,7 +149,12 @@ class ModelRunner:
             return output
         order = self.batch_order(so.num_scheduled_tokens)
         spec = so.scheduled_spec_decode_tokens
-        input_ids, positions, metadata, starts = self._prepare_inputs(order, so.num_scheduled_tokens, spec)
+        batch = []
+        for req_id in order:
+            state, n, drafts = self.requests[req_id], so.num_scheduled_tokens[req_id], spec.get(req_id, [])
+            c = state.num_computed_tokens
+            batch.append((req_id, c, state.token_ids[c : c + n - len(drafts)] + drafts))
+        input_ids, positions, metadata, starts = self.prepare_inputs(batch)
         graphs = self.cuda_graphs if self.cuda_graphs and self.cuda_graphs.can_replay(metadata[0], len(order)) else None
         # Set for a replayed step too: a replay reads the graph's own buffers, but whoever inspects
         # kv_cache.metadata (the course's views) must see this step's, not the last eager one's.
@@ -161,8 +175,41 @@ class ModelRunner:
             if state.num_computed_tokens - len(spec.get(req_id, ())) == len(state.token_ids):
                 done.append((i, state))
         output.prompt_logprobs_dict = self._gather_prompt_logprobs(order, so.num_scheduled_tokens, starts, row_logits)
-        if not done:
-            return output
+        if done:
+            self._sample(output, done, spec, starts, row_logits)
+        if self.drafter is not None:
+            self._draft_token_ids = self.drafter.propose(self.prepare_inputs, *self._draft_batch(batch, done))
+        return output
+
+    def _draft_batch(self, batch: Batch, done) -> tuple[Batch, dict[str, int]]:
+        """What the draft model writes after this step, and how many drafts each request gets.
+
+        Every request's verified tokens of the step at their positions (a prompt chunk whole; after a verify,
+        the last verified token and the accepted drafts), plus the new token of each request that got one. That
+        request then gets min(k, what max_tokens and max_model_len leave, the slots its blocks hold from its new
+        token on) drafts: a scheduler that reserves fewer lookahead slots (one of one's own) gets fewer drafts,
+        never KV written outside a request's blocks."""
+        sampled = {state.req_id for _, state in done}
+        first, num_drafts = [], {}
+        for req_id, start, tokens in batch:
+            state, num_slots = self.requests[req_id], self._num_slots(req_id)
+            end = min(num_slots, len(state.token_ids)) if req_id in sampled else start + len(tokens)
+            first.append((req_id, start, state.token_ids[start:end]))
+            if req_id in sampled and end == len(state.token_ids):
+                num_output = len(state.token_ids) - state.num_prompt_tokens
+                num = min(self.drafter.k, state.sampling_params.max_tokens - num_output - 1,
+                          self.drafter.max_model_len - end, num_slots - end + 1)
+                if num > 0:
+                    num_drafts[req_id] = num
+        return first, num_drafts
+
+    def _num_slots(self, req_id: str) -> int:
+        """The positions a request's blocks cover: its row up to the first null block (full attention only)."""
+        row = self.input_block_table[0].get_block_tables([req_id])[0]
+        return next((i for i, block in enumerate(row) if block == 0), len(row)) * self.block_size
+
+    def _sample(self, output: ModelRunnerOutput, done, spec, starts, row_logits) -> None:
+        """Sample (or with drafts, verify) the next tokens of the requests in done, (row index, state) each."""
         drafts = [spec.get(s.req_id, []) for _, s in done]
         # k + 1 rows for k drafts: the logits after the last verified token and after each draft.
         logits = row_logits([r for (i, _), d in zip(done, drafts) for r in range(starts[i + 1] - 1 - len(d), starts[i + 1])])
@@ -176,7 +223,12 @@ class ModelRunner:
         for (_, state), tokens in zip(done, token_lists):
             state.token_ids.extend(tokens)
         output.sampled_token_ids = {state.req_id: tokens for (_, state), tokens in zip(done, token_lists)}
-        return output
+
+    def take_draft_token_ids(self) -> dict[str, list[int]]:
+        """The drafts the draft model proposed in the last step, by request id (vLLM's method of this name);
+        each call hands them over once."""
+        drafts, self._draft_token_ids = self._draft_token_ids, {}
+        return drafts
 
     @staticmethod
     def _sample_logprobs(logits, firsts, done, token_lists) -> dict[str, list[dict[int, Logprob]]]:

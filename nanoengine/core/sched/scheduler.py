@@ -5,12 +5,12 @@ There is no prefill phase and no decode phase. Every request has `num_computed_t
 from one token budget. A 500-token prompt and a one-token decode can share a step; a long prompt
 is split into chunks over several steps (chunked prefill).
 
-Speculative decoding adds draft tokens (Request.spec_token_ids, proposed by the engine between steps): a
-running request is scheduled num_tokens_with_spec - num_computed_tokens tokens, its last verified token and
-its drafts, from the same budget. allocate_slots gets them all as new tokens; num_lookahead_tokens stays 0,
-as in vLLM for n-gram drafts (vLLM reserves lookahead slots where the drafter itself writes KV past the target's
-query range: the EAGLE family and draft models; the course calls the drafts' slots "lookahead slots"
-informally). allocate_slots caches blocks only up to request.num_tokens, so no block holding an unverified
+Speculative decoding adds draft tokens (Request.spec_token_ids, proposed after each step): a running request
+is scheduled num_tokens_with_spec - num_computed_tokens tokens, its last verified token and its drafts, from
+the same budget. allocate_slots gets them all as new tokens, plus config.num_lookahead_tokens slots past them
+(vLLM's num_lookahead_tokens): k for a draft model, which writes its own KV for the drafts it feeds itself after
+the step, and 0 for n-gram drafts, which write none. Lookahead stops at max_model_len, as in vLLM's
+allocate_slots. allocate_slots caches blocks only up to request.num_tokens, so no block holding an unverified
 token is ever cached.
 """
 
@@ -34,6 +34,8 @@ class SchedulerConfig:
     policy: "fcfs" or "priority" (lower priority value first, then earlier arrival).
     long_prefill_token_threshold_adaptive: never cap below a fair share of the budget,
     max_num_batched_tokens // (requests running and waiting) (vLLM 0.33's option; off by default).
+    num_lookahead_tokens: KV slots reserved past each request's scheduled tokens, for a draft model's own KV
+    (SpeculativeConfig.num_lookahead_tokens; 0 without one).
     """
 
     max_num_batched_tokens: int = 2048
@@ -42,6 +44,7 @@ class SchedulerConfig:
     policy: str = "fcfs"
     max_model_len: int = 8192
     long_prefill_token_threshold_adaptive: bool = False
+    num_lookahead_tokens: int = 0
 
     def __post_init__(self) -> None:
         if self.policy not in {p.value for p in SchedulingPolicy}:
@@ -96,7 +99,7 @@ class Scheduler:
             # without drafts the cap never binds, since a running request has num_tokens < max_model_len).
             n = min(self._chunk(request.num_tokens_with_spec - request.num_computed_tokens, budget, threshold),
                     self.config.max_model_len - request.num_computed_tokens - 1)
-            while (blocks := kv.allocate_slots(request, n)) is None:
+            while (blocks := kv.allocate_slots(request, n, num_lookahead_tokens=self.lookahead(request, n))) is None:
                 if len(self.running) == 1:
                     # Alone and still out of blocks: the request has outgrown the whole pool.
                     self.finish_length_capped(request)
@@ -129,7 +132,9 @@ class Scheduler:
             n = self._chunk(request.num_tokens - num_computed, budget, threshold)
             # Admit only what can hold its whole sequence: a prompt that fits just its first chunk would
             # be preempted mid-prefill and readmitted over and over (the thrashing vLLM users reported).
-            if kv.allocate_slots(request, n, num_computed, computed_blocks, full_sequence_must_fit=True) is None:
+            lookahead = self.lookahead(request, n, num_computed)
+            if kv.allocate_slots(request, n, num_computed, computed_blocks, num_lookahead_tokens=lookahead,
+                                 full_sequence_must_fit=True) is None:
                 break
             new_reqs.append(self.admit(request, num_computed))
             num_scheduled[request.request_id] = n
@@ -174,6 +179,11 @@ class Scheduler:
         request.status = RequestStatus.PREEMPTED
         self.num_preemptions += 1
         self.waiting.prepend_request(request)
+
+    def lookahead(self, request: Request, num_new_tokens: int, num_computed_tokens: int | None = None) -> int:
+        """The lookahead slots to reserve past a request's num_new_tokens: the config's, cut at max_model_len."""
+        end = (request.num_computed_tokens if num_computed_tokens is None else num_computed_tokens) + num_new_tokens
+        return max(0, min(self.config.num_lookahead_tokens, self.config.max_model_len - end))
 
     def admit(self, request: Request, num_computed_tokens: int) -> NewRequestData:
         """Move the waiting queue's head, whose slots allocate_slots has just granted, to `running`:
