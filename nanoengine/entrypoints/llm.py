@@ -415,6 +415,11 @@ class LLM:
                     f"speculative_config needs a scheduler that takes drafts (update_draft_token_ids); "
                     f"{type(scheduler).__name__} has none. Subclass core.sched.scheduler.Scheduler, or leave "
                     "speculative_config out.", parameter="speculative_config", value=speculative_config)
+        if drafter is not None and _given("proposer_cls", proposer_cls):
+            raise InvalidEngineArgumentError(
+                'proposer_cls is the n-gram proposer\'s seam, which speculative_config["method"]="draft_model" does '
+                'not use: its drafts come from the draft model. Leave proposer_cls out, or give "method": "ngram".',
+                parameter="proposer_cls", value=proposer_cls)
         if self.speculative_config is not None and drafter is None:
             proposer = _build(_given("proposer_cls", proposer_cls), proposer_cls, None,
                               "(SpeculativeConfig, max_model_len)", self.speculative_config, self.max_model_len)

@@ -18,7 +18,7 @@ from nanoengine.attention.paged import PagedKVCache
 from nanoengine.config import SpeculativeConfig
 from nanoengine.model import LlamaForCausalLM
 
-# (request id, first position, tokens): one request's share of a forward pass, as ModelRunner.prepare_inputs
+# (request id, first position, tokens): one request's share of a forward pass, as ModelRunner._prepare_inputs
 # takes it, which returns (input ids, positions, attention metadata per group, each request's first row).
 Batch = list[tuple[str, int, list[int]]]
 

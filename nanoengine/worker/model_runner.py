@@ -102,7 +102,7 @@ class ModelRunner:
         through its decode kernel in one launch (vLLM's reorder_batch_to_split_decodes_and_prefills)."""
         return sorted(num_scheduled_tokens, key=lambda r: num_scheduled_tokens[r] > 1)
 
-    def prepare_inputs(self, batch: Batch):
+    def _prepare_inputs(self, batch: Batch):
         """One forward pass's inputs for batch, (request id, first position, tokens) each, in that order (decodes,
         one token each, first): token ids, positions, one AttentionMetadata per KV cache group, and where each
         request's rows start (a last entry: the total)."""
@@ -154,7 +154,7 @@ class ModelRunner:
             state, n, drafts = self.requests[req_id], so.num_scheduled_tokens[req_id], spec.get(req_id, [])
             c = state.num_computed_tokens
             batch.append((req_id, c, state.token_ids[c : c + n - len(drafts)] + drafts))
-        input_ids, positions, metadata, starts = self.prepare_inputs(batch)
+        input_ids, positions, metadata, starts = self._prepare_inputs(batch)
         graphs = self.cuda_graphs if self.cuda_graphs and self.cuda_graphs.can_replay(metadata[0], len(order)) else None
         # Set for a replayed step too: a replay reads the graph's own buffers, but whoever inspects
         # kv_cache.metadata (the course's views) must see this step's, not the last eager one's.
@@ -178,7 +178,7 @@ class ModelRunner:
         if done:
             self._sample(output, done, spec, starts, row_logits)
         if self.drafter is not None:
-            self._draft_token_ids = self.drafter.propose(self.prepare_inputs, *self._draft_batch(batch, done))
+            self._draft_token_ids = self.drafter.propose(self._prepare_inputs, *self._draft_batch(batch, done))
         return output
 
     def _draft_batch(self, batch: Batch, done) -> tuple[Batch, dict[str, int]]:
