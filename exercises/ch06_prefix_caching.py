@@ -152,8 +152,8 @@ class FullAttentionManager(EngineFullAttentionManager):
         - at most max_length // block_size blocks (the caller rounds max_length to whole blocks already);
         - list k holds group group_ids[k]'s own cached blocks (the pool's objects); nothing changes (no
           ref_cnt, queue or map).
-        self.use_eagle: leave it be. No engine of this course sets it (LLM has no EAGLE drafter); the engine's
-        FullAttentionManager then drops the last hit block, as chapter 12's SlidingWindowManager does.
+        self.use_eagle: leave it be. LLM sets it only for EAGLE drafts (chapter 13), and then takes the engine's
+        FullAttentionManager, which drops the last hit block, as chapter 12's SlidingWindowManager does.
         (vLLM 0.33: FullAttentionManager.find_longest_cache_hit, a classmethod there that also takes the pool
         and the spec and returns the hit length too.)
         Example: block size 4, blocks 0, 1 and 3 of a request cached in group 0, block 2 not:

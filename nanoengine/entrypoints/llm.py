@@ -32,6 +32,7 @@ from nanoengine.core import (
 from nanoengine.config import SpeculativeConfig
 from nanoengine.sample.rejection_sampler import rejection_sample
 from nanoengine.spec_decode.draft_model import DraftModelProposer
+from nanoengine.spec_decode.eagle import EagleProposer
 from nanoengine.spec_decode.ngram_proposer import NgramProposer
 from nanoengine.worker.cuda_graphs import DecodeGraphs
 from nanoengine.engine.llm_engine import EngineStats, LLMEngine
@@ -44,6 +45,7 @@ from nanoengine.errors import (
     UnsupportedModelError,
 )
 from nanoengine.model import LlamaForCausalLM
+from nanoengine.model.llama_eagle import EagleLlamaForCausalLM
 from nanoengine.model.loader import read_config, read_weights, unpacked_folder
 from nanoengine.worker.block_table import BlockTable, BlockTableInterface
 from nanoengine.worker.model_runner import ModelRunner
@@ -286,6 +288,10 @@ class LLM:
       past each request's scheduled tokens for the draft passes (vLLM's num_lookahead_tokens). The embedded
       SmolLM2 drafting for itself (`"model": nanoengine.model.loader.embedded_gguf_path()`) shares one copy of
       the weights and has every greedy draft accepted: a check, not a speed-up. Full-attention models only.
+    - `{"method": "eagle", "model": head, "num_speculative_tokens": k}` drafts with an EAGLE-1 head built on
+      this LLM's model (`model.llama_eagle.EagleLlamaForCausalLM`; nanoengine reads no EAGLE checkpoint, and no
+      trained head exists for SmolLM2, so a random one exercises the mechanics). It reads the target's hidden
+      states, so CUDA graphs stay off, and a prefix hit drops its last block (vLLM's use_eagle).
 
     A call owns its requests. When generate(), chat() or stream() ends for any reason (an exception from
     any part, a KeyboardInterrupt, a stream closed or dropped early), the requests it added and has not
@@ -370,9 +376,9 @@ class LLM:
             self._check_windows(groups, block_size)
         if self.draft_model is not None and (hybrid or self.draft_model.config.sliding_window is not None):
             raise InvalidEngineArgumentError(
-                'speculative_config["method"]="draft_model" serves full-attention models only: the draft\'s KV follows '
-                "the target's one block table. Use a target and a draft without sliding windows, or n-gram drafts.",
-                parameter="speculative_config", value=speculative_config)
+                f'speculative_config["method"]="{self.speculative_config.method}" serves full-attention models only: '
+                "the draft's KV follows the target's one block table. Use a target and a draft without sliding "
+                "windows, or n-gram drafts.", parameter="speculative_config", value=speculative_config)
         num_blocks = self._num_kv_blocks(kv_cache_memory_bytes, gpu_memory_utilization, num_gpu_blocks_override)
         self._check_fits(num_blocks, kv_cache_memory_bytes, num_gpu_blocks_override)
         self.kv_cache = PagedKVCache(self.config, num_blocks, block_size, self.backend, self.device, self.dtype, groups)
@@ -391,20 +397,30 @@ class LLM:
                       "(num_blocks, enable_caching)", num_blocks, enable_prefix_caching, **queue)
         if len(groups) > 1 and block_pool is not None:
             _check_pool_names_groups(pool)
+        # An EAGLE head's KV at a position depends on the next token, so a prefix hit drops its last block.
+        eagle = {"use_eagle": True} if self.speculative_config and self.speculative_config.use_eagle() else {}
+        if eagle and full_attention_manager_cls.find_longest_cache_hit is not FullAttentionManager.find_longest_cache_hit:
+            raise InvalidEngineArgumentError(
+                f"{full_attention_manager_cls.__name__}.find_longest_cache_hit is not the engine's, and EAGLE drafts "
+                "need it to drop the last hit block when self.use_eagle is set, which chapter 06's contract leaves "
+                'out. With speculative_config["method"]="eagle", leave full_attention_manager_cls out.',
+                parameter="full_attention_manager_cls", value=full_attention_manager_cls)
         kv_manager = _build(_given("kv_cache_manager_cls", kv_cache_manager_cls), kv_cache_manager_cls,
                             KVCacheManagerInterface, "(block_size, block_pool, kv_cache_groups=..., ...)", block_size,
                             pool, kv_cache_groups=groups, full_attention_manager_cls=full_attention_manager_cls,
-                            sliding_window_manager_cls=sliding_window_manager_cls)
+                            sliding_window_manager_cls=sliding_window_manager_cls, **eagle)
         lookahead = self.speculative_config.num_lookahead_tokens if self.speculative_config else 0
         config = SchedulerConfig(max_num_batched_tokens, max_num_seqs, long_prefill_token_threshold,
                                  scheduling_policy, self.max_model_len, long_prefill_token_threshold_adaptive, lookahead)
         scheduler = _build(_given("scheduler_cls", scheduler_cls), scheduler_cls, SchedulerInterface,
                            "(SchedulerConfig, kv_cache_manager)", config, kv_manager)
         _build(_given("block_table_cls", block_table_cls), block_table_cls, BlockTableInterface, "(block_size)", block_size)
-        graphs = None  # captured for full attention only; a model with windows runs its steps eagerly
-        if not (enforce_eager or hybrid) and self.device.type == "cuda" and getattr(self.backend, "supports_cuda_graphs", False):
+        # Captured for full attention only, a model with windows runs its steps eagerly; and without an EAGLE head,
+        # which needs the hidden states a replay does not give.
+        graphs = None
+        if not (enforce_eager or hybrid or eagle) and self.device.type == "cuda" and getattr(self.backend, "supports_cuda_graphs", False):
             graphs = DecodeGraphs(self.model, self.kv_cache, max_num_seqs, self.max_model_len)
-        drafter = None if self.draft_model is None else DraftModelProposer(
+        drafter = None if self.draft_model is None else (EagleProposer if eagle else DraftModelProposer)(
             self.draft_model, PagedKVCache(self.draft_model.config, num_blocks, block_size, self.backend, self.device,
                                            self.dtype), self.speculative_config, self.max_model_len)
         runner = ModelRunner(self.model, self.kv_cache, self.device, block_table_cls, graphs, rejection_sampler, drafter)
@@ -457,17 +473,24 @@ class LLM:
                 "window, so its layers are full attention. Give a smaller window, or full_attention layer types."
             )
 
-    def _load_draft_model(self, progress: bool) -> LlamaForCausalLM | None:
-        """The draft model of speculative_config's "draft_model" method (None for any other), on the target's
-        device and dtype, with the target's vocabulary and room for max_model_len positions."""
+    def _load_draft_model(self, progress: bool) -> LlamaForCausalLM | EagleLlamaForCausalLM | None:
+        """The draft model of speculative_config's "draft_model" method, on the target's device and dtype, with
+        the target's vocabulary and room for max_model_len positions; or the "eagle" method's head, built on
+        this target; None for n-gram drafts or none."""
         spec = self.speculative_config
-        if spec is None or spec.method != "draft_model":
+        if spec is None or spec.method == "ngram":
             return None
 
         def refuse(message: str) -> InvalidEngineArgumentError:
             return InvalidEngineArgumentError(f'speculative_config["model"]: {message}', parameter="speculative_config",
                                               value=spec.model)
 
+        if spec.use_eagle():
+            if not isinstance(spec.model, EagleLlamaForCausalLM) or spec.model.target is not self.model:
+                raise refuse("an EAGLE head must be an EagleLlamaForCausalLM built on this LLM's model, e.g. "
+                             "EagleLlamaForCausalLM.random(llm.model); nanoengine reads no EAGLE checkpoint, got "
+                             f"{reprlib.repr(spec.model)}.")
+            return spec.model
         if isinstance(spec.model, LlamaForCausalLM):
             draft, weight = spec.model, next(spec.model.parameters())
             if (weight.device.type, weight.dtype) != (self.device.type, self.dtype):

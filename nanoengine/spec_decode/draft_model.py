@@ -11,16 +11,36 @@ SpecDecodeBaseProposer.propose, with one extra input slot a request for the samp
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
 from nanoengine.attention.paged import PagedKVCache
 from nanoengine.config import SpeculativeConfig
-from nanoengine.model import LlamaForCausalLM
 
 # (request id, first position, tokens): one request's share of a forward pass, as ModelRunner._prepare_inputs
 # takes it, which returns (input ids, positions, attention metadata per group, each request's first row).
 Batch = list[tuple[str, int, list[int]]]
+
+
+@dataclass(slots=True)
+class DraftRequest:
+    """One request of the step, as a drafter sees it after the target's forward pass and sampling.
+
+    start: the first position the target computed this step, and num_scheduled how many; row: the first of
+    those positions' rows in the target's hidden states. token_ids: its tokens, the new one included when
+    sampled (its tokens reached their end this step, so it got one). num_slots: the positions its blocks
+    cover. num_left: the tokens max_tokens leaves after the new one.
+    """
+
+    req_id: str
+    start: int
+    num_scheduled: int
+    row: int
+    token_ids: list[int]
+    sampled: bool
+    num_slots: int
+    num_left: int
 
 
 class DraftModelProposer:
@@ -31,36 +51,65 @@ class DraftModelProposer:
     in that step, through the same block table. So a prefix-cache hit, a recompute after preemption or a
     chunked prompt finds the draft's KV where it finds the target's, and the drafter keeps no state of its own.
     Slots of rejected drafts and of the lookahead hold guesses in both caches until a later step overwrites them.
+
+    A request gets min(k, what max_tokens and max_model_len leave, what its blocks hold) drafts: a scheduler
+    that reserves fewer lookahead slots (one of one's own) gets fewer drafts, never KV written outside a
+    request's blocks.
     """
 
-    def __init__(self, model: LlamaForCausalLM, kv_cache: PagedKVCache, config: SpeculativeConfig,
-                 max_model_len: int):
+    reads_hidden_states = False  # whether forward reads the target's hidden states (EAGLE's do)
+
+    def __init__(self, model, kv_cache: PagedKVCache, config: SpeculativeConfig, max_model_len: int):
         self.model, self.kv_cache = model, kv_cache
         self.k, self.max_model_len = config.num_speculative_tokens, max_model_len
 
+    def first_pass(self, r: DraftRequest) -> tuple[list[int], range | None, int]:
+        """For one request: the tokens the first pass writes from r.start on, the target's hidden rows it
+        reads (None: none), and its number of drafts. Here: the step's verified tokens and the new one."""
+        end = min(r.num_slots, len(r.token_ids)) if r.sampled else r.start + r.num_scheduled
+        full = r.sampled and end == len(r.token_ids)
+        num = min(self.k, r.num_left, self.max_model_len - end, r.num_slots - end + 1) if full else 0
+        return r.token_ids[r.start:end], None, num
+
     @torch.inference_mode()
-    def propose(self, prepare_inputs: Callable, batch: Batch, num_drafts: dict[str, int]) -> dict[str, list[int]]:
-        """Write the draft's KV of batch (each request's verified tokens of this step, and its new token where it
-        got one), then draft num_drafts[r] tokens for each request r in it: the greedy token after its last
-        one, then after each draft in turn, one pass a draft, at the positions after it."""
-        # One-token requests first, as prepare_inputs wants; none is empty, since the target wrote each.
-        batch = sorted(batch, key=lambda entry: len(entry[2]) > 1)
-        drafts = self._step(prepare_inputs, batch, dict.fromkeys(num_drafts, ()))
+    def propose(self, prepare_inputs: Callable, requests: list[DraftRequest],
+                hidden_states: torch.Tensor | None = None) -> dict[str, list[int]]:
+        """Write the drafter's KV for the step (first_pass), then draft for each request that gets drafts: the
+        greedy token after its last position, then after each draft in turn, one pass a draft."""
+        entries, num_drafts = [], {}
+        for r in requests:
+            tokens, rows, num = self.first_pass(r)
+            entries.append(((r.req_id, r.start, tokens), rows))
+            if num > 0:
+                num_drafts[r.req_id] = num
+        # One-token requests first, as _prepare_inputs wants; none is empty, since the target wrote each.
+        entries.sort(key=lambda entry: len(entry[0][2]) > 1)
+        batch = [entry for entry, _ in entries]
+        hidden_in = hidden_states[[i for _, rows in entries for i in rows]] if self.reads_hidden_states else None
+        drafts, hidden = self._step(prepare_inputs, batch, dict.fromkeys(num_drafts, ()), hidden_in)
         last = {req_id: start + len(tokens) - 1 for req_id, start, tokens in batch}
         for j in range(1, max(num_drafts.values(), default=0)):
             batch_j = [(r, last[r] + j, [d[-1]]) for r, d in drafts.items() if num_drafts[r] > j]
-            drafts.update(self._step(prepare_inputs, batch_j, {r: drafts[r] for r, *_ in batch_j}))
+            hidden_in = None if hidden is None else torch.stack([hidden[r] for r, *_ in batch_j])
+            new, hidden = self._step(prepare_inputs, batch_j, {r: drafts[r] for r, *_ in batch_j}, hidden_in)
+            drafts.update(new)
         return {r: list(d) for r, d in drafts.items()}
 
-    def _step(self, prepare_inputs: Callable, batch: Batch, drafts: dict[str, tuple[int, ...]]
-              ) -> dict[str, tuple[int, ...]]:
-        """One forward pass of the draft model over batch; each request in drafts gets the greedy token after
-        its last row appended."""
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, hidden_states: torch.Tensor | None):
+        return self.model(input_ids, positions, self.kv_cache)
+
+    def _step(self, prepare_inputs: Callable, batch: Batch, drafts: dict[str, tuple[int, ...]],
+              hidden_in: torch.Tensor | None):
+        """One forward pass of the drafter over batch. Each request in drafts gets the greedy token after its
+        last row appended; returns them, and (for a drafter that reads hidden states) that row's output."""
         input_ids, positions, metadata, starts = prepare_inputs(batch)
         self.kv_cache.group_metadata = metadata
-        hidden = self.model(input_ids, positions, self.kv_cache)
+        out = self.forward(input_ids, positions, hidden_in)
+        ids = [req_id for req_id, *_ in batch if req_id in drafts]
         rows = [starts[i + 1] - 1 for i, (req_id, *_) in enumerate(batch) if req_id in drafts]
         if not rows:
-            return {}
-        tokens = self.model.compute_logits(hidden[torch.tensor(rows, device=hidden.device)]).argmax(dim=-1).tolist()
-        return {r: (*drafts[r], t) for r, t in zip((r for r, *_ in batch if r in drafts), tokens)}
+            return {}, None
+        last = out[torch.tensor(rows, device=out.device)]
+        tokens = self.model.compute_logits(last).argmax(dim=-1).tolist()
+        hidden = None if hidden_in is None else dict(zip(ids, last))
+        return {r: (*drafts[r], t) for r, t in zip(ids, tokens)}, hidden

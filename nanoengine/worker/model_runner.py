@@ -5,8 +5,9 @@ through the same paged path as any input: to attention it is a short prefill chu
 which both backends and the Triton kernels serve as is. CUDA graphs replay pure-decode steps only (one
 token per request, DecodeGraphs.can_replay), so a step with any drafts runs eagerly.
 
-With a draft model (spec_decode/draft_model.py) the runner also hands the drafter, after sampling, what the step
-verified and the new tokens, and keeps its drafts for the engine (take_draft_token_ids), as vLLM's runner does.
+With a draft model or an EAGLE head (spec_decode/) the runner also hands the drafter, after sampling, the step's
+requests (DraftRequest) and, for EAGLE, the target's hidden states, and keeps its drafts for the engine
+(take_draft_token_ids), as vLLM's runner does.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from nanoengine.sample.rejection_sampler import rejection_sample
 from nanoengine.sample.sampler import compute_logprobs, make_generator, sample
 from nanoengine.sampling_params import SamplingParams
 from nanoengine.core.sched.output import SchedulerOutput
-from nanoengine.spec_decode.draft_model import Batch, DraftModelProposer
+from nanoengine.spec_decode.draft_model import Batch, DraftModelProposer, DraftRequest
 
 
 @dataclass(slots=True)
@@ -178,30 +179,21 @@ class ModelRunner:
         if done:
             self._sample(output, done, spec, starts, row_logits)
         if self.drafter is not None:
-            self._draft_token_ids = self.drafter.propose(self._prepare_inputs, *self._draft_batch(batch, done))
+            hidden_states = None if graphs else hidden  # a drafter that reads them runs with the graphs off
+            self._draft_token_ids = self.drafter.propose(self._prepare_inputs, self._draft_requests(batch, starts, done),
+                                                         hidden_states)
         return output
 
-    def _draft_batch(self, batch: Batch, done) -> tuple[Batch, dict[str, int]]:
-        """What the draft model writes after this step, and how many drafts each request gets.
-
-        Every request's verified tokens of the step at their positions (a prompt chunk whole; after a verify,
-        the last verified token and the accepted drafts), plus the new token of each request that got one. That
-        request then gets min(k, what max_tokens and max_model_len leave, the slots its blocks hold from its new
-        token on) drafts: a scheduler that reserves fewer lookahead slots (one of one's own) gets fewer drafts,
-        never KV written outside a request's blocks."""
+    def _draft_requests(self, batch: Batch, starts: list[int], done) -> list[DraftRequest]:
+        """The step's requests as the drafter sees them, in batch order."""
         sampled = {state.req_id for _, state in done}
-        first, num_drafts = [], {}
-        for req_id, start, tokens in batch:
-            state, num_slots = self.requests[req_id], self._num_slots(req_id)
-            end = min(num_slots, len(state.token_ids)) if req_id in sampled else start + len(tokens)
-            first.append((req_id, start, state.token_ids[start:end]))
-            if req_id in sampled and end == len(state.token_ids):
-                num_output = len(state.token_ids) - state.num_prompt_tokens
-                num = min(self.drafter.k, state.sampling_params.max_tokens - num_output - 1,
-                          self.drafter.max_model_len - end, num_slots - end + 1)
-                if num > 0:
-                    num_drafts[req_id] = num
-        return first, num_drafts
+        requests = []
+        for (req_id, start, tokens), row in zip(batch, starts):
+            state = self.requests[req_id]
+            num_left = state.sampling_params.max_tokens - (len(state.token_ids) - state.num_prompt_tokens) - 1
+            requests.append(DraftRequest(req_id, start, len(tokens), row, state.token_ids, req_id in sampled,
+                                         self._num_slots(req_id), num_left))
+        return requests
 
     def _num_slots(self, req_id: str) -> int:
         """The positions a request's blocks cover: its row up to the first null block (full attention only)."""
