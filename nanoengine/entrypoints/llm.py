@@ -267,7 +267,7 @@ class LLM:
     | `kv_cache_manager_cls` | `core.KVCacheManagerInterface`, built as `cls(block_size, pool, kv_cache_groups=..., **managers)` | 06 |
     | `scheduler_cls` | `core.sched.interface.SchedulerInterface`, built as `cls(SchedulerConfig, kv_cache_manager)` | 07 |
     | `sliding_window_manager_cls` | `core.SlidingWindowManager` (a subclass): a sliding group's blocks, for models with windows | 12 |
-    | `proposer_cls` | `spec_decode.ngram_proposer.NgramProposer`'s `propose(token_ids, k)`, built as `cls(SpeculativeConfig, max_model_len)` | 13 |
+    | `proposer_cls` | `spec_decode.ngram_proposer.NgramProposer`'s `propose(token_ids, k)`, built as `cls(SpeculativeConfig, max_model_len)`; n-gram drafts only (a draft model or an EAGLE head drafts in the runner) | 13 |
     | `rejection_sampler` | `sample.rejection_sampler.rejection_sample`: which drafts a verify step accepts, and the token after | 13 |
 
     `nanocourse.my_llm()` fills them from the parts a learner has finished.
@@ -403,7 +403,8 @@ class LLM:
             raise InvalidEngineArgumentError(
                 f"{full_attention_manager_cls.__name__}.find_longest_cache_hit is not the engine's, and EAGLE drafts "
                 "need it to drop the last hit block when self.use_eagle is set, which chapter 06's contract leaves "
-                'out. With speculative_config["method"]="eagle", leave full_attention_manager_cls out.',
+                'out. With speculative_config["method"]="eagle", leave full_attention_manager_cls out (with '
+                "nanocourse.my_llm, give full_attention_manager_cls=None).",
                 parameter="full_attention_manager_cls", value=full_attention_manager_cls)
         kv_manager = _build(_given("kv_cache_manager_cls", kv_cache_manager_cls), kv_cache_manager_cls,
                             KVCacheManagerInterface, "(block_size, block_pool, kv_cache_groups=..., ...)", block_size,
@@ -431,11 +432,6 @@ class LLM:
                     f"speculative_config needs a scheduler that takes drafts (update_draft_token_ids); "
                     f"{type(scheduler).__name__} has none. Subclass core.sched.scheduler.Scheduler, or leave "
                     "speculative_config out.", parameter="speculative_config", value=speculative_config)
-        if drafter is not None and _given("proposer_cls", proposer_cls):
-            raise InvalidEngineArgumentError(
-                'proposer_cls is the n-gram proposer\'s seam, which speculative_config["method"]="draft_model" does '
-                'not use: its drafts come from the draft model. Leave proposer_cls out, or give "method": "ngram".',
-                parameter="proposer_cls", value=proposer_cls)
         if self.speculative_config is not None and drafter is None:
             proposer = _build(_given("proposer_cls", proposer_cls), proposer_cls, None,
                               "(SpeculativeConfig, max_model_len)", self.speculative_config, self.max_model_len)

@@ -89,6 +89,31 @@ def test_worked_solutions_speculate_with_chapter_07s_and_13s_schedulers_mixed(ll
     assert worked.get_stats().num_accepted_tokens == reference.get_stats().num_accepted_tokens > 0
 
 
+def test_worked_solutions_serve_a_draft_model_and_eagle(llm, capsys):
+    """Every worked part serves beside a draft model or an EAGLE head: 07's and 13's schedulers reserve the
+    lookahead, 06's manager takes it. Chapter 06's FullAttentionManager leaves the EAGLE drop to the engine's, so
+    with EAGLE it is refused by name, and full_attention_manager_cls=None takes the engine's."""
+    from nanoengine.errors import InvalidEngineArgumentError
+    from nanoengine.model.llama_eagle import EagleLlamaForCausalLM
+    from nanoengine.model.loader import embedded_gguf_path
+
+    prompt, params = llm.apply_chat_template("Name three rivers."), SamplingParams(temperature=0, max_tokens=12)
+    want = llm.generate(prompt, params)[0].token_ids
+    draft = {"method": "draft_model", "model": embedded_gguf_path(), "num_speculative_tokens": 3}
+    worked = my_llm(source="solutions", kv_cache_memory_bytes=KV_BYTES, speculative_config=draft)
+    assert worked.generate(prompt, params)[0].token_ids == want
+    stats = worked.get_stats()
+    assert stats.num_accepted_tokens == stats.num_draft_tokens > 0, "SmolLM2 drafting for itself"
+    eagle = {"method": "eagle", "model": EagleLlamaForCausalLM.random(llm.model), "num_speculative_tokens": 3}
+    with pytest.raises(InvalidEngineArgumentError, match="full_attention_manager_cls=None") as info:
+        my_llm(source="solutions", kv_cache_memory_bytes=KV_BYTES, speculative_config=eagle)
+    assert info.value.parameter == "full_attention_manager_cls"
+    worked = my_llm(source="solutions", kv_cache_memory_bytes=KV_BYTES, speculative_config=eagle,
+                    full_attention_manager_cls=None)
+    assert worked.generate(prompt, params)[0].token_ids == want
+    capsys.readouterr()
+
+
 def test_an_edit_takes_effect_without_a_restart(tmp_path):
     path = tmp_path / "ch04_hash_chains.py"
     path.write_text("def hash_block_tokens(parent, tokens, extra_keys=None):\n    raise NotImplementedError\n")

@@ -20,7 +20,6 @@ from nanoengine.core.sched.scheduler import Scheduler
 from nanoengine.errors import InvalidEngineArgumentError
 from nanoengine.model import LlamaForCausalLM
 from nanoengine.model.loader import embedded_gguf_path
-from nanoengine.spec_decode.ngram_proposer import NgramProposer
 
 # Untied embeddings: a tied random model only repeats its last token, which any draft guesses.
 TARGET = LlamaForCausalLM.random(LlamaConfig.tiny(tie_word_embeddings=False), seed=0)
@@ -177,15 +176,6 @@ def test_a_bad_draft_is_refused_by_name(bad, words):
     with pytest.raises(InvalidEngineArgumentError, match=words) as info:
         tiny_llm(bad)
     assert info.value.parameter == "speculative_config"
-
-
-def test_the_ngram_proposer_seam_is_refused_beside_a_draft_model():
-    class MyProposer(NgramProposer):
-        pass
-
-    with pytest.raises(InvalidEngineArgumentError, match="n-gram proposer's seam") as info:
-        tiny_llm(spec(DRAFT), proposer_cls=MyProposer)
-    assert info.value.parameter == "proposer_cls"
 
 
 @pytest.mark.model
