@@ -141,6 +141,25 @@ def test_sampled_requests_and_max_tokens():
     assert_no_leak(llm)
 
 
+@pytest.mark.parametrize("drafter", ["draft_model", "eagle"])
+def test_logprobs_prompt_logprobs_and_n_are_those_without_drafts(drafter):
+    from nanoengine.model.llama_eagle import EagleLlamaForCausalLM
+
+    model = DRAFT if drafter == "draft_model" else EagleLlamaForCausalLM.random(TARGET, seed=4)
+    params = SamplingParams(temperature=0, max_tokens=12, logprobs=2, prompt_logprobs=1, n=2)
+    want = tiny_llm().generate(prompt_token_ids=PROMPTS[:3], sampling_params=params)
+    llm = tiny_llm({"method": drafter, "model": model, "num_speculative_tokens": K})
+    got = llm.generate(prompt_token_ids=PROMPTS[:3], sampling_params=params)
+    assert llm.get_stats().num_draft_tokens > 0
+    for g, w in zip(got, want):
+        assert [c.token_ids for c in g.outputs] == [c.token_ids for c in w.outputs] == [w.outputs[0].token_ids] * 2
+        for gc, wc in zip(g.outputs, w.outputs):
+            for a, b in zip(gc.logprobs, wc.logprobs):
+                assert a.keys() == b.keys() and all(abs(a[t].logprob - b[t].logprob) < 1e-4 for t in a)
+        assert [p and p.keys() for p in g.prompt_logprobs] == [p and p.keys() for p in w.prompt_logprobs]
+    assert_no_leak(llm)
+
+
 def test_a_failing_draft_pass_aborts_the_call_and_the_next_one_runs(plain, monkeypatch):
     llm = tiny_llm(spec(TARGET))
     drafter = llm.engine.runner.drafter
