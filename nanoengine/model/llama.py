@@ -198,23 +198,33 @@ class LlamaForCausalLM(nn.Module):
         last input token; std=0.2 makes every greedy token depend on the whole context, so a test
         whose outputs must change when attention reads the wrong K/V can see it.
         """
-        gen = torch.Generator().manual_seed(seed)
         model = cls(config)
-        with torch.no_grad():
-            for name, p in model.named_parameters():
-                if name.endswith("norm.weight"):
-                    p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=gen))
-                else:
-                    p.copy_(std * torch.randn(p.shape, generator=gen))
+        fill_random_(model, seed, std)
         return model._finish(device, dtype)
 
     def _finish(self, device, dtype) -> "LlamaForCausalLM":
-        """Move to device/dtype, then build RoPE tables there in fp32: bf16 angles drift at long positions."""
-        self.to(device=device, dtype=dtype).eval().requires_grad_(False)
-        c = self.config
-        with torch.device(device):
-            self.model.rotary_emb = RotaryEmbedding(c.head_dim, c.rope_theta, c.max_position_embeddings)
+        self.model.rotary_emb = finish_(self, device, dtype)
         return self
+
+
+def fill_random_(module: nn.Module, seed: int, std: float) -> None:
+    """Random weights for a module's own parameters, in place: norms near 1, the rest N(0, std^2)."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=gen))
+            else:
+                p.copy_(std * torch.randn(p.shape, generator=gen))
+
+
+def finish_(module: nn.Module, device, dtype) -> RotaryEmbedding:
+    """Move a model to device/dtype for inference and return its RoPE table, built there in fp32: bf16 angles
+    drift at long positions."""
+    module.to(device=device, dtype=dtype).eval().requires_grad_(False)
+    c = module.config
+    with torch.device(device):
+        return RotaryEmbedding(c.head_dim, c.rope_theta, c.max_position_embeddings)
 
 
 # Hugging Face keeps q/k/v and gate/up as separate weights; we stack them (vLLM: hf_to_vllm_mapper's

@@ -14,7 +14,7 @@ from torch import nn
 
 from nanoengine.attention import AttentionContext
 from nanoengine.config import LlamaConfig
-from nanoengine.model.llama import Linear, LlamaDecoderLayer, LlamaForCausalLM, RotaryEmbedding
+from nanoengine.model.llama import Linear, LlamaDecoderLayer, LlamaForCausalLM, RotaryEmbedding, fill_random_, finish_
 
 
 class EagleLlamaForCausalLM(nn.Module):
@@ -51,15 +51,8 @@ class EagleLlamaForCausalLM(nn.Module):
                std: float = 0.02) -> EagleLlamaForCausalLM:
         """A head with random weights, on the target's device and dtype. No trained EAGLE head exists for the
         embedded SmolLM2, so its drafts are almost always rejected: it exercises the mechanics, not the speed."""
-        gen = torch.Generator().manual_seed(seed)
         head = cls(target, num_hidden_layers)
-        with torch.no_grad():
-            for name, p in head.named_parameters():
-                scale, mean = (0.1, 1.0) if name.endswith("norm.weight") else (std, 0.0)
-                p.copy_(mean + scale * torch.randn(p.shape, generator=gen))
+        fill_random_(head, seed, std)
         weight = next(target.parameters())
-        head.to(device=weight.device, dtype=weight.dtype).eval().requires_grad_(False)
-        c = head.config
-        with torch.device(weight.device):
-            head.rotary_emb = RotaryEmbedding(c.head_dim, c.rope_theta, c.max_position_embeddings)
+        head.rotary_emb = finish_(head, weight.device, weight.dtype)
         return head

@@ -228,17 +228,29 @@ def test_draft_passes_run_through_the_triton_kernels():
 
 
 @pytest.mark.gpu
-def test_gpu_draft_model_with_cuda_graphs():
-    """On CUDA the target's pure-decode steps replay graphs and the drafter runs eagerly beside them; a model
-    drafting for itself keeps the greedy tokens and has every draft accepted (fp32)."""
+@pytest.mark.parametrize("drafter", ["draft_model", "eagle"])
+def test_gpu_drafters_beside_cuda_graphs(drafter):
+    """On CUDA a draft model runs eagerly beside the target's replayed pure-decode graphs, and drafting for itself
+    keeps the greedy tokens with every draft accepted (fp32). An EAGLE head reads each step's hidden states, so
+    no step replays a graph; greedy tokens stay."""
+    from nanoengine.model.llama_eagle import EagleLlamaForCausalLM
+
     config = dataclasses.replace(LlamaConfig.smollm2_135m(), tie_word_embeddings=False)
     model = LlamaForCausalLM.random(config, std=0.02, device="cuda", dtype=torch.float32)
     prompts = [[5, 6, 7, 8] * 6, list(range(100, 140))]
     params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
     want = token_ids(LLM(model, kv_cache_memory_bytes=2**30, progress=False).generate(
         prompt_token_ids=prompts, sampling_params=params))
-    llm = LLM(model, kv_cache_memory_bytes=2**30, progress=False, speculative_config=spec(model, k=4))
+    if drafter == "eagle":
+        speculative = {"method": "eagle", "model": EagleLlamaForCausalLM.random(model), "num_speculative_tokens": 3}
+    else:
+        speculative = spec(model, k=4)
+    llm = LLM(model, kv_cache_memory_bytes=2**30, progress=False, speculative_config=speculative)
+    assert (llm.engine.runner.cuda_graphs is None) == (drafter == "eagle")
     assert token_ids(llm.generate(prompt_token_ids=prompts, sampling_params=params)) == want
     stats = llm.get_stats()
-    assert stats.num_accepted_tokens == stats.num_draft_tokens > 0 and stats.num_steps < 24
+    if drafter == "eagle":
+        assert stats.num_draft_tokens > 0
+    else:
+        assert stats.num_accepted_tokens == stats.num_draft_tokens > 0 and stats.num_steps < 24
     assert_no_leak(llm)

@@ -10,7 +10,6 @@ a position, or holds the KV of another next token, changes them. That is what th
 
 from __future__ import annotations
 
-import dataclasses
 
 import pytest
 import torch
@@ -156,18 +155,3 @@ def test_a_bad_head_is_refused_by_name(model, words):
         tiny_llm({"method": "eagle", "model": model, "num_speculative_tokens": 2})
     assert info.value.parameter == "speculative_config"
 
-
-@pytest.mark.gpu
-def test_gpu_eagle_runs_eagerly_and_keeps_greedy_tokens():
-    """On CUDA the head reads each step's hidden states, so no step replays a graph; greedy tokens stay."""
-    config = dataclasses.replace(LlamaConfig.smollm2_135m(), tie_word_embeddings=False)
-    model = LlamaForCausalLM.random(config, std=0.02, device="cuda", dtype=torch.float32)
-    prompts = [[5, 6, 7, 8] * 6, list(range(100, 140))]
-    params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
-    want = token_ids(LLM(model, kv_cache_memory_bytes=2**30, progress=False).generate(
-        prompt_token_ids=prompts, sampling_params=params))
-    spec = {"method": "eagle", "model": EagleLlamaForCausalLM.random(model), "num_speculative_tokens": 3}
-    llm = LLM(model, kv_cache_memory_bytes=2**30, progress=False, speculative_config=spec)
-    assert llm.engine.runner.cuda_graphs is None
-    assert token_ids(llm.generate(prompt_token_ids=prompts, sampling_params=params)) == want
-    assert llm.get_stats().num_draft_tokens > 0
