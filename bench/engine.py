@@ -13,6 +13,7 @@ package (a GPU box that can download nothing): the same work, so the same speed,
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import platform
@@ -27,6 +28,7 @@ from tqdm.auto import tqdm
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a script, it still finds the course's prompts
 
+from bench.hf_reference import hf_model  # noqa: E402
 from nanocourse.workloads import SYSTEM_PROMPT, USER_TURNS  # noqa: E402
 from nanoengine.config import LlamaConfig  # noqa: E402
 from nanoengine.entrypoints.llm import LLM, default_dtype, resolve_device  # noqa: E402
@@ -91,16 +93,12 @@ def all_at_once(llm: LLM, prompts: list[list[int]], params: SamplingParams) -> t
 
 def load_models(random_weights: bool, device: torch.device, dtype: torch.dtype):
     """(the HF baseline, our model or None for LLM's own load of the embedded one), same weights."""
-    try:
-        import transformers
-    except ImportError as e:
-        raise SystemExit("The HF baseline needs transformers and accelerate: pip install -e '.[test]'") from e
+    if importlib.util.find_spec("transformers") is None:
+        raise SystemExit("The HF baseline needs transformers and accelerate: pip install -e '.[test]'")
     if random_weights:
         hf = random_hf_model().to(device=device, dtype=dtype).eval()
         return hf, LlamaForCausalLM.from_state_dict(LlamaConfig.smollm2_135m(), hf.state_dict(), device, dtype)
-    path = embedded_gguf_path()
-    hf = transformers.LlamaForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=dtype)
-    return hf.to(device).eval(), None
+    return hf_model(embedded_gguf_path(), dtype).to(device), None
 
 
 def random_hf_model():

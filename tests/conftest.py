@@ -39,17 +39,19 @@ def gguf_path():
 
 @pytest.fixture(scope="session")
 def hf_tokenizer(gguf_path):
-    transformers = pytest.importorskip("transformers")
-    return transformers.AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+    pytest.importorskip("transformers")
+    from bench.hf_reference import hf_tokenizer
+
+    return hf_tokenizer(gguf_path)
 
 
 @pytest.fixture(scope="session")
 def hf_model(gguf_path):
-    transformers = pytest.importorskip("transformers")
-    model = transformers.LlamaForCausalLM.from_pretrained(
-        gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32
-    )
-    return model.eval()
+    """transformers' own load of the GGUF (converted once per machine, see bench/hf_reference.py)."""
+    pytest.importorskip("transformers")
+    from bench.hf_reference import hf_model
+
+    return hf_model(gguf_path)
 
 
 @pytest.hookimpl(tryfirst=True)
