@@ -52,3 +52,12 @@ def test_another_file_gets_its_own_copy(tmp_path):
     assert hf_reference.reference_folder(other) != hf_reference.reference_folder(tmp_path / "a.gguf")
     second = hf_reference.hf_model(other).state_dict()
     assert not torch.equal(first["model.embed_tokens.weight"], second["model.embed_tokens.weight"])
+
+
+def test_a_conversion_that_finishes_second_leaves_the_first_copy(tmp_path):
+    """Two xdist workers may convert at once: the later rename fails, and its copy is dropped."""
+    path = tiny_gguf(tmp_path / "a.gguf", seed=0)
+    folder = hf_reference.reference_folder(path)
+    hf_reference._convert(path, folder)
+    assert [p.name for p in folder.parent.iterdir()] == [folder.name]
+    assert hf_reference.hf_model(path).config.num_hidden_layers == LlamaConfig.tiny().num_hidden_layers
