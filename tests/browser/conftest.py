@@ -69,7 +69,7 @@ def pytest_collection_modifyitems(items):
     for 40 s while the other's core stood idle. Only the longest moves: two heavy notebooks at once slow each
     other down (decoding on this CPU is bound by memory), so the others keep the order that pairs heavy with light."""
     notebooks = {item: REPO / "notebooks" / item.callspec.params["notebook"] for item in items
-                 if "notebook" in getattr(getattr(item, "callspec", None), "params", {})}
+                 if hasattr(item, "callspec") and "notebook" in item.callspec.params}
     if notebooks:
         longest = max(notebooks, key=lambda item: recorded_seconds(notebooks[item]))
         items.remove(longest)
