@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import random
 import statistics
@@ -31,6 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.machine import machine_info  # noqa: E402
 from nanoengine.core import (  # noqa: E402
     NONE_HASH,
     BlockPool,
@@ -286,22 +286,6 @@ def measure(run: Callable[[int], None], loops: int, ops_per_loop: int, repeats: 
     return runs
 
 
-def machine_info() -> dict:
-    cpu = platform.processor()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return {
-        "platform": platform.platform(),
-        "cpu": cpu,
-        "cpu_count": os.cpu_count(),
-        "python": sys.version,
-        "implementation": platform.python_implementation(),
-    }
-
-
 def fmt_ns(ns: float | None) -> str:
     if ns is None:
         return "-"
@@ -353,7 +337,7 @@ def main() -> None:
 
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     result = {
-        "machine": machine_info(),
+        "machine": {**machine_info(), "implementation": platform.python_implementation()},
         "quick": args.quick,
         "repeats": repeats,
         "num_blocks": NUM_BLOCKS,

@@ -12,7 +12,6 @@ has seen the ids before them; both are medians over repeats. The ratio column is
 from __future__ import annotations
 
 import json
-import platform
 import statistics
 import sys
 import time
@@ -21,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.engine import machine_info  # noqa: E402
+from bench.machine import machine_info  # noqa: E402
 from nanoengine.model.loader import unpacked_folder  # noqa: E402
 from nanoengine.engine.detokenizer import IncrementalDetokenizer  # noqa: E402
 from nanoengine.model.tokenizer import Tokenizer  # noqa: E402
@@ -77,7 +76,7 @@ def main() -> None:
     print(f"stream step at {LENGTHS[-1]} tokens / at {LENGTHS[0]}: {flat:.2f}")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps({
-        "machine": machine_info(), "python": platform.python_version(),
+        "machine": machine_info(),
         "method": "median of 41 repeats per length; stream = mean DecodeStream step over tokens n-31..n",
         "stream_step_growth_100_to_2000": round(flat, 2), "rows": rows,
     }, indent=1) + "\n")

@@ -15,8 +15,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import os
-import platform
 import statistics
 import sys
 import time
@@ -29,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a script, it still finds the course's prompts
 
 from bench.hf_reference import hf_model  # noqa: E402
+from bench.machine import machine_info  # noqa: E402
 from nanocourse.workloads import SYSTEM_PROMPT, USER_TURNS  # noqa: E402
 from nanoengine.config import LlamaConfig  # noqa: E402
 from nanoengine.entrypoints.llm import LLM, default_dtype, resolve_device  # noqa: E402
@@ -188,27 +187,6 @@ def main(argv: list[str] | None = None) -> dict:
     out.write_text(json.dumps(report, indent=2))
     print(f"wrote {out.name}")
     return report
-
-
-VECTOR_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16", "asimd", "sve")
-
-
-def machine_info() -> dict:
-    """The CPU a benchmark ran on: its ratios against HF depend on it. The vector extensions decide
-    which GEMM kernels oneDNN and MKL pick (an AVX2-only core gains nothing from packed weights)."""
-    cpu, flags = platform.processor() or platform.machine(), set()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() == "model name":
-                    cpu = value.strip()
-                elif key.strip() in ("flags", "Features") and not flags:
-                    flags = set(value.split())
-    except OSError:
-        pass
-    return {"cpu": cpu, "cpu_count": os.cpu_count(), "vector_extensions": [f for f in VECTOR_FLAGS if f in flags],
-            "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(), "platform": platform.platform()}
 
 
 def _print_table(report: dict) -> None:

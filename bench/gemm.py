@@ -13,7 +13,6 @@ Times are medians of 30 runs after 5 warm-ups, in the same process, with torch's
 from __future__ import annotations
 
 import json
-import platform
 import statistics
 import sys
 import time
@@ -25,6 +24,7 @@ import torch.nn.functional as F
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.machine import machine_info  # noqa: E402
 from nanoengine.model.llama import _ONEDNN, Linear  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
@@ -63,8 +63,8 @@ def main() -> dict:
                 rows.append({"name": name, "m": m, "n": n, "k": k, "f_linear_us": mkl, "linear_us": onednn,
                              "speedup": mkl / onednn, "gflops": 2 * m * n * k / onednn / 1e3, "max_abs_diff": diff})
                 bar.update(1)
-    report = {"machine": {"cpu": platform.processor() or platform.machine(), "torch": torch.__version__,
-                          "threads": torch.get_num_threads()}, "rows": rows}
+    report = {"machine": {**machine_info(), "torch": torch.__version__, "threads": torch.get_num_threads()},
+              "rows": rows}
     print(f"\n{'projection':14}{'tokens':>7}{'F.linear':>11}{'Linear':>10}{'speed-up':>10}{'GFLOP/s':>9}{'max diff':>10}")
     for r in rows:
         print(f"{r['name']:14}{r['m']:>7}{r['f_linear_us']:>9.0f}us{r['linear_us']:>8.0f}us{r['speedup']:>9.2f}x"

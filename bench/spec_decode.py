@@ -23,7 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a script, it still finds the course's prompts and bench/engine.py
 
-from bench.engine import all_at_once, machine_info  # noqa: E402
+from bench.engine import all_at_once  # noqa: E402
+from bench.machine import machine_info  # noqa: E402
 from nanocourse.workloads import SYSTEM_PROMPT, USER_TURNS, chatbot, prose  # noqa: E402
 from nanoengine.entrypoints.llm import LLM  # noqa: E402
 from nanoengine.sampling_params import SamplingParams  # noqa: E402

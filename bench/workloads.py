@@ -10,16 +10,20 @@ the chapter's notebook reads: bench/results/workloads_<device>.json.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
 
-from nanoengine import LLM, SamplingParams
-from nanocourse.workloads import (SCALES, make_workloads, measure, prefix_sweep, results_markdown, save_run,
-                                         sizes, sweep_cost_model)
-from nanoengine.entrypoints.llm import resolve_device
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script, it still finds bench/machine.py
+
+from bench.machine import machine_info  # noqa: E402
+from nanoengine import LLM, SamplingParams  # noqa: E402
+from nanocourse.workloads import (SCALES, make_workloads, measure, prefix_sweep, results_markdown, save_run,  # noqa: E402
+                                  sizes, sweep_cost_model)
+from nanoengine.entrypoints.llm import resolve_device  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -44,7 +48,8 @@ def main(argv: list[str] | None = None) -> None:
     out = Path(args.out or Path(__file__).resolve().parent / "results" / f"workloads_{device.type}.json")
     save_run(out, results, points, {
         "scale": args.scale, "sizes": sizes(args.scale),
-        "machine": {"device": str(device), "torch_threads": torch.get_num_threads(), "torch": torch.__version__},
+        "machine": {"device": str(device), **machine_info(), "torch_threads": torch.get_num_threads(),
+                    "torch": torch.__version__},
         "seconds": time.perf_counter() - start,
     })
     print(results_markdown(results, model))

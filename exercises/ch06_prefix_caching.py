@@ -157,8 +157,8 @@ class FullAttentionManager(EngineFullAttentionManager):
         (vLLM 0.33: FullAttentionManager.find_longest_cache_hit, a classmethod there that also takes the pool
         and the spec and returns the hit length too.)
         Example: block size 4, blocks 0, 1 and 3 of a request cached in group 0, block 2 not:
-        find_longest_cache_hit(hashes, 16, [0]) is ([c0, c1],). With blocks 0 and 1 cached in group 1 too but
-        block 1 missing there: find_longest_cache_hit(hashes, 16, [0, 1]) is ([c0], [d0]).
+        find_longest_cache_hit(hashes, 16, [0]) is ([c0, c1],). With block 0 cached in group 1 too but block 1
+        not: find_longest_cache_hit(hashes, 16, [0, 1]) is ([c0], [d0]).
         find_longest_cache_hit(hashes, 4, [0]) is ([c0],).
         """
         raise NotImplementedError

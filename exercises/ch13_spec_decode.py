@@ -97,8 +97,8 @@ def rejection_sample(logits: torch.Tensor, draft_token_ids: list[list[int]], par
     accepts on target_prob / draft_prob >= u, that is u <= p; the two differ only when u equals p(d).)
     Helpers: nanoengine.sample.sampler's target_probs(logits_row, params) and draw(probs, generator).
     Example: p = [0.5, 0.3, 0.2] on row 0 and draft [1]: [1, x] with probability 0.3 (x from row 1's p); else
-    [0, ...] or [2, ...] with probabilities 0.5 / 0.7 and 0.2 / 0.7 of the rest, so overall token 0 comes first with
-    probability 0.7 * 0.5 / 0.7 = 0.5, token 1 with 0.3, token 2 with 0.2: p itself.
+    [0] or [2] (the rejection ends the step) with probabilities 0.5 / 0.7 and 0.2 / 0.7 of the rest, so overall
+    token 0 comes first with probability 0.7 * 0.5 / 0.7 = 0.5, token 1 with 0.3, token 2 with 0.2: p itself.
     """
     raise NotImplementedError
 
