@@ -293,7 +293,7 @@ class KernelLab:
             f"splits asked {self.splits.value}, launched {got_splits}",
             f"request 0: table {table} → read {len(r.slots_of(0))} of its {int(b.seq_lens[0])} slots; "
             f"request 1 read {len(r.slots_of(1))} of {self.NEIGHBOUR_LEN}",
-            f"each program reads K/V once for {b.group} query head(s); tl.dot pads them to {pad} rows",
+            f"each program reads K/V once for {b.group} query head(s); the kernel pads them to {pad} rows",
         ]
         return "<br>".join(lines)
 

@@ -27,7 +27,10 @@ import triton.language as tl
 
 from nanoengine.attention.backend import is_pow2
 
-DOT_MIN = 16  # the GPU compiler rejects tl.dot operands with a dimension below 16
+# tl.dot needs a reduction dimension (K) of at least 16 for 16-bit operands (8 in fp32): min_dot_size in Triton
+# 3.9's NVIDIA backend. Older Triton asked 16 of every dimension, so query rows are padded to 16 as well; 3.9
+# would pad fewer rows itself.
+DOT_MIN = 16
 # KV tokens per decode tile: several cache blocks gathered through the table. Compiled offline
 # (bench/kernels_offline.py, bf16, 4 warps), a 64-token tile takes 64 registers at SmolLM2's d64 and
 # 96 (sm_90) to 114 (sm_80) at d128, no spills, and 21-40 KB of shared memory: 4 to 8 programs per SM.
@@ -127,7 +130,7 @@ def _decode_kernel(
 ):
     """Program (seq, kv_head, split): all GROUP query heads of one KV head over one range of tokens.
 
-    The group is padded to GROUP_PAD rows (a power of two, >= 16 for tl.dot) so K and V are read
+    The group is padded to GROUP_PAD rows (a power of two, at least DOT_MIN) so K and V are read
     once per group. Without SPLIT the program covers the whole context and writes the output; with
     SPLIT it writes the unnormalised partial (max, sum, acc) rows at index `split`, laid out
     [B, Hq, num_splits(, D)] with stride s_ps between splits, for _reduce_splits_kernel.

@@ -1,6 +1,8 @@
 """Hints a learner opens on purpose (nanocourse.hints): every chapter that has them lists them and shows each one,
 and a wrong chapter or number says what exists."""
 
+import re
+
 import pytest
 
 from nanocourse import hint
@@ -30,3 +32,13 @@ def test_a_wrong_chapter_or_number_says_what_exists():
         hint("07", 0)
     with pytest.raises(ValueError, match="chapters with hints: .*07"):
         hint("99")
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_every_attribute_a_hint_names_is_one_the_worked_solution_uses(chapter):
+    """A hint that says `self.head` where the grader reads `self.fake_free_list_head` sends the learner to a failure."""
+    solution = next((HINTS_DIR.parents[1] / "solutions").glob(f"ch{chapter}_*.py")).read_text()
+    named = {n for h in chapter_hints(chapter) for n in re.findall(r"self\.([A-Za-z_]\w*)", h.text)}
+    unknown = sorted(n for n in named if not re.search(rf"(self\.{n}\b|def {n}\b)", solution))
+    assert unknown == [], f"chapter {chapter}'s hints name self.{', self.'.join(unknown)}, which its worked solution " \
+                          "never uses: the contract's names are the ones the grader reads"

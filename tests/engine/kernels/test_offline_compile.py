@@ -50,3 +50,38 @@ def test_kernels_compile_for_sm75_sm80_and_sm90_without_spills(tmp_path):
     stale = [k for k, r in rows.items() if then.get(k) != figures(r)]
     assert not stale, f"{COMMITTED.name} is stale for {stale[:3]}: re-run python bench/kernels_offline.py"
     assert committed["history"][0]["change"].startswith("before"), "the JSON keeps the figures before the fixes"
+
+
+DOT_RULE = """
+import triton, triton.language as tl
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+@triton.jit
+def dot(a, b, c, M: tl.constexpr, K: tl.constexpr, N: tl.constexpr):
+    m, k, n = tl.arange(0, M), tl.arange(0, K), tl.arange(0, N)
+    x = tl.load(a + m[:, None] * K + k[None, :])
+    y = tl.load(b + k[:, None] * N + n[None, :])
+    tl.store(c + m[:, None] * N + n[None, :], tl.dot(x, y))
+
+for dtype, (m, k, n) in [("bf16", (4, 64, 64)), ("bf16", (64, 64, 4)), ("bf16", (64, 8, 64)), ("fp32", (16, 4, 16))]:
+    signature = {"a": f"*{dtype}", "b": f"*{dtype}", "c": "*fp32", "M": "constexpr", "K": "constexpr", "N": "constexpr"}
+    try:
+        triton.compile(ASTSource(fn=dot, signature=signature, constexprs={"M": m, "K": k, "N": n}),
+                       target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+        print(dtype, m, k, n, "compiles")
+    except Exception:
+        print(dtype, m, k, n, "rejected")
+"""
+
+
+def test_the_gpu_compiler_needs_16_along_the_reduction_only(tmp_path):
+    """What triton_kernels.DOT_MIN's comment and chapters 03 and 11 say of tl.dot on a GPU: fewer than 16 rows or
+    columns compile, a reduction below 16 (bf16) or 8 (fp32) does not, which the interpreter never checks."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.update(TRITON_CACHE_DIR=str(tmp_path / "cache"), TRITON_DEFAULT_FP_FUSION="1")
+    script = tmp_path / "dot_rule.py"  # @triton.jit reads its source from a file
+    script.write_text(DOT_RULE)
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+    assert run.stdout.split("\n")[:4] == ["bf16 4 64 64 compiles", "bf16 64 64 4 compiles", "bf16 64 8 64 rejected",
+                                          "fp32 16 4 16 rejected"], run.stdout + run.stderr[-3000:]
