@@ -167,7 +167,8 @@ class SpeculativeConfig:
     "draft_model" (a smaller model with the target's vocabulary drafts greedily, keeping its own KV in the
     target's blocks) or "eagle" (an EAGLE-1 head reads the target's hidden states; its KV too sits in the
     target's blocks).
-    num_speculative_tokens: k, the most draft tokens verified per request and step (required, as in vLLM).
+    num_speculative_tokens: k, the most draft tokens verified per request and step (required, as in vLLM
+    unless the draft checkpoint sets n_predict).
     model: for "draft_model", a GGUF path (as LLM's model argument) or a ready LlamaForCausalLM (random weights
     in tests); for "eagle", an EagleLlamaForCausalLM built on the target (nanoengine reads no EAGLE checkpoint).
     prompt_lookup_min / prompt_lookup_max: for "ngram" only, the n-gram lengths matched, longest first.

@@ -33,7 +33,10 @@ def get_kv_cache_groups(windows: Sequence[int | None]) -> list[KVCacheGroupSpec]
     hybrid models existed. Several: vLLM's layout for models whose layers have the same page size
     (_get_kv_cache_groups_uniform_page_size). The group size is the smallest type's layer count, or
     the largest when that is under 1.5 times the smallest; each type's layers are dealt round-robin
-    (layers[i::num_groups]) into groups of at most that size. For 3 sliding and 1 full layer that is
+    (layers[i::num_groups]) into groups of at most that size. vLLM keeps the groups in the order their
+    type first appears in the layers (its coordinator then searches full attention first) and merges
+    specs that can share a layout (full-attention specs differing only in a window or chunk size); here
+    full attention comes first and each window is a type of its own. For 3 sliding and 1 full layer that is
     four groups of one layer: a block holds one layer's KV, and a sliding group gives its blocks back
     as the window moves on.
     """

@@ -1,4 +1,5 @@
-"""Sampling parameters, named and defaulted as in vLLM's SamplingParams."""
+"""Sampling parameters, named and defaulted as in vLLM's SamplingParams (top_k aside: -1 here, 0 there;
+both disable it)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """The paged-attention seam: one interface, a torch reference and Triton kernels behind it.
 
-Layout (vLLM's, per layer): k_cache and v_cache are [num_blocks, block_size, num_kv_heads, head_dim].
+Layout, per layer: k_cache and v_cache are [num_blocks, block_size, num_kv_heads, head_dim], the shape of vLLM
+0.33's K and V views (vLLM packs both into one [num_blocks, num_kv_heads, block_size, 2 * head_dim] tensor).
 Token t of a request lives in block `block_table[t // block_size]` at offset `t % block_size`, i.e. at
 flat slot `block_id * block_size + offset`. Block 0 is the null block: it pads block tables and is
 never read for a real token.
@@ -145,10 +146,10 @@ class TorchBackend:
         return out.squeeze(2)
 
     def _cascade_decode(self, q, k_cache, v_cache, block_tables, seq_lens, scale, num_prefix_blocks):
-        """Cascade attention (vLLM's name): the shared prefix is gathered and attended ONCE for all B
-        queries, each request's own suffix separately, and the two partial softmaxes are merged by
-        their log-sum-exp. With 16 requests behind one system prompt this reads the prefix once, not 16
-        times. Invariant: every request has at least one token past the prefix (its newest token)."""
+        """Cascade attention (the name vLLM used until 0.33 removed it): the shared prefix is gathered and
+        attended ONCE for all B queries, each request's own suffix separately, and the two partial softmaxes are
+        merged by their log-sum-exp. With 16 requests behind one system prompt this reads the prefix once, not
+        16 times. Invariant: every request has at least one token past the prefix (its newest token)."""
         b, hq, d = q.shape
         hkv = k_cache.shape[2]
         prefix = block_tables[0, :num_prefix_blocks].long()

@@ -117,7 +117,8 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
             by_window.setdefault(g.sliding_window, []).append(group_id)
         self.attention_groups = sorted(by_window.items(), key=lambda item: item[0] is not None)
         # With at most one type besides full attention, one round already agrees (the last type searched
-        # within everyone else's hit): vLLM stops there too.
+        # within everyone else's hit). vLLM stops after one round for full attention plus one other type
+        # (is_simple_hybrid); with one sliding type alone its second round confirms the same length.
         self.one_pass = sum(w is not None for w, _ in self.attention_groups) <= 1
 
     def find_longest_cache_hit(self, block_hashes, max_length, token_ids=None):

@@ -4,9 +4,10 @@ Mirrors vllm/v1/core/kv_cache_utils.py for a single KV cache group.
 
 Hashing is chained: the hash of block i covers the parent hash (block i-1, or
 NONE_HASH for block 0), the block's own token ids and its extra keys, so equal
-hashes mean equal prefixes. Unlike vLLM, the input to the hash function is a
-canonical byte string rather than a pickle, which is faster and stable across
-Python versions.
+hashes mean equal prefixes. The input to the hash function is a canonical byte
+string of our own, which is fast and stable across Python versions; vLLM's
+default sha256 (and xxhash) pickles the (parent, tokens, extra keys) tuple, and
+its *_cbor options hash canonical CBOR instead.
 """
 
 from __future__ import annotations

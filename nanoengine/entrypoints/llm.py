@@ -243,7 +243,8 @@ class LLM:
     see default_dtype) with the Triton kernels, and replays
     pure-decode steps from CUDA graphs captured at start-up (`enforce_eager=True` turns that off, as in vLLM).
     The KV pool is sized from `kv_cache_memory_bytes` (CPU default 512 MiB) or, on CUDA, from
-    `gpu_memory_utilization` of the memory left after loading the weights. `num_gpu_blocks_override`
+    `gpu_memory_utilization` of the memory left after loading the weights (vLLM's default, 0.92, is a share of
+    the GPU's whole memory for the instance, weights included). `num_gpu_blocks_override`
     (vLLM's name) gives the pool's block count instead, null block included, whatever the dtype.
     Engines of the same checkpoint, device and dtype share one read-only model; each has its own KV pool.
     `long_prefill_token_threshold` caps one request's chunk while another runs or waits (alone, a request takes
@@ -502,7 +503,8 @@ class LLM:
             raise refuse(f"expected a GGUF path or a LlamaForCausalLM, got a {type(spec.model).__name__}.")
         if draft.config.vocab_size != self.config.vocab_size:
             raise refuse(f"the draft's vocabulary has {draft.config.vocab_size} tokens and the target's "
-                         f"{self.config.vocab_size}; a draft must share the target's tokenizer (vLLM refuses it too).")
+                         f"{self.config.vocab_size}; a draft must share the target's tokenizer (vLLM refuses it "
+                         "too unless use_heterogeneous_vocab=True).")
         if draft.config.max_position_embeddings < self.max_model_len:
             raise refuse(f"the draft has {draft.config.max_position_embeddings} positions, fewer than "
                          f"max_model_len={self.max_model_len}; give max_model_len <= "
