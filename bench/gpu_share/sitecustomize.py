@@ -1,8 +1,8 @@
 """One notebook's share of a GPU that several notebooks use at once (bench/notebooks_cuda.py).
 
-On CUDA, `LLM()` sizes its KV pool from the memory the device reports free, as vLLM's
-gpu_memory_utilization does, so the first of several notebooks run side by side would take nearly all
-of it. Each process started with this folder on PYTHONPATH sees only NANOENGINE_GPU_SHARE of the card,
+On CUDA, `LLM()` sizes its KV pool from gpu_memory_utilization of the memory the device reports free
+(vLLM takes that share of the GPU's total memory instead, and refuses to start if less is free), so the
+first of several notebooks run side by side would take nearly all of it. Each process started with this folder on PYTHONPATH sees only NANOENGINE_GPU_SHARE of the card,
 as if alone on a smaller one: a T4's 15 GB is about an eighth of an H200.
 """
 
