@@ -21,8 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script,
 
 from bench.machine import machine_info  # noqa: E402
 from nanoengine import LLM, SamplingParams  # noqa: E402
-from nanocourse.workloads import (SCALES, make_workloads, measure, prefix_sweep, results_markdown, save_run,  # noqa: E402
-                                  sizes, sweep_cost_model)
+from nanocourse.workloads import (  # noqa: E402
+    SCALES, make_workloads, measure, prefix_sweep, results_markdown, save_run, sizes, sweep_cost_model)
 from nanoengine.entrypoints.llm import resolve_device  # noqa: E402
 
 

@@ -2,8 +2,9 @@
 
 On CUDA, `LLM()` sizes its KV pool from gpu_memory_utilization of the memory the device reports free
 (vLLM takes that share of the GPU's total memory instead, and refuses to start if less is free), so the
-first of several notebooks run side by side would take nearly all of it. Each process started with this folder on PYTHONPATH sees only NANOENGINE_GPU_SHARE of the card,
-as if alone on a smaller one: a T4's 15 GB is about an eighth of an H200.
+first of several notebooks run side by side would take nearly all of it. Each process started with this
+folder on PYTHONPATH sees only NANOENGINE_GPU_SHARE of the card, as if alone on a smaller one: a T4's 15 GB
+is about an eighth of an H200.
 """
 
 import os

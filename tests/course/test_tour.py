@@ -3,6 +3,7 @@ to engine files that exist, and say which chapters end with graded exercises as 
 
 import json
 import re
+from itertools import groupby
 from pathlib import Path
 
 import pytest
@@ -30,15 +31,10 @@ def _title(notebook: Path) -> str:
 def graded_sentence() -> str:
     """'Chapters 00 to 09, 12 and 13 end with graded exercises.', built from the graded suites."""
     chapters = sorted(int(p.name[7:9]) for p in GRADED.glob("test_ch*_*.py"))
-    runs = []
-    for ch in chapters:
-        if runs and ch == runs[-1][1] + 1:
-            runs[-1][1] = ch
-        else:
-            runs.append([ch, ch])
+    runs = [[ch for _, ch in run] for _, run in groupby(enumerate(chapters), lambda pair: pair[1] - pair[0])]
     # Three chapters or more in a row read as a range; one or two are named.
-    parts = [item for a, b in runs
-             for item in ([f"{a:02d} to {b:02d}"] if b > a + 1 else [f"{c:02d}" for c in range(a, b + 1)])]
+    parts = [item for run in runs
+             for item in ([f"{run[0]:02d} to {run[-1]:02d}"] if len(run) > 2 else [f"{c:02d}" for c in run])]
     listed = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
     return f"Chapters {listed} end with graded exercises."
 

@@ -22,13 +22,18 @@ def _key(row):
     return row["case"], row["kernel"], row["target"], row["hints"]
 
 
-def test_kernels_compile_for_sm75_sm80_and_sm90_without_spills(tmp_path):
-    # The interpreter turns kernels into Python functions that cannot be compiled: run without it.
+def _compiler_env(tmp_path) -> dict:
+    """The interpreter turns kernels into Python functions that cannot be compiled: run without it, on a fresh
+    cache."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env.update(TRITON_CACHE_DIR=str(tmp_path / "cache"), TRITON_DEFAULT_FP_FUSION="1")
+    return env
+
+
+def test_kernels_compile_for_sm75_sm80_and_sm90_without_spills(tmp_path):
     out = tmp_path / "kernels_offline.json"
     run = subprocess.run([sys.executable, str(ROOT / "bench" / "kernels_offline.py"), "--out", str(out)],
-                         capture_output=True, text=True, env=env, timeout=300)
+                         capture_output=True, text=True, env=_compiler_env(tmp_path), timeout=300)
     report = json.loads(out.read_text())
     assert run.returncode == 0 and not report["gate_failures"], run.stdout[-3000:] + run.stderr[-3000:]
 
@@ -78,10 +83,9 @@ for dtype, (m, k, n) in [("bf16", (4, 64, 64)), ("bf16", (64, 64, 4)), ("bf16", 
 def test_the_gpu_compiler_needs_16_along_the_reduction_only(tmp_path):
     """What triton_kernels.DOT_MIN's comment and chapters 03 and 11 say of tl.dot on a GPU: fewer than 16 rows or
     columns compile, a reduction below 16 (bf16) or 8 (fp32) does not, which the interpreter never checks."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env.update(TRITON_CACHE_DIR=str(tmp_path / "cache"), TRITON_DEFAULT_FP_FUSION="1")
     script = tmp_path / "dot_rule.py"  # @triton.jit reads its source from a file
     script.write_text(DOT_RULE)
-    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=_compiler_env(tmp_path),
+                         timeout=300)
     assert run.stdout.split("\n")[:4] == ["bf16 4 64 64 compiles", "bf16 64 64 4 compiles", "bf16 64 8 64 rejected",
                                           "fp32 16 4 16 rejected"], run.stdout + run.stderr[-3000:]
