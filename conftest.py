@@ -56,9 +56,14 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         return
     paths = [Path(a.split("::")[0]) for a in config.args]
     notebooks = sorted({nb for p in paths for nb in ([p] if p.suffix == ".ipynb" else p.glob("**/*.ipynb"))})
-    names = [f"{nb.stem} cell {i}" for nb in notebooks
-             for i, cell in enumerate(json.loads(nb.read_text())["cells"])
-             if GOLDEN_TAG in cell.get("metadata", {}).get("tags", ())]
+    names = [
+        f"{nb.stem} cell {i}"
+        for nb in notebooks
+        for i, cell in enumerate(json.loads(nb.read_text())["cells"])
+        if GOLDEN_TAG in cell.get("metadata", {}).get("tags", ())
+    ]
     if names:
-        terminalreporter.write_line(f"{len(names)} cells tagged {GOLDEN_TAG!r} ran without comparing their output "
-                                    f"(recorded with the embedded model on the CPU in fp32): {', '.join(names)}")
+        terminalreporter.write_line(
+            f"{len(names)} cells tagged {GOLDEN_TAG!r} ran without comparing their output "
+            f"(recorded with the embedded model on the CPU in fp32): {', '.join(names)}"
+        )

@@ -34,13 +34,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 # Chooses the Triton interpreter on a CPU-only machine, so it must come before `import triton`.
-from nanoengine.attention.triton_backend import TritonBackend  # noqa: E402
-from nanoengine.attention.backend import TorchBackend, decode_step_bytes  # noqa: E402
-from nanoengine.attention.triton_kernels import default_num_splits  # noqa: E402
-from nanoengine.entrypoints.llm import default_dtype  # noqa: E402
+import triton
+from tqdm import tqdm
 
-import triton  # noqa: E402
-from tqdm import tqdm  # noqa: E402
+from nanoengine.attention.backend import TorchBackend, decode_step_bytes
+from nanoengine.attention.triton_backend import TritonBackend
+from nanoengine.attention.triton_kernels import default_num_splits
+from nanoengine.entrypoints.llm import default_dtype
 
 RESULTS = ROOT / "bench" / "results"
 
@@ -122,14 +122,17 @@ def decode_row(pool: Pool, heads: Heads, batch: int, context: int, copy_bw: floa
     q = torch.randn(batch, hq, d, dtype=dtype, device=device)
     seq_lens = torch.full((batch,), context, dtype=torch.int32, device=device)
     tables = pool.block_tables([context] * batch)
-    scale = d ** -0.5
+    scale = d**-0.5
     k_flat = torch.randn(batch, hkv, context, d, dtype=dtype, device=device)
     v_flat = torch.randn_like(k_flat)
     triton_be, torch_be = TritonBackend(), TorchBackend()
     times = {
         "triton": bench_ms(lambda: triton_be.decode(q, pool.k, pool.v, tables, seq_lens, scale)),
-        "sdpa_contiguous": bench_ms(lambda: torch.nn.functional.scaled_dot_product_attention(
-            q.unsqueeze(2), k_flat, v_flat, scale=scale, enable_gqa=True)),
+        "sdpa_contiguous": bench_ms(
+            lambda: torch.nn.functional.scaled_dot_product_attention(
+                q.unsqueeze(2), k_flat, v_flat, scale=scale, enable_gqa=True
+            )
+        ),
         "gather_sdpa": bench_ms(lambda: torch_be.decode(q, pool.k, pool.v, tables, seq_lens, scale)),
     }
     if device.type == "cuda":
@@ -138,7 +141,10 @@ def decode_row(pool: Pool, heads: Heads, batch: int, context: int, copy_bw: floa
     nbytes = decode_step_bytes([context] * batch, q.shape[1], hkv, d, elt, tables.shape[1])
     gbps = {name: nbytes / ms / 1e6 for name, ms in times.items()}
     return {
-        "heads": heads.name, "batch": batch, "context": context, "bytes": nbytes,
+        "heads": heads.name,
+        "batch": batch,
+        "context": context,
+        "bytes": nbytes,
         "num_splits": default_num_splits(q, pool.k, tables),
         **{f"{name}_ms": ms for name, ms in times.items()},
         **{f"{name}_gbps": bw for name, bw in gbps.items()},
@@ -155,7 +161,7 @@ def prefill_row(pool: Pool, heads: Heads, label: str, chunks: list[tuple[int, in
     qsl = torch.tensor([0, *query_lens], device=device).cumsum(0).int()
     lens = torch.tensor(seq_lens, dtype=torch.int32, device=device)
     tables = pool.block_tables(list(seq_lens))
-    args = (q, pool.k, pool.v, tables, qsl, lens, max(query_lens), heads.head_dim ** -0.5)
+    args = (q, pool.k, pool.v, tables, qsl, lens, max(query_lens), heads.head_dim**-0.5)
     times = {
         "triton": bench_ms(lambda: TritonBackend().prefill(*args)),
         "gather_sdpa": bench_ms(lambda: TorchBackend().prefill(*args)),
@@ -164,7 +170,10 @@ def prefill_row(pool: Pool, heads: Heads, label: str, chunks: list[tuple[int, in
     pairs = sum(n * (seq_len - n) + n * (n + 1) // 2 for n, seq_len in chunks)
     flops = 4 * pairs * heads.num_heads * heads.head_dim
     return {
-        "heads": heads.name, "shape": label, "tokens": sum(query_lens), "flops": flops,
+        "heads": heads.name,
+        "shape": label,
+        "tokens": sum(query_lens),
+        "flops": flops,
         **{f"{name}_ms": ms for name, ms in times.items()},
         **{f"{name}_tflops": flops / ms / 1e9 for name, ms in times.items()},
     }
@@ -180,8 +189,14 @@ def device_slug(device: torch.device) -> str:
 def run(device: torch.device, dtype, heads_list, batches, contexts, prefills) -> dict:
     copy_bw = copy_gbps(device, 1 << 30 if device.type == "cuda" else 1 << 24)
     # Twice the blocks of the largest configuration, plus the null block.
-    num_blocks = 2 * max(max(batches) * -(-max(contexts) // BLOCK_SIZE),
-                         max(sum(-(-s // BLOCK_SIZE) for _, s in c) for c in prefills.values())) + 1
+    num_blocks = (
+        2
+        * max(
+            max(batches) * -(-max(contexts) // BLOCK_SIZE),
+            max(sum(-(-s // BLOCK_SIZE) for _, s in c) for c in prefills.values()),
+        )
+        + 1
+    )
     configs = [(h, b, c) for h in heads_list for b in batches for c in contexts]
     decode, prefill = [], []
     bar = tqdm(total=len(configs) + len(heads_list) * len(prefills), desc="attention")
@@ -197,20 +212,29 @@ def run(device: torch.device, dtype, heads_list, batches, contexts, prefills) ->
     bar.close()
     return {
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
-        "torch": torch.__version__, "triton": triton.__version__, "dtype": str(dtype).removeprefix("torch."),
-        "block_size": BLOCK_SIZE, "copy_gbps": copy_bw, "decode": decode, "prefill": prefill,
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "dtype": str(dtype).removeprefix("torch."),
+        "block_size": BLOCK_SIZE,
+        "copy_gbps": copy_bw,
+        "decode": decode,
+        "prefill": prefill,
     }
 
 
 def print_tables(results: dict) -> None:
     print(f"\n{results['device']}  copy {results['copy_gbps']:.0f} GB/s  ({results['dtype']}, block {BLOCK_SIZE})")
-    print(f"{'heads':>10} {'B':>3} {'L':>5} {'splits':>6} {'triton GB/s':>11} {'% copy':>6} "
-          f"{'SDPA GB/s':>9} {'gather GB/s':>11} {'x gather':>8} {'x SDPA':>6} {'us':>7} {'graph us':>8}")
+    print(
+        f"{'heads':>10} {'B':>3} {'L':>5} {'splits':>6} {'triton GB/s':>11} {'% copy':>6} "
+        f"{'SDPA GB/s':>9} {'gather GB/s':>11} {'x gather':>8} {'x SDPA':>6} {'us':>7} {'graph us':>8}"
+    )
     for r in results["decode"]:
         graph = f"{1e3 * r['triton_graph_ms']:>8.1f}" if "triton_graph_ms" in r else f"{'-':>8}"
-        print(f"{r['heads']:>10} {r['batch']:>3} {r['context']:>5} {r['num_splits']:>6} {r['triton_gbps']:>11.0f} "
-              f"{r['pct_of_copy']:>6.1f} {r['sdpa_contiguous_gbps']:>9.0f} {r['gather_sdpa_gbps']:>11.0f} "
-              f"{r['x_vs_gather_sdpa']:>8.2f} {r['x_vs_sdpa_contiguous']:>6.2f} {1e3 * r['triton_ms']:>7.1f} {graph}")
+        print(
+            f"{r['heads']:>10} {r['batch']:>3} {r['context']:>5} {r['num_splits']:>6} {r['triton_gbps']:>11.0f} "
+            f"{r['pct_of_copy']:>6.1f} {r['sdpa_contiguous_gbps']:>9.0f} {r['gather_sdpa_gbps']:>11.0f} "
+            f"{r['x_vs_gather_sdpa']:>8.2f} {r['x_vs_sdpa_contiguous']:>6.2f} {1e3 * r['triton_ms']:>7.1f} {graph}"
+        )
     print(f"\n{'heads':>10} {'prefill':>24} {'triton TFLOP/s':>14} {'gather TFLOP/s':>14}")
     for r in results["prefill"]:
         print(f"{r['heads']:>10} {r['shape']:>24} {r['triton_tflops']:>14.2f} {r['gather_sdpa_tflops']:>14.2f}")
@@ -245,8 +269,9 @@ def plot(results: dict, path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--interpret-smoke", action="store_true",
-                        help="without CUDA, run one tiny fp32 shape on the Triton interpreter")
+    parser.add_argument(
+        "--interpret-smoke", action="store_true", help="without CUDA, run one tiny fp32 shape on the Triton interpreter"
+    )
     parser.add_argument("--out-dir", type=Path, help="default bench/results (a temporary folder for the smoke)")
     args = parser.parse_args(argv)
     if torch.cuda.is_available():

@@ -30,8 +30,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.machine import machine_info  # noqa: E402
-from nanoengine.core import (  # noqa: E402
+from tqdm import tqdm
+
+from bench.machine import machine_info
+from nanoengine.core import (
     NONE_HASH,
     BlockPool,
     FreeKVCacheBlockQueue,
@@ -42,8 +44,7 @@ from nanoengine.core import (  # noqa: E402
     sha256,
     xxhash_128,
 )
-from nanoengine.request import Request  # noqa: E402
-from tqdm import tqdm  # noqa: E402
+from nanoengine.request import Request
 
 RESULTS = ROOT / "bench" / "results" / "block_pool_cpu.json"
 NUM_BLOCKS = 10_000  # a mid-sized GPU pool; the deque's O(n) remove grows with it
@@ -189,10 +190,7 @@ def bench_hit_cycle(backend: Backend) -> Callable[[int], None]:
 def bench_miss_cycle(backend: Backend) -> Callable[[int], None]:
     pool = backend.pool(NUM_BLOCKS, True)
     # One request per 32 blocks, all cached, so every later cycle evicts.
-    requests = [
-        random_request(f"miss{i}", CYCLE_BLOCKS * BLOCK_SIZE)
-        for i in range((NUM_BLOCKS - 1) // CYCLE_BLOCKS)
-    ]
+    requests = [random_request(f"miss{i}", CYCLE_BLOCKS * BLOCK_SIZE) for i in range((NUM_BLOCKS - 1) // CYCLE_BLOCKS)]
     for request in requests:
         _cache_request(pool, request)
 
@@ -271,8 +269,7 @@ CASES = [
     Case("hash one 16-token block, sha256", bench_hash_block(sha256), 100_000),
     Case("hash one 16-token block, xxhash", bench_hash_block(xxhash_128), 100_000),
     Case("hash a 2048-token prompt (128 blocks)", bench_hash_prompt, 500),
-    Case("miss lookup, 4096-token prompt, hashes ready", bench_miss_lookup, 100_000,
-         bar_ns=25_000),
+    Case("miss lookup, 4096-token prompt, hashes ready", bench_miss_lookup, 100_000, bar_ns=25_000),
 ]
 
 

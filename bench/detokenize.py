@@ -20,17 +20,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.machine import machine_info  # noqa: E402
-from nanoengine.model.loader import unpacked_folder  # noqa: E402
-from nanoengine.engine.detokenizer import IncrementalDetokenizer  # noqa: E402
-from nanoengine.model.tokenizer import Tokenizer  # noqa: E402
-from tqdm import tqdm  # noqa: E402
+from tqdm import tqdm
+
+from bench.machine import machine_info
+from nanoengine.engine.detokenizer import IncrementalDetokenizer
+from nanoengine.model.loader import unpacked_folder
+from nanoengine.model.tokenizer import Tokenizer
 
 RESULTS = ROOT / "bench" / "results" / "detokenize_cpu.json"
 LENGTHS = [100, 250, 500, 1000, 2000]
-TEXT = ("The engine keeps each request's keys and values in fixed-size blocks. "
-        "def step(self):\n    return [r for r in self.running if r.num_tokens > 0]\n"
-        "Héllo wörld, naïve café — 日本語のテキスト, 한국어 🙂👍🏽. ")
+TEXT = (
+    "The engine keeps each request's keys and values in fixed-size blocks. "
+    "def step(self):\n    return [r for r in self.running if r.num_tokens > 0]\n"
+    "Héllo wörld, naïve café — 日本語のテキスト, 한국어 🙂👍🏽. "
+)
 
 
 def median_us(fn, repeats: int = 41) -> float:
@@ -66,20 +69,35 @@ def main() -> None:
         prefix = ids[:n]
         whole = median_us(lambda: tokenizer.decode(prefix))
         stream = stream_step_us(tokenizer, ids, n)
-        rows.append({"output_tokens": n, "whole_decode_us": round(whole, 2), "stream_step_us": round(stream, 2),
-                     "whole_over_stream": round(whole / stream, 1)})
+        rows.append(
+            {
+                "output_tokens": n,
+                "whole_decode_us": round(whole, 2),
+                "stream_step_us": round(stream, 2),
+                "whole_over_stream": round(whole / stream, 1),
+            }
+        )
     print(f"{'output tokens':>13} {'whole decode':>13} {'stream step':>12} {'ratio':>7}")
     for r in rows:
-        print(f"{r['output_tokens']:>13} {r['whole_decode_us']:>10.1f} us {r['stream_step_us']:>9.2f} us "
-              f"{r['whole_over_stream']:>6.1f}x")
+        print(
+            f"{r['output_tokens']:>13} {r['whole_decode_us']:>10.1f} us {r['stream_step_us']:>9.2f} us "
+            f"{r['whole_over_stream']:>6.1f}x"
+        )
     flat = rows[-1]["stream_step_us"] / rows[0]["stream_step_us"]
     print(f"stream step at {LENGTHS[-1]} tokens / at {LENGTHS[0]}: {flat:.2f}")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({
-        "machine": machine_info(),
-        "method": "median of 41 repeats per length; stream = mean DecodeStream step over tokens n-31..n",
-        "stream_step_growth_100_to_2000": round(flat, 2), "rows": rows,
-    }, indent=1) + "\n")
+    RESULTS.write_text(
+        json.dumps(
+            {
+                "machine": machine_info(),
+                "method": "median of 41 repeats per length; stream = mean DecodeStream step over tokens n-31..n",
+                "stream_step_growth_100_to_2000": round(flat, 2),
+                "rows": rows,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     print(f"wrote {RESULTS}")
 
 

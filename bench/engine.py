@@ -26,15 +26,16 @@ from tqdm.auto import tqdm
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a script, it still finds the course's prompts
 
-from bench.hf_reference import hf_model  # noqa: E402
-from bench.machine import machine_info  # noqa: E402
-from nanocourse.workloads import SYSTEM_PROMPT, USER_TURNS  # noqa: E402
-from nanoengine.config import LlamaConfig  # noqa: E402
-from nanoengine.entrypoints.llm import LLM, default_dtype, resolve_device  # noqa: E402
-from nanoengine.model import LlamaForCausalLM  # noqa: E402
-from nanoengine.model.loader import embedded_gguf_path, unpacked_folder  # noqa: E402
-from nanoengine.sampling_params import SamplingParams  # noqa: E402
-from nanoengine.model.tokenizer import Tokenizer  # noqa: E402
+from bench.hf_reference import hf_model
+from bench.machine import machine_info
+from nanocourse.workloads import SYSTEM_PROMPT, USER_TURNS
+from nanoengine.config import LlamaConfig
+from nanoengine.entrypoints.llm import LLM, default_dtype, resolve_device
+from nanoengine.model import LlamaForCausalLM
+from nanoengine.model.loader import embedded_gguf_path, unpacked_folder
+from nanoengine.model.tokenizer import Tokenizer
+from nanoengine.sampling_params import SamplingParams
+
 
 def _percentile(xs: list[float], q: float) -> float:
     return statistics.quantiles(xs, n=100, method="inclusive")[int(q) - 1] if len(xs) > 1 else xs[0]
@@ -51,13 +52,22 @@ def _summary(ttfts: list[float], tokens: int, seconds: float, hit_rate: float | 
     }
 
 
-def run_engine(model: LlamaForCausalLM | None, prompts: list[list[int]], params: SamplingParams, caching: bool,
-               device: str, dtype: torch.dtype, bar, enforce_eager: bool = False) -> dict:
+def run_engine(
+    model: LlamaForCausalLM | None,
+    prompts: list[list[int]],
+    params: SamplingParams,
+    caching: bool,
+    device: str,
+    dtype: torch.dtype,
+    bar,
+    enforce_eager: bool = False,
+) -> dict:
     """model None is the embedded SmolLM2, which LLM loads itself. On CUDA the workload runs twice
     and the second pass counts: the first compiles a Triton kernel for each new argument
     specialization (lengths divisible by 16 or not, and so on), which would land in the timings."""
-    llm = LLM(model, enable_prefix_caching=caching, device=device, dtype=dtype, enforce_eager=enforce_eager,
-              progress=False)
+    llm = LLM(
+        model, enable_prefix_caching=caching, device=device, dtype=dtype, enforce_eager=enforce_eager, progress=False
+    )
     llm.generate(prompt_token_ids=prompts[0][:8], sampling_params=SamplingParams(temperature=0, max_tokens=2))
     for _ in range(2 if llm.device.type == "cuda" else 1):
         llm.reset_prefix_cache()
@@ -123,7 +133,7 @@ def run_hf(model, prompts: list[list[int]], max_tokens: int, bar) -> dict:
             gen(ids, 1)  # time to first token = prefill + one sample
             ttfts.append(time.perf_counter() - start)
             start = time.perf_counter()
-            out = gen(ids, max_tokens)[0, ids.shape[1]:].tolist()
+            out = gen(ids, max_tokens)[0, ids.shape[1] :].tolist()
             seconds += time.perf_counter() - start
             tokens += len(out)
             outputs.append(out)
@@ -136,21 +146,33 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--users", type=int, default=len(USER_TURNS), help="distinct user turns (max 16)")
     parser.add_argument("--max-tokens", type=int, default=32)
-    parser.add_argument("--random-weights", action="store_true",
-                        help="random weights in SmolLM2-135M's shapes (same speed; for machines without the model)")
-    parser.add_argument("--tokenizer", type=Path, default=None,
-                        help="folder with tokenizer.json and tokenizer_config.json (default: the embedded model's)")
-    parser.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"], default="auto",
-                        help="auto: the engine's default_dtype (bfloat16 on CUDA from compute capability 8.0, "
-                             "float16 below it, float32 on the CPU)")
+    parser.add_argument(
+        "--random-weights",
+        action="store_true",
+        help="random weights in SmolLM2-135M's shapes (same speed; for machines without the model)",
+    )
+    parser.add_argument(
+        "--tokenizer",
+        type=Path,
+        default=None,
+        help="folder with tokenizer.json and tokenizer_config.json (default: the embedded model's)",
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=["auto", "float32", "bfloat16", "float16"],
+        default="auto",
+        help="auto: the engine's default_dtype (bfloat16 on CUDA from compute capability 8.0, "
+        "float16 below it, float32 on the CPU)",
+    )
     parser.add_argument("--out", default=None, help="JSON path (default bench/results/engine_<device>.json)")
     args = parser.parse_args(argv)
 
     device = resolve_device(args.device)
     llm_tok = Tokenizer(args.tokenizer or unpacked_folder(None)[1])
     prompts = [
-        llm_tok.encode(llm_tok.apply_chat_template([{"role": "system", "content": SYSTEM_PROMPT},
-                                                    {"role": "user", "content": u}]))
+        llm_tok.encode(
+            llm_tok.apply_chat_template([{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": u}])
+        )
         for u in USER_TURNS[: args.users]
     ]
     system_tokens = len(llm_tok.encode(SYSTEM_PROMPT))
@@ -165,7 +187,9 @@ def main(argv: list[str] | None = None) -> dict:
             "nanoengine_cache_on": run_engine(model, prompts, params, True, str(device), dtype, bar),
         }
         if cuda:  # what the CUDA graphs of decode steps gain
-            results["nanoengine_cache_on_eager"] = run_engine(model, prompts, params, True, str(device), dtype, bar, True)
+            results["nanoengine_cache_on_eager"] = run_engine(
+                model, prompts, params, True, str(device), dtype, bar, True
+            )
     hf = results["hf_transformers"]
     for r in results.values():
         r["ttft_p50_speedup_vs_hf"] = hf["ttft_p50_ms"] / r["ttft_p50_ms"]
@@ -173,12 +197,21 @@ def main(argv: list[str] | None = None) -> dict:
         r["same_tokens_as_hf"] = r.pop("outputs") == hf["outputs"] if r is not hf else True
     hf.pop("outputs")
     report = {
-        "workload": {"system_prompt_tokens": system_tokens, "users": n, "max_tokens": args.max_tokens,
-                     "prompt_tokens": [len(p) for p in prompts],
-                     "weights": "random in SmolLM2-135M's shapes" if args.random_weights else "SmolLM2-135M-Instruct"},
-        "machine": {"device": str(device), **machine_info(),
-                    "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
-                    "torch_threads": torch.get_num_threads(), "dtype": str(dtype), "torch": torch.__version__},
+        "workload": {
+            "system_prompt_tokens": system_tokens,
+            "users": n,
+            "max_tokens": args.max_tokens,
+            "prompt_tokens": [len(p) for p in prompts],
+            "weights": "random in SmolLM2-135M's shapes" if args.random_weights else "SmolLM2-135M-Instruct",
+        },
+        "machine": {
+            "device": str(device),
+            **machine_info(),
+            "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+            "torch_threads": torch.get_num_threads(),
+            "dtype": str(dtype),
+            "torch": torch.__version__,
+        },
         "results": results,
     }
     _print_table(report)
@@ -191,14 +224,18 @@ def main(argv: list[str] | None = None) -> dict:
 
 def _print_table(report: dict) -> None:
     w = report["workload"]
-    print(f"\nchatbot workload: {w['users']} users, {w['system_prompt_tokens']}-token system prompt, "
-          f"<= {w['max_tokens']} new tokens each, weights: {w['weights']}, on {report['machine']['gpu'] or report['machine']['device']} "
-          f"({report['machine']['cpu']}, {report['machine']['cpu_count']} cores, {' '.join(report['machine']['vector_extensions'])})")
+    print(
+        f"\nchatbot workload: {w['users']} users, {w['system_prompt_tokens']}-token system prompt, "
+        f"<= {w['max_tokens']} new tokens each, weights: {w['weights']}, on {report['machine']['gpu'] or report['machine']['device']} "
+        f"({report['machine']['cpu']}, {report['machine']['cpu_count']} cores, {' '.join(report['machine']['vector_extensions'])})"
+    )
     print(f"{'':22}{'TTFT p50':>10}{'TTFT p90':>10}{'vs HF':>8}{'hit rate':>10}{'tok/s':>9}{'vs HF':>8}{'= HF':>6}")
     for name, r in report["results"].items():
         hit = "-" if r["prefix_hit_rate"] is None else f"{100 * r['prefix_hit_rate']:.0f}%"
-        print(f"{name:22}{r['ttft_p50_ms']:>8.0f}ms{r['ttft_p90_ms']:>8.0f}ms{r['ttft_p50_speedup_vs_hf']:>7.1f}x"
-              f"{hit:>10}{r['throughput_tok_s']:>9.1f}{r['throughput_vs_hf']:>7.1f}x{'yes' if r['same_tokens_as_hf'] else 'no':>6}")
+        print(
+            f"{name:22}{r['ttft_p50_ms']:>8.0f}ms{r['ttft_p90_ms']:>8.0f}ms{r['ttft_p50_speedup_vs_hf']:>7.1f}x"
+            f"{hit:>10}{r['throughput_tok_s']:>9.1f}{r['throughput_vs_hf']:>7.1f}x{'yes' if r['same_tokens_as_hf'] else 'no':>6}"
+        )
 
 
 if __name__ == "__main__":

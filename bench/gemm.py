@@ -24,14 +24,20 @@ import torch.nn.functional as F
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.machine import machine_info  # noqa: E402
-from nanoengine.model.llama import _ONEDNN, Linear  # noqa: E402
-from tqdm import tqdm  # noqa: E402
+from tqdm import tqdm
+
+from bench.machine import machine_info
+from nanoengine.model.llama import _ONEDNN, Linear
 
 RESULTS = ROOT / "bench" / "results" / "gemm_cpu.json"
 # (name, out_features, in_features) for SmolLM2-135M: hidden 576, 9 + 2 * 3 heads of 64, MLP 1536.
-SHAPES = [("qkv_proj", 960, 576), ("o_proj", 576, 576), ("gate_up_proj", 3072, 576), ("down_proj", 576, 1536),
-          ("lm_head", 49152, 576)]
+SHAPES = [
+    ("qkv_proj", 960, 576),
+    ("o_proj", 576, 576),
+    ("gate_up_proj", 3072, 576),
+    ("down_proj", 576, 1536),
+    ("lm_head", 49152, 576),
+]
 BATCHES = [1, 32, 620]
 
 
@@ -60,15 +66,32 @@ def main() -> dict:
                 mkl = median_us(lambda: F.linear(x, layer.weight))
                 onednn = median_us(lambda: layer(x))
                 diff = (layer(x) - F.linear(x, layer.weight)).abs().max().item()
-                rows.append({"name": name, "m": m, "n": n, "k": k, "f_linear_us": mkl, "linear_us": onednn,
-                             "speedup": mkl / onednn, "gflops": 2 * m * n * k / onednn / 1e3, "max_abs_diff": diff})
+                rows.append(
+                    {
+                        "name": name,
+                        "m": m,
+                        "n": n,
+                        "k": k,
+                        "f_linear_us": mkl,
+                        "linear_us": onednn,
+                        "speedup": mkl / onednn,
+                        "gflops": 2 * m * n * k / onednn / 1e3,
+                        "max_abs_diff": diff,
+                    }
+                )
                 bar.update(1)
-    report = {"machine": {**machine_info(), "torch": torch.__version__, "threads": torch.get_num_threads()},
-              "rows": rows}
-    print(f"\n{'projection':14}{'tokens':>7}{'F.linear':>11}{'Linear':>10}{'speed-up':>10}{'GFLOP/s':>9}{'max diff':>10}")
+    report = {
+        "machine": {**machine_info(), "torch": torch.__version__, "threads": torch.get_num_threads()},
+        "rows": rows,
+    }
+    print(
+        f"\n{'projection':14}{'tokens':>7}{'F.linear':>11}{'Linear':>10}{'speed-up':>10}{'GFLOP/s':>9}{'max diff':>10}"
+    )
     for r in rows:
-        print(f"{r['name']:14}{r['m']:>7}{r['f_linear_us']:>9.0f}us{r['linear_us']:>8.0f}us{r['speedup']:>9.2f}x"
-              f"{r['gflops']:>9.0f}{r['max_abs_diff']:>10.1e}")
+        print(
+            f"{r['name']:14}{r['m']:>7}{r['f_linear_us']:>9.0f}us{r['linear_us']:>8.0f}us{r['speedup']:>9.2f}x"
+            f"{r['gflops']:>9.0f}{r['max_abs_diff']:>10.1e}"
+        )
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(report, indent=2))
     print(f"wrote {RESULTS.relative_to(ROOT)}")

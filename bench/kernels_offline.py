@@ -40,13 +40,13 @@ RESULTS = ROOT / "bench" / "results"
 if os.environ.get("TRITON_INTERPRET") == "1":
     sys.exit("bench/kernels_offline.py compiles for the GPU: run it without TRITON_INTERPRET=1")
 
-import torch  # noqa: E402
-import triton  # noqa: E402
-from triton.backends.compiler import GPUTarget  # noqa: E402
-from triton.compiler import ASTSource, make_backend  # noqa: E402
-from triton.runtime.jit import create_function_from_signature  # noqa: E402
+import torch
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource, make_backend
+from triton.runtime.jit import create_function_from_signature
 
-from nanoengine.attention import triton_kernels as tk  # noqa: E402
+from nanoengine.attention import triton_kernels as tk
 
 DECODE_MAX_REGISTERS = 128
 # (name, query heads, KV heads, head_dim): SmolLM2-135M and a Llama-3-8B-like GQA shape.
@@ -56,12 +56,36 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 # threads, resident programs and shared memory per SM; the most shared memory one block may opt in
 # to; what the driver reserves per block; and the dtypes the engine runs there (Turing has no bf16).
 TARGETS = {
-    "sm_75": dict(capability=75, registers=65_536, threads=1_024, programs=16, shared=65_536,
-                  block_shared=65_536, reserved=0, dtypes=("fp16",)),
-    "sm_80": dict(capability=80, registers=65_536, threads=2_048, programs=32, shared=167_936,
-                  block_shared=166_912, reserved=1_024, dtypes=("bf16", "fp16")),
-    "sm_90": dict(capability=90, registers=65_536, threads=2_048, programs=32, shared=233_472,
-                  block_shared=232_448, reserved=1_024, dtypes=("bf16", "fp16")),
+    "sm_75": {
+        "capability": 75,
+        "registers": 65_536,
+        "threads": 1_024,
+        "programs": 16,
+        "shared": 65_536,
+        "block_shared": 65_536,
+        "reserved": 0,
+        "dtypes": ("fp16",),
+    },
+    "sm_80": {
+        "capability": 80,
+        "registers": 65_536,
+        "threads": 2_048,
+        "programs": 32,
+        "shared": 167_936,
+        "block_shared": 166_912,
+        "reserved": 1_024,
+        "dtypes": ("bf16", "fp16"),
+    },
+    "sm_90": {
+        "capability": 90,
+        "registers": 65_536,
+        "threads": 2_048,
+        "programs": 32,
+        "shared": 233_472,
+        "block_shared": 232_448,
+        "reserved": 1_024,
+        "dtypes": ("bf16", "fp16"),
+    },
 }
 BLOCK_SIZE = 16
 CUOBJDUMP = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
@@ -124,14 +148,29 @@ def engine_launches(shape: tuple, dtype_name: str, target: str) -> list[Launch]:
     tag = f"{name} {dtype_name}"
     return [
         *_launches(f"store {tag}", lambda: tk.store_kvcache(qkv_k, qkv_k, cache, cache, slots)),
-        *_launches(f"decode {tag}", lambda: tk.paged_decode(q, cache, cache, tables, seq_lens, 0.1, num_splits=1,
-                                                                 block_n=decode_n)),
-        *_launches(f"decode split-K {tag}",
-                   lambda: tk.paged_decode(q, cache, cache, tables, seq_lens, 0.1, num_splits=2,
-                                           block_n=decode_n)),
-        *_launches(f"prefill {tag}",
-                   lambda: tk.paged_prefill(tokens, cache, cache, tables, starts, seq_lens, 2 * BLOCK_SIZE, 0.1,
-                                           block_m=prefill_m, block_n=prefill_n)),
+        *_launches(
+            f"decode {tag}",
+            lambda: tk.paged_decode(q, cache, cache, tables, seq_lens, 0.1, num_splits=1, block_n=decode_n),
+        ),
+        *_launches(
+            f"decode split-K {tag}",
+            lambda: tk.paged_decode(q, cache, cache, tables, seq_lens, 0.1, num_splits=2, block_n=decode_n),
+        ),
+        *_launches(
+            f"prefill {tag}",
+            lambda: tk.paged_prefill(
+                tokens,
+                cache,
+                cache,
+                tables,
+                starts,
+                seq_lens,
+                2 * BLOCK_SIZE,
+                0.1,
+                block_m=prefill_m,
+                block_n=prefill_n,
+            ),
+        ),
     ]
 
 
@@ -139,8 +178,9 @@ def _resources(cubin: bytes) -> dict:
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
-        text = subprocess.run([str(CUOBJDUMP), "--dump-resource-usage", f.name],
-                              capture_output=True, text=True, check=True).stdout
+        text = subprocess.run(
+            [str(CUOBJDUMP), "--dump-resource-usage", f.name], capture_output=True, text=True, check=True
+        ).stdout
     line = next(line for line in text.splitlines() if "REG:" in line)
     return {key.lower(): int(value) for key, value in re.findall(r"(REG|STACK|SHARED|LOCAL):(\d+)", line)}
 
@@ -160,8 +200,11 @@ def occupancy(target: str, registers: int, shared: int, num_warps: int) -> dict:
         "shared": sm["shared"] // per_program_shared if per_program_shared else sm["programs"],
     }
     programs = min(limits.values())
-    return {"programs_per_sm": programs, "warps_per_sm": programs * num_warps,
-            "limited_by": min(limits, key=limits.get)}
+    return {
+        "programs_per_sm": programs,
+        "warps_per_sm": programs * num_warps,
+        "limited_by": min(limits, key=limits.get),
+    }
 
 
 def compile_launch(launch: Launch, target: str, hints: bool = True) -> dict:
@@ -175,15 +218,22 @@ def compile_launch(launch: Launch, target: str, hints: bool = True) -> dict:
     kwargs = dict(launch.kwargs, debug=False)
     bound, specialization, options = binder(*launch.args, **kwargs)
     options, signature, constexprs, attrs = fn._pack_args(backend, kwargs, bound, specialization, options)
-    compiled = triton.compile(ASTSource(fn, signature, constexprs, attrs if hints else {}), target=backend.target,
-                              options=options.__dict__)
+    compiled = triton.compile(
+        ASTSource(fn, signature, constexprs, attrs if hints else {}), target=backend.target, options=options.__dict__
+    )
     res = _resources(compiled.asm["cubin"])
     shared = res["shared"] + compiled.metadata.shared
     return {
-        "case": launch.case, "kernel": launch.kernel.strip("_"), "target": target,
+        "case": launch.case,
+        "kernel": launch.kernel.strip("_"),
+        "target": target,
         "hints": "engine" if hints else "none",
-        "registers": res["reg"], "stack_bytes": res["stack"], "local_bytes": res["local"],
-        "shared_bytes": shared, "num_warps": options.num_warps, "num_stages": options.num_stages,
+        "registers": res["reg"],
+        "stack_bytes": res["stack"],
+        "local_bytes": res["local"],
+        "shared_bytes": shared,
+        "num_warps": options.num_warps,
+        "num_stages": options.num_stages,
         **occupancy(target, res["reg"], shared, options.num_warps),
     }
 
@@ -195,9 +245,15 @@ def _compile_one(job: tuple[int, str, str, str, bool]) -> dict:
 
 
 def compile_all(workers: int = 2) -> list[dict]:
-    jobs = [(i, shape[0], dtype, target, hints)
-            for hints in (True, False) for shape in SHAPES for dtype in DTYPES for target in TARGETS
-            if dtype in TARGETS[target]["dtypes"] for i in range(len(engine_launches(shape, dtype, target)))]
+    jobs = [
+        (i, shape[0], dtype, target, hints)
+        for hints in (True, False)
+        for shape in SHAPES
+        for dtype in DTYPES
+        for target in TARGETS
+        if dtype in TARGETS[target]["dtypes"]
+        for i in range(len(engine_launches(shape, dtype, target)))
+    ]
     # fork after torch has started its thread pools can deadlock the children: spawn them.
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         return list(pool.map(_compile_one, jobs))
@@ -207,10 +263,16 @@ def gate_failures(rows: list[dict]) -> list[str]:
     """What the offline gate rejects: any spill, a program over its target's shared memory per block
     (Triton would refuse to launch it), and decode above DECODE_MAX_REGISTERS registers."""
     failures = [f"{_name(r)}: {r['stack_bytes']} B of stack (spills)" for r in rows if r["stack_bytes"] > 0]
-    failures += [f"{_name(r)}: {r['shared_bytes']} B of shared memory > {TARGETS[r['target']]['block_shared']}"
-                 for r in rows if r["shared_bytes"] > TARGETS[r["target"]]["block_shared"]]
-    failures += [f"{_name(r)}: {r['registers']} registers > {DECODE_MAX_REGISTERS}"
-                 for r in rows if r["kernel"] == "decode_kernel" and r["registers"] > DECODE_MAX_REGISTERS]
+    failures += [
+        f"{_name(r)}: {r['shared_bytes']} B of shared memory > {TARGETS[r['target']]['block_shared']}"
+        for r in rows
+        if r["shared_bytes"] > TARGETS[r["target"]]["block_shared"]
+    ]
+    failures += [
+        f"{_name(r)}: {r['registers']} registers > {DECODE_MAX_REGISTERS}"
+        for r in rows
+        if r["kernel"] == "decode_kernel" and r["registers"] > DECODE_MAX_REGISTERS
+    ]
     return failures
 
 
@@ -241,10 +303,14 @@ def write_report(rows: list[dict], out: Path, record: str | None) -> dict:
 
 
 def print_table(rows: list[dict]) -> None:
-    print(f"{'case':<32} {'kernel':<20} {'target':<6} {'hints':<6} {'reg':>4} {'stack':>6} {'shared':>7} {'progs/SM':>8}  limit")
+    print(
+        f"{'case':<32} {'kernel':<20} {'target':<6} {'hints':<6} {'reg':>4} {'stack':>6} {'shared':>7} {'progs/SM':>8}  limit"
+    )
     for r in rows:
-        print(f"{r['case']:<32} {r['kernel']:<20} {r['target']:<6} {r['hints']:<6} {r['registers']:>4} {r['stack_bytes']:>6} "
-              f"{r['shared_bytes']:>7} {r['programs_per_sm']:>8}  {r['limited_by']}")
+        print(
+            f"{r['case']:<32} {r['kernel']:<20} {r['target']:<6} {r['hints']:<6} {r['registers']:>4} {r['stack_bytes']:>6} "
+            f"{r['shared_bytes']:>7} {r['programs_per_sm']:>8}  {r['limited_by']}"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,6 +25,11 @@ def machine_info() -> dict:
                     flags = set(value.split())
     except OSError:
         pass
-    return {"cpu": cpu, "cpu_count": os.cpu_count(), "vector_extensions": [f for f in VECTOR_FLAGS if f in flags],
-            "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(), "platform": platform.platform(),
-            "python": platform.python_version()}
+    return {
+        "cpu": cpu,
+        "cpu_count": os.cpu_count(),
+        "vector_extensions": [f for f in VECTOR_FLAGS if f in flags],
+        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+    }

@@ -65,8 +65,12 @@ def stand_in_model(tokenizer: Path, root: Path) -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python bench/notebooks_cuda.py", description=__doc__.split("\n")[0])
-    parser.add_argument("--tokenizer", type=Path, default=None,
-                        help="run random weights, with the tokenizer and config.json in this folder")
+    parser.add_argument(
+        "--tokenizer",
+        type=Path,
+        default=None,
+        help="run random weights, with the tokenizer and config.json in this folder",
+    )
     parser.add_argument("--workers", type=int, default=7, help="notebooks run at once")
     parser.add_argument("notebooks", nargs="*", default=["notebooks"])
     args = parser.parse_args(argv)
@@ -86,9 +90,11 @@ def main(argv: list[str] | None = None) -> int:
             env |= stand_in
         env["PYTHONPATH"] = os.pathsep.join(paths + [p for p in [os.environ.get("PYTHONPATH")] if p])
         log = RESULTS / f"notebooks_cuda_{gpu.lower().replace(' ', '-')}.txt"
-        header = (f"# {' '.join(['python', 'bench/notebooks_cuda.py', *(argv or sys.argv[1:])])}\n"
-                  f"# {gpu}, torch {torch.__version__}, weights: "
-                  f"{'random in SmolLM2-135M shapes' if args.tokenizer else 'SmolLM2-135M-Instruct'}\n")
+        header = (
+            f"# {' '.join(['python', 'bench/notebooks_cuda.py', *(argv or sys.argv[1:])])}\n"
+            f"# {gpu}, torch {torch.__version__}, weights: "
+            f"{'random in SmolLM2-135M shapes' if args.tokenizer else 'SmolLM2-135M-Instruct'}\n"
+        )
         with open(log, "w") as f:
             f.write(header)
             f.flush()
@@ -104,9 +110,25 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _pytest(notebooks: list[str], workers: int) -> list[str]:
-    return [sys.executable, "-m", "pytest", *notebooks, "--nbval-lax", "--nbval-current-env", "--nbval-sanitize-with",
-            "tests/nbval_sanitize.cfg", "-n", str(workers), "--dist", "loadfile", "-p", "no:cacheprovider", "-q",
-            "-rfE", "--durations=15"]
+    return [
+        sys.executable,
+        "-m",
+        "pytest",
+        *notebooks,
+        "--nbval-lax",
+        "--nbval-current-env",
+        "--nbval-sanitize-with",
+        "tests/nbval_sanitize.cfg",
+        "-n",
+        str(workers),
+        "--dist",
+        "loadfile",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "-rfE",
+        "--durations=15",
+    ]
 
 
 def _run(cmd: list[str], env: dict, log) -> tuple[int, list[str]]:

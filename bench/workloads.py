@@ -19,11 +19,19 @@ from tqdm.auto import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script, it still finds bench/machine.py
 
-from bench.machine import machine_info  # noqa: E402
-from nanoengine import LLM, SamplingParams  # noqa: E402
-from nanocourse.workloads import (  # noqa: E402
-    SCALES, make_workloads, measure, prefix_sweep, results_markdown, save_run, sizes, sweep_cost_model)
-from nanoengine.entrypoints.llm import resolve_device  # noqa: E402
+from bench.machine import machine_info
+from nanocourse.workloads import (
+    SCALES,
+    make_workloads,
+    measure,
+    prefix_sweep,
+    results_markdown,
+    save_run,
+    sizes,
+    sweep_cost_model,
+)
+from nanoengine import LLM, SamplingParams
+from nanoengine.entrypoints.llm import resolve_device
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -46,12 +54,22 @@ def main(argv: list[str] | None = None) -> None:
     points = prefix_sweep(llm_on.tokenizer, llm_on, llm_off)
     model = sweep_cost_model(points)
     out = Path(args.out or Path(__file__).resolve().parent / "results" / f"workloads_{device.type}.json")
-    save_run(out, results, points, {
-        "scale": args.scale, "sizes": sizes(args.scale),
-        "machine": {"device": str(device), **machine_info(), "torch_threads": torch.get_num_threads(),
-                    "torch": torch.__version__},
-        "seconds": time.perf_counter() - start,
-    })
+    save_run(
+        out,
+        results,
+        points,
+        {
+            "scale": args.scale,
+            "sizes": sizes(args.scale),
+            "machine": {
+                "device": str(device),
+                **machine_info(),
+                "torch_threads": torch.get_num_threads(),
+                "torch": torch.__version__,
+            },
+            "seconds": time.perf_counter() - start,
+        },
+    )
     print(results_markdown(results, model))
     print(f"cost model: {model[0]:.0f} ms + {model[1]:.2f} ms per prefilled token; wrote {out.name}")
 

@@ -21,16 +21,31 @@ close-to-code; open them one at a time with hint("03", n).
 from __future__ import annotations
 
 import torch
-import triton  # noqa: F401  (the launchers need triton.next_power_of_2)
+import triton
 import triton.language as tl
 
 from nanoengine.attention.backend import KernelBackend
 
 
 @triton.jit
-def _store_kernel(k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, slot_ptr,
-                  s_kt, s_kh, s_vt, s_vh, s_cb, s_ct, s_ch,
-                  num_kv_heads, HEADS_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr):
+def _store_kernel(
+    k_ptr,
+    v_ptr,
+    k_cache_ptr,
+    v_cache_ptr,
+    slot_ptr,
+    s_kt,
+    s_kh,
+    s_vt,
+    s_vh,
+    s_cb,
+    s_ct,
+    s_ch,
+    num_kv_heads,
+    HEADS_PAD: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+):
     """Program t (one per new token) copies token t's [num_kv_heads, HEAD_DIM] rows of k and v to the
     caches at slot slot_ptr[t], and does nothing when that slot is -1.
 
@@ -41,8 +56,9 @@ def _store_kernel(k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, slot_ptr,
     """
 
 
-def store_kvcache(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                  slot_mapping: torch.Tensor) -> None:
+def store_kvcache(
+    k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slot_mapping: torch.Tensor
+) -> None:
     """Tasks 03.1 and 03.1b: write this step's new k and v ([T, Hkv, D]) into the caches at their slots.
 
     Contract: for every token t with slot_mapping[t] >= 0 (int64 [T], as in vLLM), the rows k[t] and v[t] land at
@@ -59,8 +75,9 @@ def store_kvcache(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cac
     raise NotImplementedError
 
 
-def paged_decode_reference(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
-                           seq_len: int, scale: float) -> torch.Tensor:
+def paged_decode_reference(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor, seq_len: int, scale: float
+) -> torch.Tensor:
     """Task 03.2: one request's decode step in plain torch, the reference the kernels are held to.
 
     Contract: q [Hq, D] attends to the request's seq_len cached tokens, found through block_table ([max_blocks]
@@ -78,7 +95,7 @@ def paged_decode_reference(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     raise NotImplementedError
 
 
-def merge_splits(m: torch.Tensor, l: torch.Tensor, acc: torch.Tensor) -> torch.Tensor:  # noqa: E741
+def merge_splits(m: torch.Tensor, l: torch.Tensor, acc: torch.Tensor) -> torch.Tensor:
     """Task 03.3: the split-K reduce: combine the partial results of S ranges of one context.
 
     Contract: for range s of a query head's scores, m[..., s] is the range's max score, l[..., s] the sum of
@@ -95,9 +112,26 @@ def merge_splits(m: torch.Tensor, l: torch.Tensor, acc: torch.Tensor) -> torch.T
 
 
 @triton.jit
-def _decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, table_ptr, seq_lens_ptr, out_ptr, scale,
-                   s_qb, s_qh, s_ob, s_oh, s_bt, s_cb, s_ct, s_ch,
-                   GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr):
+def _decode_kernel(
+    q_ptr,
+    k_cache_ptr,
+    v_cache_ptr,
+    table_ptr,
+    seq_lens_ptr,
+    out_ptr,
+    scale,
+    s_qb,
+    s_qh,
+    s_ob,
+    s_oh,
+    s_bt,
+    s_cb,
+    s_ct,
+    s_ch,
+    GROUP: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+):
     """Program (request b, query head h) writes out[b, h]: q[b, h] attending to request b's seq_lens[b] tokens
     through its row of the block table, in fp32, without holding all of the request's scores at once.
 
@@ -108,8 +142,14 @@ def _decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, table_ptr, seq_lens_ptr, out
     """
 
 
-def paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
-                 seq_lens: torch.Tensor, scale: float) -> torch.Tensor:
+def paged_decode(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
     """Tasks 03.4, 03.4b and 03.4c: one decode step for a batch, in Triton: q [B, Hq, D] -> [B, Hq, D].
 
     Contract: out[b] is paged_decode_reference(q[b], k_cache, v_cache, block_tables[b], seq_lens[b], scale),
@@ -133,9 +173,16 @@ def paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, 
     raise NotImplementedError
 
 
-def paged_prefill(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
-                  query_start_loc: torch.Tensor, seq_lens: torch.Tensor, max_query_len: int,
-                  scale: float) -> torch.Tensor:
+def paged_prefill(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    seq_lens: torch.Tensor,
+    max_query_len: int,
+    scale: float,
+) -> torch.Tensor:
     """Task 03.5: chunks of new tokens, already stored, attend causally to their cached prefix and to
     themselves, in Triton: q [T, Hq, D] -> [T, Hq, D].
 

@@ -44,8 +44,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from nanoengine.core import BlockHash, KVCacheBlock, KVCacheBlocks
-from nanoengine.core import make_block_hash_with_group_id  # noqa: F401  (a group's key in the pool's map)
+from nanoengine.core import (
+    BlockHash,
+    KVCacheBlock,
+    KVCacheBlocks,
+    make_block_hash_with_group_id,  # noqa: F401  (a group's key in the pool's map)
+)
 from nanoengine.core import BlockPool as EngineBlockPool
 from nanoengine.core import FullAttentionManager as EngineFullAttentionManager
 from nanoengine.core import KVCacheManager as EngineKVCacheManager
@@ -60,8 +64,9 @@ class BlockPool(EngineBlockPool):
     changes. The free queue's order is the eviction order: head first.
     """
 
-    def get_cached_block(self, block_hash: BlockHash, token_ids: Sequence[int] | None = None,
-                         kv_cache_group_id: int = 0) -> KVCacheBlock | None:
+    def get_cached_block(
+        self, block_hash: BlockHash, token_ids: Sequence[int] | None = None, kv_cache_group_id: int = 0
+    ) -> KVCacheBlock | None:
         """Task 06.1: the block group kv_cache_group_id has cached under block_hash, or None.
 
         Contract: the same tokens have one hash in every group, but each group's block holds other layers'
@@ -87,8 +92,15 @@ class BlockPool(EngineBlockPool):
         """
         raise NotImplementedError
 
-    def cache_full_blocks(self, request: Request, blocks: Sequence[KVCacheBlock], num_cached_blocks: int,
-                          num_full_blocks: int, block_size: int, kv_cache_group_id: int = 0) -> None:
+    def cache_full_blocks(
+        self,
+        request: Request,
+        blocks: Sequence[KVCacheBlock],
+        num_cached_blocks: int,
+        num_full_blocks: int,
+        block_size: int,
+        kv_cache_group_id: int = 0,
+    ) -> None:
         """Task 06.5: name blocks[num_cached_blocks:num_full_blocks] of group kv_cache_group_id by the
         request's hashes.
 
@@ -140,8 +152,9 @@ class FullAttentionManager(EngineFullAttentionManager):
     per group and calls each; what you do not write here (taking an admitted request's hits, allocating and
     naming its new blocks) is inherited from the engine's SingleTypeKVCacheManager."""
 
-    def find_longest_cache_hit(self, block_hashes: list[BlockHash], max_length: int,
-                               group_ids: list[int]) -> tuple[list[KVCacheBlock], ...]:
+    def find_longest_cache_hit(
+        self, block_hashes: list[BlockHash], max_length: int, group_ids: list[int]
+    ) -> tuple[list[KVCacheBlock], ...]:
         """Task 06.1b: the longest cached prefix of at most max_length tokens that every group in group_ids
         can serve: one list of blocks per group id, in group_ids' order, all of one length.
 
@@ -163,8 +176,9 @@ class FullAttentionManager(EngineFullAttentionManager):
         """
         raise NotImplementedError
 
-    def get_num_blocks_to_allocate(self, request_id: str, num_tokens: int, new_computed_blocks: list[KVCacheBlock],
-                                   num_computed_tokens: int) -> int:
+    def get_num_blocks_to_allocate(
+        self, request_id: str, num_tokens: int, new_computed_blocks: list[KVCacheBlock], num_computed_tokens: int
+    ) -> int:
         """Task 06.3c: how many free blocks this group must hand the request so that it has slots for its first
         num_tokens tokens, new_computed_blocks (its cache hit in this group) included. A question only:
         nothing changes.
@@ -223,9 +237,15 @@ class KVCacheManager(EngineKVCacheManager):
         """
         raise NotImplementedError
 
-    def allocate_slots(self, request: Request, num_new_tokens: int, num_new_computed_tokens: int = 0,
-                       new_computed_blocks: KVCacheBlocks | None = None, num_lookahead_tokens: int = 0,
-                       full_sequence_must_fit: bool = False) -> KVCacheBlocks | None:
+    def allocate_slots(
+        self,
+        request: Request,
+        num_new_tokens: int,
+        num_new_computed_tokens: int = 0,
+        new_computed_blocks: KVCacheBlocks | None = None,
+        num_lookahead_tokens: int = 0,
+        full_sequence_must_fit: bool = False,
+    ) -> KVCacheBlocks | None:
         """Task 06.3: make room for num_new_tokens more tokens in every group; return the newly allocated
         blocks (KVCacheBlocks, one list per group), or None.
 

@@ -31,10 +31,10 @@ Your scheduler passes these along without looking inside, so it serves a model w
 
 from __future__ import annotations
 
-from nanoengine.request import Request, RequestStatus  # noqa: F401  (schedule reads a status)
-from nanoengine.core.sched.request_queue import SchedulingPolicy  # noqa: F401  (choose_victim needs it)
 from nanoengine.core.sched.output import NewRequestData, SchedulerOutput  # noqa: F401  (schedule builds these)
+from nanoengine.core.sched.request_queue import SchedulingPolicy  # noqa: F401  (choose_victim needs it)
 from nanoengine.core.sched.scheduler import Scheduler as EngineScheduler
+from nanoengine.request import Request, RequestStatus  # noqa: F401  (schedule reads a status)
 
 
 def chunk_size(num_needed: int, budget: int, threshold: int = 0) -> int:

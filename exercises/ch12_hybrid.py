@@ -61,8 +61,9 @@ class SlidingWindowManager(EngineSlidingWindowManager):
         """
         raise NotImplementedError
 
-    def find_longest_cache_hit(self, block_hashes: list[BlockHash], max_length: int,
-                               group_ids: list[int]) -> tuple[list[KVCacheBlock], ...]:
+    def find_longest_cache_hit(
+        self, block_hashes: list[BlockHash], max_length: int, group_ids: list[int]
+    ) -> tuple[list[KVCacheBlock], ...]:
         """Task 12.3: the longest prefix hit of at most max_length tokens, for every group in group_ids
         (all with this manager's window): one list per group, each of the same length L, where
         entry i is the cached block of block_hashes[i], or the null block where no query past the

@@ -25,8 +25,9 @@ from nanoengine.sampling_params import SamplingParams
 from nanoengine.spec_decode.ngram_proposer import NgramProposer as EngineNgramProposer
 
 
-def find_longest_matched_ngram_and_propose_tokens(tokens: Sequence[int], min_ngram: int, max_ngram: int,
-                                                  max_model_len: int, k: int) -> list[int]:
+def find_longest_matched_ngram_and_propose_tokens(
+    tokens: Sequence[int], min_ngram: int, max_ngram: int, max_model_len: int, k: int
+) -> list[int]:
     """Task 13.1: the drafts of an n-gram proposer for a request whose verified tokens are `tokens`.
 
     Contract:
@@ -59,8 +60,12 @@ class NgramProposer(EngineNgramProposer):
     rule = staticmethod(find_longest_matched_ngram_and_propose_tokens)
 
 
-def rejection_sample(logits: torch.Tensor, draft_token_ids: list[list[int]], params: list[SamplingParams],
-                     generators: list[torch.Generator | None]) -> list[list[int]]:
+def rejection_sample(
+    logits: torch.Tensor,
+    draft_token_ids: list[list[int]],
+    params: list[SamplingParams],
+    generators: list[torch.Generator | None],
+) -> list[list[int]]:
     """Tasks 13.2 (greedy requests) and 13.3 (sampled requests): the tokens a verify step emits per request.
 
     Inputs: logits [sum(len(d) + 1 for d in draft_token_ids), V] fp32, rows laid out request after request: a
@@ -126,8 +131,9 @@ class Scheduler(EngineScheduler):
         """
         raise NotImplementedError
 
-    def _update_request_with_output(self, request: Request, new_token_ids: list[int],
-                                    spec_token_ids: list[int]) -> RequestStatus | None:
+    def _update_request_with_output(
+        self, request: Request, new_token_ids: list[int], spec_token_ids: list[int]
+    ) -> RequestStatus | None:
         """Task 13.5: a request's tokens from one step: roll back the rejected drafts, append, stop.
 
         update_from_output calls this for each request past its prompt, with new_token_ids (the accepted drafts

@@ -19,9 +19,11 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from nanoengine.core import BlockPool, KVCacheManager, get_request_block_hasher
 from nanocourse.live import show_view
+from nanoengine.core import BlockPool, KVCacheManager, get_request_block_hasher
+from nanoengine.core.sched.scheduler import Scheduler, SchedulerConfig
 from nanoengine.engine.llm_engine import LLMEngine
+from nanoengine.outputs import ModelRunnerOutput
 from nanoengine.policies import (
     CacheAwareRouter,
     FrequencyAwareBlockPool,
@@ -32,10 +34,8 @@ from nanoengine.policies import (
     prefix_match,
     run_requests,
 )
-from nanoengine.outputs import ModelRunnerOutput
 from nanoengine.request import Request
 from nanoengine.sampling_params import SamplingParams
-from nanoengine.core.sched.scheduler import Scheduler, SchedulerConfig
 
 GREEDY_ONE = SamplingParams(temperature=0, max_tokens=1)
 BLOCK = 16
@@ -57,15 +57,22 @@ class _ModelFreeRunner:
 
     def execute_model(self, so) -> ModelRunnerOutput:
         reqs = self.scheduler.requests
-        return ModelRunnerOutput({r: [0] for r in so.num_scheduled_tokens
-                                  if reqs[r].num_computed_tokens >= reqs[r].num_tokens})
+        return ModelRunnerOutput(
+            {r: [0] for r in so.num_scheduled_tokens if reqs[r].num_computed_tokens >= reqs[r].num_tokens}
+        )
 
 
 class ModelFreeReplica:
     """An engine without a model: `.engine` is a real LLMEngine over a real Scheduler and pool."""
 
-    def __init__(self, num_blocks: int, block_pool: PoolFactory = POLICIES["LRU"], block_size: int = BLOCK,
-                 max_num_batched_tokens: int = 8192, long_prefill_token_threshold: int = 0) -> None:
+    def __init__(
+        self,
+        num_blocks: int,
+        block_pool: PoolFactory = POLICIES["LRU"],
+        block_size: int = BLOCK,
+        max_num_batched_tokens: int = 8192,
+        long_prefill_token_threshold: int = 0,
+    ) -> None:
         manager = KVCacheManager(block_size, block_pool(num_blocks, True))
         config = SchedulerConfig(max_num_batched_tokens, long_prefill_token_threshold=long_prefill_token_threshold)
         scheduler = Scheduler(config, manager)
@@ -139,8 +146,9 @@ class PolicyRun:
         return hit_rate([o for k, o in zip(self.kinds, self.outputs) if k == "chat"])
 
 
-def run_policy(policy: str, workload: BurstyWorkload, num_blocks: int, replica: Any = None,
-               params: SamplingParams = GREEDY_ONE) -> PolicyRun:
+def run_policy(
+    policy: str, workload: BurstyWorkload, num_blocks: int, replica: Any = None, params: SamplingParams = GREEDY_ONE
+) -> PolicyRun:
     """Serve the workload one request at a time on replica (default: a model-free one with the policy)."""
     replica = replica or ModelFreeReplica(num_blocks, POLICIES[policy])
     _, items = workload.build()
@@ -150,8 +158,10 @@ def run_policy(policy: str, workload: BurstyWorkload, num_blocks: int, replica: 
 
 def sweep_bursts(burst_sizes: Sequence[int], num_blocks: int, **workload) -> dict[str, list[PolicyRun]]:
     """Each policy at each burst size, on model-free replicas."""
-    return {policy: [run_policy(policy, BurstyWorkload(burst_size=b, **workload), num_blocks) for b in burst_sizes]
-            for policy in POLICIES}
+    return {
+        policy: [run_policy(policy, BurstyWorkload(burst_size=b, **workload), num_blocks) for b in burst_sizes]
+        for policy in POLICIES
+    }
 
 
 def block_hashes(tokens: Sequence[int]) -> list[bytes]:
@@ -224,7 +234,8 @@ def lookup_costs(length: int, seed: int = 0, number: int = 50) -> dict[str, floa
         hashed = Request("q", query, block_hasher=HASHER)
         costs[f"hash map, {case}"] = best_time(lambda: manager.get_computed_blocks(hashed), number)
         costs[f"hash map + hashing, {case}"] = best_time(
-            lambda: manager.get_computed_blocks(Request("q", query, block_hasher=HASHER)), number)
+            lambda: manager.get_computed_blocks(Request("q", query, block_hasher=HASHER)), number
+        )
         costs[f"radix, {case}"] = best_time(lambda: tree.match_prefix(query), number)
     return {k: v * 1e6 for k, v in costs.items()}
 
@@ -313,15 +324,18 @@ class TenantWorkload:
         return systems, waves
 
 
-def serve_waves(cluster: ReplicaCluster, waves: Sequence[Sequence[tuple[int, list[int]]]],
-                params: SamplingParams = GREEDY_ONE) -> list[Routed]:
+def serve_waves(
+    cluster: ReplicaCluster, waves: Sequence[Sequence[tuple[int, list[int]]]], params: SamplingParams = GREEDY_ONE
+) -> list[Routed]:
     results = []
     for wave in waves:
         results += cluster.serve_wave([tokens for _, tokens in wave], params)
     return results
 
 
-def sweep_tenants(tenant_counts: Sequence[int], num_replicas: int, num_blocks: int, **workload) -> dict[str, list[float]]:
+def sweep_tenants(
+    tenant_counts: Sequence[int], num_replicas: int, num_blocks: int, **workload
+) -> dict[str, list[float]]:
     """Hit rate of each router against the number of tenants, on model-free replicas."""
     rates: dict[str, list[float]] = {name: [] for name in ROUTERS}
     for n in tenant_counts:
@@ -337,7 +351,7 @@ def tenant_blocks(cluster: ReplicaCluster, systems: Sequence[Sequence[int]], fro
     """[replica][tenant]: leading system-prompt blocks each replica holds, as the cache-aware
     router's event-built indexes say (from_events) or as the pools' own maps say."""
     hashes = [block_hashes(system) for system in systems]
-    held = (cluster.router.indexes if from_events else [pool_hashes(pool_of(r)) for r in cluster.replicas])
+    held = cluster.router.indexes if from_events else [pool_hashes(pool_of(r)) for r in cluster.replicas]
     return [[prefix_match(h, replica_held) for h in hashes] for replica_held in held]
 
 
@@ -364,8 +378,11 @@ def _strip_html(name: str, strip: list[tuple[int, str, str]]) -> str:
     cells = "".join(
         f"<td title='block {b}: {kind} {seg}' data-kind='{kind}' style='background:{_KIND_COLORS[kind]};"
         f"width:9px;height:16px;font:9px monospace;text-align:center;border:1px solid #fff'>{marks.get(seg, '')}</td>"
-        for b, kind, seg in strip)
-    return f"<tr><th style='text-align:right;padding-right:6px;font:12px sans-serif'>{html.escape(name)}</th>{cells}</tr>"
+        for b, kind, seg in strip
+    )
+    return (
+        f"<tr><th style='text-align:right;padding-right:6px;font:12px sans-serif'>{html.escape(name)}</th>{cells}</tr>"
+    )
 
 
 class EvictionExplorer:
@@ -395,15 +412,22 @@ class EvictionExplorer:
         hot = set(block_hashes(system))
         self.pool_strips = {p: pool_strip(pool_of(run.replica), hot) for p, run in self.runs.items()}
         self.table.value = self._table_html(len(system) // BLOCK)
-        self.strips.value = ("<table style='border-collapse:collapse'>"
-                             + "".join(_strip_html(p, s) for p, s in self.pool_strips.items()) + "</table>")
+        self.strips.value = (
+            "<table style='border-collapse:collapse'>"
+            + "".join(_strip_html(p, s) for p, s in self.pool_strips.items())
+            + "</table>"
+        )
 
     def _table_html(self, hot_blocks: int) -> str:
         rows = "".join(
             f"<tr><td>{p}</td><td>{run.hit_rate:.1%}</td><td>{run.chat_hit_rate:.1%}</td>"
-            f"<td>{self.hot_cached[p]} / {hot_blocks}</td></tr>" for p, run in self.runs.items())
-        head = ("<tr><th>policy</th><th>hit rate, all tokens</th><th>hit rate, chat requests</th>"
-                "<th>hot prompt blocks still cached</th></tr>")
+            f"<td>{self.hot_cached[p]} / {hot_blocks}</td></tr>"
+            for p, run in self.runs.items()
+        )
+        head = (
+            "<tr><th>policy</th><th>hit rate, all tokens</th><th>hit rate, chat requests</th>"
+            "<th>hot prompt blocks still cached</th></tr>"
+        )
         return f"<table style='font:12px sans-serif'>{head}{rows}</table>"
 
     def _ipython_display_(self) -> None:
@@ -418,8 +442,9 @@ class RouterView:
     indexes, and `in_sync` checks it against the pools' own maps.
     """
 
-    def __init__(self, workload: TenantWorkload = TenantWorkload(num_waves=12), num_replicas: int = 3,
-                 num_blocks: int = 17) -> None:
+    def __init__(
+        self, workload: TenantWorkload = TenantWorkload(num_waves=12), num_replicas: int = 3, num_blocks: int = 17
+    ) -> None:
         self.systems, self.waves = workload.build()
         self.num_replicas, self.num_blocks = num_replicas, num_blocks
         self.choice = widgets.ToggleButtons(options=list(ROUTERS), value="cache-aware", description="router")
@@ -465,18 +490,29 @@ class RouterView:
         full = len(self.systems[0]) // BLOCK
         head = "<tr><th></th>" + "".join(f"<th>tenant {t}</th>" for t in range(len(self.systems))) + "</tr>"
         rows = "".join(
-            f"<tr><th>replica {r}</th>" + "".join(
+            f"<tr><th>replica {r}</th>"
+            + "".join(
                 f"<td style='background:{'#59a14f' if n == full else '#c7e9c0' if n else '#f2f2f2'};"
-                f"text-align:center'>{n}</td>" for n in row) + "</tr>"
-            for r, row in enumerate(self.grid))
+                f"text-align:center'>{n}</td>"
+                for n in row
+            )
+            + "</tr>"
+            for r, row in enumerate(self.grid)
+        )
         return f"<table style='font:12px sans-serif'>{head}{rows}</table>"
 
     def _summary_html(self) -> str:
-        sent = "; ".join(f"tenant {t} → replica {r.replica} ({r.output.num_cached_tokens} cached)" for t, r in self.last)
+        sent = "; ".join(
+            f"tenant {t} → replica {r.replica} ({r.output.num_cached_tokens} cached)" for t, r in self.last
+        )
         waves = len(self.results) // len(self.waves[0])
-        source = {True: "router's view = pools' maps", False: "router's view differs!", None: "pools' maps"}[self.in_sync]
-        return (f"<div style='font:12px sans-serif'>waves sent: {waves}/{len(self.waves)}; hit rate so far: "
-                f"{self.hit_rate:.1%} ({source})<br>last wave: {html.escape(sent) or '-'}</div>")
+        source = {True: "router's view = pools' maps", False: "router's view differs!", None: "pools' maps"}[
+            self.in_sync
+        ]
+        return (
+            f"<div style='font:12px sans-serif'>waves sent: {waves}/{len(self.waves)}; hit rate so far: "
+            f"{self.hit_rate:.1%} ({source})<br>last wave: {html.escape(sent) or '-'}</div>"
+        )
 
     def _ipython_display_(self) -> None:
         show_view(self)

@@ -66,8 +66,10 @@ def links(notebook: str, url: str | None = None) -> str:
     github = f"{url or repository_url()}/blob/{BRANCH}/notebooks/{notebook}"
     colab = github.replace("https://github.com/", "https://colab.research.google.com/github/", 1)
     kaggle = f"https://kaggle.com/kernels/welcome?src={github}"
-    return (f"{LINK_PREFIX} [Open in Colab]({colab}) · [Open in Kaggle]({kaggle}) "
-            "(the first code cell installs the course there).")
+    return (
+        f"{LINK_PREFIX} [Open in Colab]({colab}) · [Open in Kaggle]({kaggle}) "
+        "(the first code cell installs the course there)."
+    )
 
 
 def setup_source(url: str | None = None) -> str:
@@ -76,8 +78,14 @@ def setup_source(url: str | None = None) -> str:
 
 
 def setup_cell(url: str | None = None) -> dict:
-    return {"cell_type": "code", "execution_count": None, "id": SETUP_CELL_ID, "metadata": {}, "outputs": [],
-            "source": setup_source(url).splitlines(keepends=True)}
+    return {
+        "cell_type": "code",
+        "execution_count": None,
+        "id": SETUP_CELL_ID,
+        "metadata": {},
+        "outputs": [],
+        "source": setup_source(url).splitlines(keepends=True),
+    }
 
 
 def with_cloud_cells(nb: dict, notebook: str, url: str | None = None) -> dict:

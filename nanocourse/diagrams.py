@@ -50,14 +50,36 @@ EVICTED = "#f4a6a6"
 
 
 def _box(ax, x, y, w, h, text, color, *, dashed=False, fontsize=9, weight="normal"):
-    ax.add_patch(FancyBboxPatch((x - w / 2, y - h / 2), w, h, boxstyle="round,pad=0.02,rounding_size=0.08",
-                                facecolor=color, edgecolor="#333", lw=1.0, ls="--" if dashed else "-"))
+    ax.add_patch(
+        FancyBboxPatch(
+            (x - w / 2, y - h / 2),
+            w,
+            h,
+            boxstyle="round,pad=0.02,rounding_size=0.08",
+            facecolor=color,
+            edgecolor="#333",
+            lw=1.0,
+            ls="--" if dashed else "-",
+        )
+    )
     ax.text(x, y, text, ha="center", va="center", fontsize=fontsize, weight=weight)
 
 
 def _arrow(ax, start, end, *, rad=0.0, color="#333", lw=1.0, style="-|>", ls="-"):
-    ax.add_patch(FancyArrowPatch(start, end, arrowstyle=style, mutation_scale=10, color=color, lw=lw,
-                                 ls=ls, connectionstyle=f"arc3,rad={rad}", shrinkA=2, shrinkB=2))
+    ax.add_patch(
+        FancyArrowPatch(
+            start,
+            end,
+            arrowstyle=style,
+            mutation_scale=10,
+            color=color,
+            lw=lw,
+            ls=ls,
+            connectionstyle=f"arc3,rad={rad}",
+            shrinkA=2,
+            shrinkB=2,
+        )
+    )
 
 
 # ---- chapter 05: the free queue ---------------------------------------------------------------
@@ -87,12 +109,20 @@ def free_queue_diagram(queue: FreeBlockQueue, max_blocks: int = 14) -> Figure:
         if isinstance(node, str):
             _box(ax, x, 0, w, h, f"{node}\nid -1", SENTINEL, dashed=True, fontsize=8)
         elif node is None:
-            ax.text(x, 0, f"… {len(blocks) - 2 * (max_blocks // 2)} more …", ha="center", va="center",
-                    fontsize=8)
+            ax.text(x, 0, f"… {len(blocks) - 2 * (max_blocks // 2)} more …", ha="center", va="center", fontsize=8)
         else:
             cached = node.block_hash is not None
-            _box(ax, x, 0, w, h, f"{node.block_id}" + ("\nhash" if cached else ""), CACHED if cached else PLAIN,
-                 fontsize=9 if cached else 10, weight="bold")
+            _box(
+                ax,
+                x,
+                0,
+                w,
+                h,
+                f"{node.block_id}" + ("\nhash" if cached else ""),
+                CACHED if cached else PLAIN,
+                fontsize=9 if cached else 10,
+                weight="bold",
+            )
     for x in range(len(nodes) - 1):
         left, right = nodes[x], nodes[x + 1]
         if left is None or right is None:
@@ -107,13 +137,16 @@ def free_queue_diagram(queue: FreeBlockQueue, max_blocks: int = 14) -> Figure:
         plt.Line2D([], [], color="#1f5fa8", label="next_free_block"),
         plt.Line2D([], [], color="#b05a00", label="prev_free_block"),
     ]
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 1.02), ncol=2, fontsize=7.5,
-              frameon=False)
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 1.02), ncol=2, fontsize=7.5, frameon=False)
     ax.set_xlim(-0.6, len(nodes) - 0.4)
     ax.set_ylim(-1.05, 0.95)
     ax.set_axis_off()
-    ax.set_title(f"free queue: {queue.num_free_blocks} free blocks, "
-                 f"{sum(b.block_hash is not None for b in blocks)} of them cached", fontsize=10, pad=2)
+    ax.set_title(
+        f"free queue: {queue.num_free_blocks} free blocks, "
+        f"{sum(b.block_hash is not None for b in blocks)} of them cached",
+        fontsize=10,
+        pad=2,
+    )
     fig.tight_layout()
     return fig
 
@@ -165,15 +198,32 @@ def block_lifecycle_diagram(pool) -> Figure:
         _arrow(ax, start, end, rad=rad)
         ax.text(lx, ly, label, ha="center", va="center", fontsize=8, bbox={"fc": "white", "ec": "none", "pad": 0.5})
     x, y = pos["in use"]
-    ax.text(x, y + 0.6, "cache_full_blocks names a block once it is full;\ntouch on a held block: ref_cnt + 1",
-            ha="center", va="bottom", fontsize=8)
-    ax.text(4.0, -2.75, "reset_prefix_cache, allowed only while no block is in use, drops every hash: "
-            "all cached-free blocks become free.", ha="center", va="top", fontsize=8, color="#555")
+    ax.text(
+        x,
+        y + 0.6,
+        "cache_full_blocks names a block once it is full;\ntouch on a held block: ref_cnt + 1",
+        ha="center",
+        va="bottom",
+        fontsize=8,
+    )
+    ax.text(
+        4.0,
+        -2.75,
+        "reset_prefix_cache, allowed only while no block is in use, drops every hash: "
+        "all cached-free blocks become free.",
+        ha="center",
+        va="top",
+        fontsize=8,
+        color="#555",
+    )
     ax.set_xlim(-1.3, 9.3)
     ax.set_ylim(-3.1, 3.3)
     ax.set_axis_off()
-    ax.set_title(f"block lifecycle, counted from the pool now ({pool.num_gpu_blocks - 1} usable blocks; "
-                 "the null block is not counted)", fontsize=10)
+    ax.set_title(
+        f"block lifecycle, counted from the pool now ({pool.num_gpu_blocks - 1} usable blocks; "
+        "the null block is not counted)",
+        fontsize=10,
+    )
     fig.tight_layout()
     return fig
 
@@ -182,13 +232,18 @@ def block_lifecycle_diagram(pool) -> Figure:
 def _chain(tokens: Sequence[int], block_size: int, hash_fn, root: BlockHash) -> list[BlockHash]:
     hashes, parent = [], root
     for end in range(block_size, len(tokens) + 1, block_size):
-        parent = hash_block_tokens(parent, tokens[end - block_size:end], None, hash_fn)
+        parent = hash_block_tokens(parent, tokens[end - block_size : end], None, hash_fn)
         hashes.append(parent)
     return hashes
 
 
-def hash_chain_tree(prompts: Sequence[Sequence[int]], block_size: int, pool=None,
-                    labels: Sequence[str] | None = None, hash_algo: str = "xxhash") -> Figure:
+def hash_chain_tree(
+    prompts: Sequence[Sequence[int]],
+    block_size: int,
+    pool=None,
+    labels: Sequence[str] | None = None,
+    hash_algo: str = "xxhash",
+) -> Figure:
     """The prompts' block-hash chains merged into a tree; see the module docstring."""
     if block_size <= 0:
         raise ValueError(f"block_size must be positive, got {block_size}.")
@@ -248,8 +303,15 @@ def hash_chain_tree(prompts: Sequence[Sequence[int]], block_size: int, pool=None
             rest = len(prompts[i]) % block_size
             x = 1.4 * len(node) + (w / 2 if node else 0.4)
             tail = f"  + {rest} token{'s' if rest > 1 else ''} in a partial block, no hash" if rest else ""
-            ax.text(x + 0.12, row, f"{labels[i]} ({len(prompts[i])} tok){tail}", ha="left", va="center",
-                    fontsize=8, style="italic")
+            ax.text(
+                x + 0.12,
+                row,
+                f"{labels[i]} ({len(prompts[i])} tok){tail}",
+                ha="left",
+                va="center",
+                fontsize=8,
+                style="italic",
+            )
     handles = [plt.Rectangle((0, 0), 1, 1, fc="#ffffff", ec="#333", label="full block, its hash (first hex digits)")]
     if pool is not None:
         handles.append(plt.Rectangle((0, 0), 1, 1, fc=CACHED, ec="#333", label="held by the pool's prefix cache"))

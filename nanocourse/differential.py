@@ -95,34 +95,69 @@ def within(seconds: float, call: Callable[[], Any], what: str) -> Any:
 
 # A request: prompt length, its prefix family (same family, same leading tokens), priority, max_tokens, and
 # whether it asks for prompt logprobs (then it skips reading the prefix cache).
-_ADD = st.tuples(st.just("add"), st.integers(1, 20), st.integers(0, 2), st.integers(0, 3), st.integers(1, 20),
-                 st.sampled_from([False, False, False, True]))
-_OPS = st.lists(st.one_of(_ADD, _ADD, st.tuples(st.just("step"), st.integers(1, 3)),
-                          st.tuples(st.just("abort"), st.integers(0, 9))), min_size=1, max_size=20)
-_CONFIG = {"num_blocks": st.integers(3, 12), "budget": st.integers(1, 32), "policy": st.sampled_from(["fcfs", "priority"]),
-           "caching": st.booleans(), "threshold": st.sampled_from([0, 0, 3, 8]), "max_num_seqs": st.integers(1, 6)}
+_ADD = st.tuples(
+    st.just("add"),
+    st.integers(1, 20),
+    st.integers(0, 2),
+    st.integers(0, 3),
+    st.integers(1, 20),
+    st.sampled_from([False, False, False, True]),
+)
+_OPS = st.lists(
+    st.one_of(
+        _ADD, _ADD, st.tuples(st.just("step"), st.integers(1, 3)), st.tuples(st.just("abort"), st.integers(0, 9))
+    ),
+    min_size=1,
+    max_size=20,
+)
+_CONFIG = {
+    "num_blocks": st.integers(3, 12),
+    "budget": st.integers(1, 32),
+    "policy": st.sampled_from(["fcfs", "priority"]),
+    "caching": st.booleans(),
+    "threshold": st.sampled_from([0, 0, 3, 8]),
+    "max_num_seqs": st.integers(1, 6),
+}
 # Pressure, where plain random workloads seldom go: a low-ranked request runs, then better-ranked ones arrive on
 # a tight pool with a small budget, so a request preempts one that this very step has already scheduled.
-_PRESSURE_CONFIG = {"num_blocks": st.integers(4, 10), "budget": st.integers(2, 6), "policy": st.just("priority"),
-                    "caching": st.booleans(), "threshold": st.just(0), "max_num_seqs": st.integers(3, 5)}
+_PRESSURE_CONFIG = {
+    "num_blocks": st.integers(4, 10),
+    "budget": st.integers(2, 6),
+    "policy": st.just("priority"),
+    "caching": st.booleans(),
+    "threshold": st.just(0),
+    "max_num_seqs": st.integers(3, 5),
+}
 _PRESSURE_OPS = st.builds(
     lambda first, burst, steps: [first, ("step", 1), *burst, ("step", steps)],
     st.tuples(st.just("add"), st.integers(1, 6), st.just(0), st.just(3), st.just(20), st.just(False)),
-    st.lists(st.tuples(st.just("add"), st.integers(1, 6), st.integers(0, 2), st.integers(0, 2), st.integers(4, 20),
-                       st.just(False)), min_size=2, max_size=4),
-    st.integers(1, 3))
+    st.lists(
+        st.tuples(
+            st.just("add"), st.integers(1, 6), st.integers(0, 2), st.integers(0, 2), st.integers(4, 20), st.just(False)
+        ),
+        min_size=2,
+        max_size=4,
+    ),
+    st.integers(1, 3),
+)
 MAX_DRAIN_STEPS = 60
 
 
 def scheduler_workloads(**extra: st.SearchStrategy) -> st.SearchStrategy:
     """(config, operations): half plain random workloads, half pressure; `extra` adds config keys (a window)."""
-    return st.one_of(st.tuples(st.fixed_dictionaries({**_CONFIG, **extra}), _OPS),
-                     st.tuples(st.fixed_dictionaries({**_PRESSURE_CONFIG, **extra}), _PRESSURE_OPS))
+    return st.one_of(
+        st.tuples(st.fixed_dictionaries({**_CONFIG, **extra}), _OPS),
+        st.tuples(st.fixed_dictionaries({**_PRESSURE_CONFIG, **extra}), _PRESSURE_OPS),
+    )
 
 
 def scheduler_config(cfg: dict) -> SchedulerConfig:
-    return SchedulerConfig(cfg["budget"], max_num_seqs=cfg["max_num_seqs"], policy=cfg["policy"],
-                           long_prefill_token_threshold=cfg["threshold"])
+    return SchedulerConfig(
+        cfg["budget"],
+        max_num_seqs=cfg["max_num_seqs"],
+        policy=cfg["policy"],
+        long_prefill_token_threshold=cfg["threshold"],
+    )
 
 
 def per_group(block_ids: Any) -> Any:
@@ -142,29 +177,40 @@ def _observe(scheduler: Scheduler, so, finished, spec: bool = False) -> dict[str
     kv = scheduler.kv_cache_manager
     stats = kv.make_prefix_cache_stats()
     cached = so.scheduled_cached_reqs
-    drafts = {} if not spec else {
-        "the drafts each request verifies this step (scheduled_spec_decode_tokens)":
-            sorted(so.scheduled_spec_decode_tokens.items()),
-        "each request's num_computed_tokens after the step":
-            {r: scheduler.requests[r].num_computed_tokens for r in sorted(scheduler.requests)},
-        "the blocks the prefix cache names (block id, hash)":
-            sorted((b.block_id, h) for h, b in kv.block_pool.cached_block_hash_to_block.items()),
-    }
-    return {**drafts, 
+    drafts = (
+        {}
+        if not spec
+        else {
+            "the drafts each request verifies this step (scheduled_spec_decode_tokens)": sorted(
+                so.scheduled_spec_decode_tokens.items()
+            ),
+            "each request's num_computed_tokens after the step": {
+                r: scheduler.requests[r].num_computed_tokens for r in sorted(scheduler.requests)
+            },
+            "the blocks the prefix cache names (block id, hash)": sorted(
+                (b.block_id, h) for h, b in kv.block_pool.cached_block_hash_to_block.items()
+            ),
+        }
+    )
+    return {
+        **drafts,
         "the requests preempted": sorted(so.preempted_req_ids),
-        "the requests admitted (with the prompt tokens that were cache hits)":
-            [(d.req_id, d.num_computed_tokens) for d in so.scheduled_new_reqs],
+        "the requests admitted (with the prompt tokens that were cache hits)": [
+            (d.req_id, d.num_computed_tokens) for d in so.scheduled_new_reqs
+        ],
         "the tokens scheduled, in order (request, tokens)": list(so.num_scheduled_tokens.items()),
-        "the new block ids of the running requests, per KV cache group":
-            [(r, per_group(ids)) for r, ids in zip(cached.req_ids, cached.new_block_ids)],
+        "the new block ids of the running requests, per KV cache group": [
+            (r, per_group(ids)) for r, ids in zip(cached.req_ids, cached.new_block_ids)
+        ],
         "the requests that finished, with why": sorted((r.request_id, r.status.name) for r in finished),
         "the running list, in order": [r.request_id for r in scheduler.running],
         "the waiting queue, in order": [r.request_id for r in scheduler.waiting],
-        "each request's blocks, per KV cache group":
-            {r: per_group(kv.get_block_ids(r)) for r in sorted(scheduler.requests)},
+        "each request's blocks, per KV cache group": {
+            r: per_group(kv.get_block_ids(r)) for r in sorted(scheduler.requests)
+        },
         "the free queue, head to tail": [b.block_id for b in kv.block_pool.free_block_queue.get_all_free_blocks()],
-        "the prefix-cache stats (lookups, tokens queried, tokens hit, readmissions)":
-            stats and (stats.requests, stats.queries, stats.hits, stats.preempted_requests),
+        "the prefix-cache stats (lookups, tokens queried, tokens hit, readmissions)": stats
+        and (stats.requests, stats.queries, stats.hits, stats.preempted_requests),
     }
 
 
@@ -176,8 +222,10 @@ def _sampled(req_id: str, position: int) -> int:
 def _drafts(req_id: str, num_tokens: int, k: int) -> list[int]:
     """k drafts for the tokens at num_tokens onwards: each the token _sampled will give there, except that about
     one in three is wrong, so that verify steps accept all, some or none of them."""
-    return [_sampled(req_id, p) + (((sum(map(ord, req_id)) + p * num_tokens) % 3 == 0))
-            for p in range(num_tokens, num_tokens + k)]
+    return [
+        _sampled(req_id, p) + ((sum(map(ord, req_id)) + p * num_tokens) % 3 == 0)
+        for p in range(num_tokens, num_tokens + k)
+    ]
 
 
 def _verified(req_id: str, request, drafts: list[int]) -> list[int]:
@@ -195,32 +243,52 @@ def replay_workload(build: Callable[[bool], Scheduler], cfg: dict, ops: list, bl
     k = cfg.get("num_speculative_tokens", 0)  # > 0: every running request verifies k drafts a step
     hasher = get_request_block_hasher(block_size)
     extra = "".join(f", {k} {v}" for k, v in cfg.items() if k not in {**_CONFIG})
-    story = Story(f"{pool_text}, budget {cfg['budget']}, {cfg['policy']}, prefix caching "
-                  f"{'on' if cfg['caching'] else 'off'}, long_prefill_token_threshold {cfg['threshold']}, "
-                  f"max_num_seqs {cfg['max_num_seqs']}{extra}")
+    story = Story(
+        f"{pool_text}, budget {cfg['budget']}, {cfg['policy']}, prefix caching "
+        f"{'on' if cfg['caching'] else 'off'}, long_prefill_token_threshold {cfg['threshold']}, "
+        f"max_num_seqs {cfg['max_num_seqs']}{extra}"
+    )
     names, steps = [], [0]
 
     def one_step(why: str = "") -> None:
         seen = {}
         for who, s in pair.items():
-            so = s.schedule() if who == "engine" else within(
-                2, lambda: story.call(f"step {steps[0]}{why}: schedule()", s.schedule), f"schedule() at step {steps[0]}")
+            so = (
+                s.schedule()
+                if who == "engine"
+                else within(
+                    2,
+                    lambda: story.call(f"step {steps[0]}{why}: schedule()", s.schedule),
+                    f"schedule() at step {steps[0]}",
+                )
+            )
             # A request past its prompt gets a token, after the drafts its scheduled tokens cover (the verified
             # ones and one more); a prompt chunk short of the end gets none.
             spec, reqs = so.scheduled_spec_decode_tokens, s.requests
-            sampled = {r: _verified(r, reqs[r], spec.get(r, [])[:reqs[r].num_computed_tokens - reqs[r].num_tokens])
-                       for r in so.num_scheduled_tokens if r in reqs and reqs[r].num_computed_tokens >= reqs[r].num_tokens}
+            sampled = {
+                r: _verified(r, reqs[r], spec.get(r, [])[: reqs[r].num_computed_tokens - reqs[r].num_tokens])
+                for r in so.num_scheduled_tokens
+                if r in reqs and reqs[r].num_computed_tokens >= reqs[r].num_tokens
+            }
             output = ModelRunnerOutput(sampled)
-            finished = s.update_from_output(so, output) if who == "engine" else story.call(
-                f"step {steps[0]}{why}: update_from_output()", s.update_from_output, so, output)
+            finished = (
+                s.update_from_output(so, output)
+                if who == "engine"
+                else story.call(f"step {steps[0]}{why}: update_from_output()", s.update_from_output, so, output)
+            )
             if k:  # what the engine's proposer does between steps: drafts for every request that still runs
                 s.update_draft_token_ids({r.request_id: _drafts(r.request_id, r.num_tokens, k) for r in s.running})
-            seen[who] = _observe(s, so, finished, bool(k)) if who == "engine" else story.call(
-                f"step {steps[0]}{why}: reading the state", _observe, s, so, finished, bool(k))
+            seen[who] = (
+                _observe(s, so, finished, bool(k))
+                if who == "engine"
+                else story.call(f"step {steps[0]}{why}: reading the state", _observe, s, so, finished, bool(k))
+            )
         engine = seen["engine"]
         plan = ", ".join(f"{r} {n}" for r, n in engine["the tokens scheduled, in order (request, tokens)"]) or "nothing"
         preempted = engine["the requests preempted"]
-        story.add(f"step {steps[0]}{why}: the engine schedules {plan}" + (f"; preempts {preempted}" if preempted else ""))
+        story.add(
+            f"step {steps[0]}{why}: the engine schedules {plan}" + (f"; preempts {preempted}" if preempted else "")
+        )
         steps[0] += 1
         story.compare(seen["yours"], engine)
 
@@ -229,20 +297,32 @@ def replay_workload(build: Callable[[bool], Scheduler], cfg: dict, ops: list, bl
             _, length, family, priority, max_tokens, prompt_logprobs = op
             name = "abcdefghijklmnopqrstuvwxyz"[len(names)]
             names.append(name)
-            story.add(f"add request {name}: a {length}-token prompt (prefix family {family}), priority {priority}, "
-                      f"max_tokens {max_tokens}" + (", prompt_logprobs=1 (it skips reading the prefix cache)"
-                                                    if prompt_logprobs else ""))
+            story.add(
+                f"add request {name}: a {length}-token prompt (prefix family {family}), priority {priority}, "
+                f"max_tokens {max_tokens}"
+                + (", prompt_logprobs=1 (it skips reading the prefix cache)" if prompt_logprobs else "")
+            )
             for s in pair.values():
-                params = SamplingParams(max_tokens=max_tokens, ignore_eos=True, prompt_logprobs=1 if prompt_logprobs else None)
-                s.add_request(Request(name, [1000 * family + j for j in range(length)], priority=priority,
-                                      arrival_time=float(len(names)), block_hasher=hasher, sampling_params=params))
+                params = SamplingParams(
+                    max_tokens=max_tokens, ignore_eos=True, prompt_logprobs=1 if prompt_logprobs else None
+                )
+                s.add_request(
+                    Request(
+                        name,
+                        [1000 * family + j for j in range(length)],
+                        priority=priority,
+                        arrival_time=float(len(names)),
+                        block_hasher=hasher,
+                        sampling_params=params,
+                    )
+                )
         elif op[0] == "step":
             for _ in range(op[1]):
                 one_step()
         elif names:
             name = names[op[1] % len(names)]
             story.add(f"abort request {name}")
-            for who, s in pair.items():
+            for s in pair.values():
                 story.call(f"abort request {name}", s.finish_requests, [name], RequestStatus.FINISHED_ABORTED)
     for _ in range(MAX_DRAIN_STEPS):
         if not pair["engine"].has_unfinished_requests():

@@ -18,8 +18,8 @@ from functools import partial
 
 import ipywidgets as widgets
 
-from nanoengine.core import BlockPool, FreeKVCacheBlockQueue, KVCacheBlock, KVCacheManager, get_request_block_hasher
 from nanocourse.live import show_view
+from nanoengine.core import BlockPool, FreeKVCacheBlockQueue, KVCacheBlock, KVCacheManager, get_request_block_hasher
 from nanoengine.request import Request
 
 # Every chat starts with these 8 tokens: two full 4-token blocks that later chats can hit.
@@ -72,8 +72,7 @@ class FreeQueueLab:
     free_queue_cls swaps in another queue class (the chapter's exercise) under the same pool.
     """
 
-    def __init__(self, num_blocks: int = 16, block_size: int = 4,
-                 free_queue_cls: type = FreeKVCacheBlockQueue) -> None:
+    def __init__(self, num_blocks: int = 16, block_size: int = 4, free_queue_cls: type = FreeKVCacheBlockQueue) -> None:
         self.pool = BlockPool(num_blocks, True, block_size, free_queue_cls=free_queue_cls)
         self.manager = KVCacheManager(block_size, self.pool)
         self.hasher = get_request_block_hasher(block_size)
@@ -99,11 +98,15 @@ class FreeQueueLab:
         self.running[name] = request
         hits = computed.blocks[0]  # KVCacheBlocks: one list per KV cache group, and this model has one
         popped = tuple(block.block_id for block in new.blocks[0])
-        return self._record(Event(
-            label, popped=popped, evicted=tuple(i for i in popped if i in hashed),
-            pulled=tuple((b.block_id, position[b.block_id]) for b in hits if b.block_id in position),
-            shared=tuple(b.block_id for b in hits if b.block_id not in position),
-        ))
+        return self._record(
+            Event(
+                label,
+                popped=popped,
+                evicted=tuple(i for i in popped if i in hashed),
+                pulled=tuple((b.block_id, position[b.block_id]) for b in hits if b.block_id in position),
+                shared=tuple(b.block_id for b in hits if b.block_id not in position),
+            )
+        )
 
     def free(self, name: str) -> Event:
         """Free a running request; the queue before and after tells where its blocks went."""
@@ -112,8 +115,9 @@ class FreeQueueLab:
         after = [block.block_id for block in self.free_order()]
         added = [i for i in after if i not in before]
         num_at_head = next((k for k, i in enumerate(after) if i in before), len(after))
-        return self._record(Event(f"free {name}", to_head=tuple(added[:num_at_head]),
-                                  to_tail=tuple(added[num_at_head:])))
+        return self._record(
+            Event(f"free {name}", to_head=tuple(added[:num_at_head]), to_tail=tuple(added[num_at_head:]))
+        )
 
     def allocate_request(self, num_tokens: int = 14) -> Event:
         """A request whose tokens no other request has: it can only take blocks from the head."""
@@ -139,8 +143,10 @@ class FreeQueueLab:
     def text(self) -> str:
         """The queue, the held blocks and the last action, as plain text (* marks a hashed block)."""
         queue = self.free_order()
-        lines = [self.events[-1].describe() if self.events else "no action yet",
-                 f"queue head -> tail ({len(queue)} free, * = hashed): {starred(queue)}"]
+        lines = [
+            self.events[-1].describe() if self.events else "no action yet",
+            f"queue head -> tail ({len(queue)} free, * = hashed): {starred(queue)}",
+        ]
         for name in self.running:
             blocks = self.manager.get_blocks(name).blocks[0]
             lines.append(f"held by {name}: blocks {[b.block_id for b in blocks]} ref_cnt {[b.ref_cnt for b in blocks]}")
@@ -150,8 +156,13 @@ class FreeQueueLab:
 # The scripted story the Step button plays: two requests, both freed, then a chat that hits blocks in
 # the middle of the queue, a large request that evicts from the head, and one more hit.
 STORY: tuple[Callable[[FreeQueueLab], Event], ...] = (
-    FreeQueueLab.chat, FreeQueueLab.allocate_request, FreeQueueLab.free_oldest, FreeQueueLab.free_oldest,
-    FreeQueueLab.chat, partial(FreeQueueLab.allocate_request, num_tokens=40), FreeQueueLab.free_oldest,
+    FreeQueueLab.chat,
+    FreeQueueLab.allocate_request,
+    FreeQueueLab.free_oldest,
+    FreeQueueLab.free_oldest,
+    FreeQueueLab.chat,
+    partial(FreeQueueLab.allocate_request, num_tokens=40),
+    FreeQueueLab.free_oldest,
     FreeQueueLab.chat,
 )
 
@@ -161,35 +172,44 @@ _HASHED, _UNHASHED, _MOVED = "#8fd18f", "#e6e6e6", "#e8590c"
 def chip_html(block: KVCacheBlock, moved: bool, note: str = "") -> str:
     """One block as a chip: green when it carries a hash, grey when not, an orange frame if it just moved."""
     hashed = block.block_hash is not None
-    title = (f"block {block.block_id}: ref_cnt {block.ref_cnt}, "
-             f"{'hash ' + block.block_hash.hex()[:8] if hashed else 'no hash'}{note}")
+    title = (
+        f"block {block.block_id}: ref_cnt {block.ref_cnt}, "
+        f"{'hash ' + block.block_hash.hex()[:8] if hashed else 'no hash'}{note}"
+    )
     ref = f"<sub>×{block.ref_cnt}</sub>" if block.ref_cnt > 1 else ""
-    return (f"<span title='{html.escape(title)}' data-block='{block.block_id}' data-hashed='{int(hashed)}' "
-            f"data-ref='{block.ref_cnt}' style='display:inline-block;min-width:24px;margin:1px;padding:3px 4px;"
-            f"text-align:center;font:12px monospace;background:{_HASHED if hashed else _UNHASHED};"
-            f"border:2px solid {_MOVED if moved else '#fff'}'>{block.block_id}{ref}</span>")
+    return (
+        f"<span title='{html.escape(title)}' data-block='{block.block_id}' data-hashed='{int(hashed)}' "
+        f"data-ref='{block.ref_cnt}' style='display:inline-block;min-width:24px;margin:1px;padding:3px 4px;"
+        f"text-align:center;font:12px monospace;background:{_HASHED if hashed else _UNHASHED};"
+        f"border:2px solid {_MOVED if moved else '#fff'}'>{block.block_id}{ref}</span>"
+    )
 
 
 def queue_html(lab: FreeQueueLab) -> str:
     event = lab.events[-1] if lab.events else Event("")
     arrived = set(event.to_head + event.to_tail)
     chips = "".join(chip_html(b, b.block_id in arrived, f", position {i}") for i, b in enumerate(lab.free_order()))
-    return (f"<div style='font:12px sans-serif'><b>free queue</b> head → {chips or '(empty)'} ← tail</div>")
+    return f"<div style='font:12px sans-serif'><b>free queue</b> head → {chips or '(empty)'} ← tail</div>"
 
 
 def held_html(lab: FreeQueueLab) -> str:
     event = lab.events[-1] if lab.events else Event("")
     taken = set(event.popped + event.shared) | {i for i, _ in event.pulled}
-    rows = [f"<div style='font:12px sans-serif'>held by <b>{html.escape(name)}</b> "
-            + "".join(chip_html(b, b.block_id in taken) for b in lab.manager.get_blocks(name).blocks[0]) + "</div>"
-            for name in lab.running]
+    rows = [
+        f"<div style='font:12px sans-serif'>held by <b>{html.escape(name)}</b> "
+        + "".join(chip_html(b, b.block_id in taken) for b in lab.manager.get_blocks(name).blocks[0])
+        + "</div>"
+        for name in lab.running
+    ]
     return "".join(rows) or "<div style='font:12px sans-serif'>no request holds a block</div>"
 
 
-LEGEND = (f"<div style='font:11px sans-serif'><span style='background:{_HASHED};padding:0 8px'>&nbsp;</span> "
-          f"hashed (a later request with the same prefix can hit it) &nbsp; <span style='background:{_UNHASHED};"
-          f"padding:0 8px'>&nbsp;</span> no hash &nbsp; <span style='border:2px solid {_MOVED};padding:0 6px'>"
-          f"&nbsp;</span> moved by the last action &nbsp; ×n: ref_cnt n</div>")
+LEGEND = (
+    f"<div style='font:11px sans-serif'><span style='background:{_HASHED};padding:0 8px'>&nbsp;</span> "
+    f"hashed (a later request with the same prefix can hit it) &nbsp; <span style='background:{_UNHASHED};"
+    f"padding:0 8px'>&nbsp;</span> no hash &nbsp; <span style='border:2px solid {_MOVED};padding:0 6px'>"
+    f"&nbsp;</span> moved by the last action &nbsp; ×n: ref_cnt n</div>"
+)
 
 
 class FreeQueueView:
@@ -199,15 +219,25 @@ class FreeQueueView:
     after each action; `text()` gives the same picture for tests and nbval.
     """
 
-    def __init__(self, make_lab: Callable[[], FreeQueueLab] = FreeQueueLab,
-                 story: Sequence[Callable[[FreeQueueLab], Event]] = STORY) -> None:
+    def __init__(
+        self,
+        make_lab: Callable[[], FreeQueueLab] = FreeQueueLab,
+        story: Sequence[Callable[[FreeQueueLab], Event]] = STORY,
+    ) -> None:
         self.make_lab, self.story = make_lab, tuple(story)
-        self.step_button = widgets.Button(description="Step", button_style="primary",
-                                          tooltip="play the next action of the scripted story")
-        self.allocate_button = widgets.Button(description="allocate request", layout={"width": "auto"},
-                                              tooltip="a request with new tokens: blocks come from the head")
-        self.chat_button = widgets.Button(description="touch cached prefix", layout={"width": "auto"},
-                                          tooltip="a chat that starts with the shared system prompt")
+        self.step_button = widgets.Button(
+            description="Step", button_style="primary", tooltip="play the next action of the scripted story"
+        )
+        self.allocate_button = widgets.Button(
+            description="allocate request",
+            layout={"width": "auto"},
+            tooltip="a request with new tokens: blocks come from the head",
+        )
+        self.chat_button = widgets.Button(
+            description="touch cached prefix",
+            layout={"width": "auto"},
+            tooltip="a chat that starts with the shared system prompt",
+        )
         self.free_button = widgets.Button(description="free oldest request", layout={"width": "auto"})
         self.reset_button = widgets.Button(description="Reset")
         self.step_button.on_click(lambda _: self.step())
@@ -216,8 +246,9 @@ class FreeQueueView:
         self.free_button.on_click(lambda _: self.act(FreeQueueLab.free_oldest))
         self.reset_button.on_click(lambda _: self.reset())
         self.log, self.queue, self.held = widgets.HTML(), widgets.HTML(), widgets.HTML()
-        buttons = widgets.HBox([self.step_button, self.allocate_button, self.chat_button, self.free_button,
-                                self.reset_button])
+        buttons = widgets.HBox(
+            [self.step_button, self.allocate_button, self.chat_button, self.free_button, self.reset_button]
+        )
         self.widget = widgets.VBox([buttons, self.log, self.queue, self.held, widgets.HTML(LEGEND)])
         self.reset()
 
@@ -237,8 +268,10 @@ class FreeQueueView:
 
     def refresh(self) -> None:
         last = self.lab.events[-1].describe() if self.lab.events else "press Step, or any action button"
-        self.log.value = (f"<div style='font:12px sans-serif'>story step {self.num_steps}/{len(self.story)} · "
-                          f"{html.escape(last)}</div>")
+        self.log.value = (
+            f"<div style='font:12px sans-serif'>story step {self.num_steps}/{len(self.story)} · "
+            f"{html.escape(last)}</div>"
+        )
         self.queue.value = queue_html(self.lab)
         self.held.value = held_html(self.lab)
 

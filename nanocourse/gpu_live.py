@@ -31,8 +31,14 @@ def measure(timeout_s: int = 300) -> dict | None:
     if not torch.cuda.is_available():
         return None
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    run = subprocess.run([sys.executable, "-m", "nanocourse.gpu_live"], cwd=ROOT, env=env, capture_output=True,
-                         text=True, timeout=timeout_s)
+    run = subprocess.run(
+        [sys.executable, "-m", "nanocourse.gpu_live"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
     if run.returncode != 0:
         raise RuntimeError(f"measuring on the GPU failed:\n{run.stderr[-3000:]}")
     return json.loads(run.stdout.strip().splitlines()[-1])
@@ -54,15 +60,19 @@ def attention_figures(device: torch.device, dtype: torch.dtype) -> dict:
     # Twice the largest batch's blocks plus the null block, as bench/attention.py draws its tables.
     pool = att.Pool(heads, 2 * max(BATCHES) * CONTEXT // att.BLOCK_SIZE + 1, dtype, device)
     decode = [att.decode_row(pool, heads, batch, CONTEXT, copy) for batch in BATCHES]
-    return {"device": torch.cuda.get_device_name(device), "dtype": str(dtype).removeprefix("torch."),
-            "copy_gbps": copy, "decode": decode}
+    return {
+        "device": torch.cuda.get_device_name(device),
+        "dtype": str(dtype).removeprefix("torch."),
+        "copy_gbps": copy,
+        "decode": decode,
+    }
 
 
 def chatbot_prompts(workload: dict, seed: int = 0) -> list[list[int]]:
     """Random token ids in the stored chatbot run's shape: one shared system prompt of
     workload["system_prompt_tokens"], then a different user turn up to each prompt's length."""
     rng = random.Random(seed)
-    ids = lambda n: [rng.randrange(1000, 40_000) for _ in range(n)]  # noqa: E731 (clear of special tokens)
+    ids = lambda n: [rng.randrange(1000, 40_000) for _ in range(n)]
     system = ids(workload["system_prompt_tokens"])
     return [system + ids(n - len(system)) for n in workload["prompt_tokens"]]
 
@@ -90,14 +100,15 @@ def engine_figures(device: torch.device, dtype: torch.dtype, workload: dict) -> 
 
 
 def main() -> None:
-    from nanoengine.entrypoints.llm import default_dtype
     from nanocourse.gpu_results import load_json
+    from nanoengine.entrypoints.llm import default_dtype
 
     device = torch.device("cuda")
     dtype = default_dtype(device)
     workload = load_json("engine_cuda.json")["workload"]
-    print(json.dumps({"attention": attention_figures(device, dtype),
-                      "engine": engine_figures(device, dtype, workload)}))
+    print(
+        json.dumps({"attention": attention_figures(device, dtype), "engine": engine_figures(device, dtype, workload)})
+    )
 
 
 if __name__ == "__main__":

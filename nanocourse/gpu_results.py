@@ -23,7 +23,9 @@ def load_json(name: str, results_dir: Path = RESULTS_DIR) -> dict:
     return json.loads((Path(results_dir) / name).read_text())
 
 
-def compile_rows(kernel: str, dtype: str = "bf16", hints: str = "engine", results_dir: Path = RESULTS_DIR) -> list[dict]:
+def compile_rows(
+    kernel: str, dtype: str = "bf16", hints: str = "engine", results_dir: Path = RESULTS_DIR
+) -> list[dict]:
     """The offline gate's rows for one kernel ("decode_kernel", ...) across shapes and targets."""
     rows = load_json("kernels_offline.json", results_dir)["kernels"]
     return [r for r in rows if r["kernel"] == kernel and f" {dtype}" in r["case"] and r["hints"] == hints]
@@ -36,8 +38,12 @@ ENGINE_DTYPES = {"sm_75": "fp16", "sm_80": "bf16", "sm_90": "bf16"}
 def engine_compile_rows(kernel: str, hints: str = "engine", results_dir: Path = RESULTS_DIR) -> list[dict]:
     """compile_rows for the dtype the engine runs on each target (ENGINE_DTYPES), each case's targets
     oldest first: sm_75 in fp16 beside sm_80 and sm_90 in bf16."""
-    rows = [r for target, dtype in ENGINE_DTYPES.items() for r in compile_rows(kernel, dtype, hints, results_dir)
-            if r["target"] == target]
+    rows = [
+        r
+        for target, dtype in ENGINE_DTYPES.items()
+        for r in compile_rows(kernel, dtype, hints, results_dir)
+        if r["target"] == target
+    ]
     cases = list(dict.fromkeys(_case(r) for r in compile_rows(kernel, "bf16", hints, results_dir)))
     return sorted(rows, key=lambda r: (cases.index(_case(r)), r["target"]))
 
@@ -55,9 +61,11 @@ def compile_history(key: str, results_dir: Path = RESULTS_DIR) -> list[tuple[str
 
 # The chapter's bars, for the Llama-3-8B heads (32/8, d128) at B=64, L=2048, bf16.
 BAR_ROW = {"heads": "llama3-8b", "batch": 64, "context": 2048}
-BARS = (("% of device-copy bandwidth", "pct_of_copy", 70.0),
-        ("× faster than gather + SDPA", "x_vs_gather_sdpa", 2.5),
-        ("× SDPA on contiguous KV", "x_vs_sdpa_contiguous", 0.9))
+BARS = (
+    ("% of device-copy bandwidth", "pct_of_copy", 70.0),
+    ("× faster than gather + SDPA", "x_vs_gather_sdpa", 2.5),
+    ("× SDPA on contiguous KV", "x_vs_sdpa_contiguous", 0.9),
+)
 
 
 def load_gpu_results(results_dir: Path = RESULTS_DIR) -> list[dict]:
@@ -97,13 +105,18 @@ def plot_decode_bandwidth(result: dict, ax, heads: str = "llama3-8b") -> None:
 def figures(attention: dict, engine: dict) -> dict[str, float | str]:
     """The chapter's GPU figures from one run: an attention result (attention_<gpu>.json's layout) and
     an engine result (engine_cuda.json's), stored or measured live by nanocourse.gpu_live."""
-    rows = {r["batch"]: r for r in attention["decode"] if r["heads"] == BAR_ROW["heads"]
-            and r["context"] == BAR_ROW["context"]}
+    rows = {
+        r["batch"]: r
+        for r in attention["decode"]
+        if r["heads"] == BAR_ROW["heads"] and r["context"] == BAR_ROW["context"]
+    }
     big, one = rows[BAR_ROW["batch"]], rows[1]
-    graphed, eager = (engine["results"][k]["throughput_tok_s"]
-                      for k in ("nanoengine_cache_on", "nanoengine_cache_on_eager"))
+    graphed, eager = (
+        engine["results"][k]["throughput_tok_s"] for k in ("nanoengine_cache_on", "nanoengine_cache_on_eager")
+    )
     return {
-        "device": attention["device"], "dtype": attention["dtype"],
+        "device": attention["device"],
+        "dtype": attention["dtype"],
         "device copy, GB/s": attention["copy_gbps"],
         "decode B=64, GB/s": big["triton_gbps"],
         "decode B=64, % of copy": big["pct_of_copy"],
@@ -118,6 +131,7 @@ def figures(attention: dict, engine: dict) -> dict[str, float | str]:
 
 def comparison_rows(stored: dict, live: dict | None) -> list[tuple[str, str, str]]:
     """(figure, stored, live) formatted for printing; live None (no GPU here) gives "-" throughout."""
+
     def fmt(value):
         return value if isinstance(value, str) else f"{value:,.1f}"
 

@@ -109,8 +109,18 @@ def grade(chapter: str, impl: str = "exercises") -> Scorecard:
         raise ValueError(f"impl must be one of {IMPLS} or a folder of chapter modules, got {impl!r}")
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
-        cmd = [sys.executable, "-m", "pytest", *map(str, chapter_files(chapter)), "-q", "-p", "no:cacheprovider",
-               "-p", "nanocourse.grading", f"--grade-report={report}"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pytest",
+            *map(str, chapter_files(chapter)),
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "nanocourse.grading",
+            f"--grade-report={report}",
+        ]
         # No installed plugin: no graded test needs one, and loading them (nbval's nbformat and jsonschema,
         # hypothesis's, xdist's, anyio's) took 7 of a grade's 11 s.
         env = {**os.environ, "NANOENGINE_IMPL": impl, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
@@ -145,8 +155,9 @@ def pytest_collection_modifyitems(config, items):
         marker = item.get_closest_marker("task")
         if marker is not None:
             variant = item.callspec.params.get("variant", "") if hasattr(item, "callspec") else ""
-            config._graded[item.nodeid] = TaskResult(*marker.args, passed=False, message="did not run",
-                                                     variant=variant or "")
+            config._graded[item.nodeid] = TaskResult(
+                *marker.args, passed=False, message="did not run", variant=variant or ""
+            )
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -159,7 +170,7 @@ def pytest_runtest_makereport(item, call):
 
 
 def _learner_location(excinfo) -> str:
-    """"your Scheduler.schedule (exercises/ch07_scheduler.py, line 88)" for the innermost frame of the graded
+    """ "your Scheduler.schedule (exercises/ch07_scheduler.py, line 88)" for the innermost frame of the graded
     code (exercises/, solutions/ or a variant folder) the exception passed through; "" if it passed through none."""
     impl = os.environ.get("NANOENGINE_IMPL", "exercises")
     folders = [ROOT / "exercises", ROOT / "solutions"] + ([Path(impl).resolve()] if os.path.isdir(impl) else [])
@@ -212,8 +223,12 @@ def _short(report) -> str:
     # A message may span lines (a differential grader's operations); pytest's own introspection, from the first
     # line that starts with "assert ", repeats what the message says in code, and
     # hypothesis's own report of the failing example follows it in the code's terms.
-    kept = list(takewhile(lambda line: not line.startswith(("assert ", "Falsifying example", "Failing test case")),
-                          lines[1:MAX_MESSAGE_LINES]))
+    kept = list(
+        takewhile(
+            lambda line: not line.startswith(("assert ", "Falsifying example", "Failing test case")),
+            lines[1:MAX_MESSAGE_LINES],
+        )
+    )
     return "\n".join(_clip(line) for line in [lines[0], *kept])
 
 
@@ -223,7 +238,7 @@ def _clip(line: str) -> str:
     if len(line) <= MAX_LINE_CHARS:
         return line
     head = MAX_LINE_CHARS * 3 // 5
-    return f"{line[:head]} … {line[head - MAX_LINE_CHARS:]}"
+    return f"{line[:head]} … {line[head - MAX_LINE_CHARS :]}"
 
 
 def main(argv: list[str] | None = None) -> int:

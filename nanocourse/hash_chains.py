@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import ipywidgets as widgets
 
-from nanoengine.core import get_request_block_hasher
 from nanocourse.live import show_view
+from nanoengine.core import get_request_block_hasher
 from nanoengine.request import Request
 
 
@@ -26,16 +26,21 @@ def block_chain(token_ids: list[int], block_size: int, cache_salt: str | None = 
     return Request("explorer", token_ids, block_hasher=hasher, cache_salt=cache_salt).block_hashes
 
 
-def compare_chains(tokenizer, text_a: str, text_b: str, block_size: int = 16,
-                   salt_a: str | None = None, salt_b: str | None = None) -> tuple[list[ChainLink], list[ChainLink]]:
+def compare_chains(
+    tokenizer, text_a: str, text_b: str, block_size: int = 16, salt_a: str | None = None, salt_b: str | None = None
+) -> tuple[list[ChainLink], list[ChainLink]]:
     """Both prompts' chains, each link marked shared or not. Only full blocks get a hash."""
     ids_a, ids_b = tokenizer.encode(text_a), tokenizer.encode(text_b)
     chain_a, chain_b = block_chain(ids_a, block_size, salt_a), block_chain(ids_b, block_size, salt_b)
 
     def links(ids, chain, other):
         return [
-            ChainLink(i, h.hex()[:8], tokenizer.decode(ids[i * block_size : (i + 1) * block_size]),
-                      i < len(other) and other[i] == h)
+            ChainLink(
+                i,
+                h.hex()[:8],
+                tokenizer.decode(ids[i * block_size : (i + 1) * block_size]),
+                i < len(other) and other[i] == h,
+            )
             for i, h in enumerate(chain)
         ]
 

@@ -47,11 +47,15 @@ def chapter_hints(chapter: str) -> tuple[Hint, ...]:
     chapter = f"{int(chapter):02d}"
     path = HINTS_DIR / f"{chapter}.md"
     if not path.exists():
-        raise ValueError(f"Chapter {chapter} has no hints ({path.name} is missing); chapters with hints: "
-                         f"{', '.join(sorted(p.stem for p in HINTS_DIR.glob('*.md')))}.")
-    parts = re.split(r"^## (.+)$", path.read_text(), flags=re.M)[1:]
-    return tuple(Hint(chapter, i + 1, title.strip(), text.strip())
-                 for i, (title, text) in enumerate(zip(parts[::2], parts[1::2])))
+        raise ValueError(
+            f"Chapter {chapter} has no hints ({path.name} is missing); chapters with hints: "
+            f"{', '.join(sorted(p.stem for p in HINTS_DIR.glob('*.md')))}."
+        )
+    parts = re.split(r"^## (.+)$", path.read_text(), flags=re.MULTILINE)[1:]
+    return tuple(
+        Hint(chapter, i + 1, title.strip(), text.strip())
+        for i, (title, text) in enumerate(zip(parts[::2], parts[1::2]))
+    )
 
 
 def hint(chapter: str, number: int | None = None) -> Hint | HintList:

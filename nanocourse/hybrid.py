@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 import ipywidgets as widgets
 
+from nanocourse.live import show_view
 from nanoengine.config import LlamaConfig
 from nanoengine.core import BlockHash, BlockPool, HybridKVCacheCoordinator
-from nanocourse.live import show_view
 from nanoengine.entrypoints.llm import LLM
 from nanoengine.model import LlamaForCausalLM
 from nanoengine.sampling_params import SamplingParams
@@ -37,15 +37,28 @@ def group_label(llm: LLM, group_id: int) -> str:
 
 
 # ---- the table view ---------------------------------------------------------------------------
-_CELL = ("display:inline-block;width:30px;margin:1px;padding:3px 0;text-align:center;font:11px monospace;"
-         "border-radius:3px;")
-_STYLE = {"null": "background:#d9d9d9;color:#777", "held": "background:#9ecae1", "new": "background:#74c476",
-          "freed": "background:#d9d9d9;color:#777;outline:2px solid #de2d26"}
-_LEGEND = ("<div style='font:11px sans-serif;margin-top:4px'>"
-           + " ".join(f"<span style='{_CELL}{_STYLE[k]}'>{label}</span> {text}" for k, label, text in (
-               ("held", "7", "a block held"), ("new", "7", "allocated this step"),
-               ("null", "∅", "the null block (id 0)"), ("freed", "∅", "freed this step: left the window")))
-           + "</div>")
+_CELL = (
+    "display:inline-block;width:30px;margin:1px;padding:3px 0;text-align:center;font:11px monospace;border-radius:3px;"
+)
+_STYLE = {
+    "null": "background:#d9d9d9;color:#777",
+    "held": "background:#9ecae1",
+    "new": "background:#74c476",
+    "freed": "background:#d9d9d9;color:#777;outline:2px solid #de2d26",
+}
+_LEGEND = (
+    "<div style='font:11px sans-serif;margin-top:4px'>"
+    + " ".join(
+        f"<span style='{_CELL}{_STYLE[k]}'>{label}</span> {text}"
+        for k, label, text in (
+            ("held", "7", "a block held"),
+            ("new", "7", "allocated this step"),
+            ("null", "∅", "the null block (id 0)"),
+            ("freed", "∅", "freed this step: left the window"),
+        )
+    )
+    + "</div>"
+)
 
 
 class WindowTableView:
@@ -67,14 +80,16 @@ class WindowTableView:
         self.steps_button.on_click(lambda _: self.step(5))
         self.reset_button.on_click(lambda _: self.reset())
         self.tables = widgets.HTML()
-        self.widget = widgets.VBox([widgets.HBox([self.step_button, self.steps_button, self.reset_button]),
-                                    self.tables, widgets.HTML(_LEGEND)])
+        self.widget = widgets.VBox(
+            [widgets.HBox([self.step_button, self.steps_button, self.reset_button]), self.tables, widgets.HTML(_LEGEND)]
+        )
         self.reset()
 
     def reset(self) -> None:
         self.llm = tiny_hybrid_llm(self.window, self.block_size, num_gpu_blocks_override=64)
         self.req_id = self.llm.engine.add_request(
-            self.prompt, SamplingParams(temperature=0, max_tokens=self.max_tokens, ignore_eos=True))
+            self.prompt, SamplingParams(temperature=0, max_tokens=self.max_tokens, ignore_eos=True)
+        )
         self.num_steps, self.before = 0, self.rows()
         self.refresh()
 
@@ -110,10 +125,14 @@ class WindowTableView:
         parts = [f"<div style='font:12px sans-serif'><b>{html.escape(self.status())}</b></div>"]
         for g, (row, old) in enumerate(zip(self.rows(), self.before)):
             cells = "".join(self._cell(b, old, i) for i, b in enumerate(row)) or "<i>none</i>"
-            parts.append(f"<div style='font:11px sans-serif;margin-top:3px'>{html.escape(group_label(self.llm, g))}"
-                         f"</div><div>{cells}</div>")
-        parts.append(f"<div style='font:11px monospace;margin-top:4px'>pool: {pool.get_num_free_blocks()} of "
-                     f"{pool.num_gpu_blocks - 1} blocks free</div>")
+            parts.append(
+                f"<div style='font:11px sans-serif;margin-top:3px'>{html.escape(group_label(self.llm, g))}"
+                f"</div><div>{cells}</div>"
+            )
+        parts.append(
+            f"<div style='font:11px monospace;margin-top:4px'>pool: {pool.get_num_free_blocks()} of "
+            f"{pool.num_gpu_blocks - 1} blocks free</div>"
+        )
         self.tables.value = "".join(parts)
         self.step_button.disabled = self.steps_button.disabled = self.done
 
@@ -126,8 +145,12 @@ class WindowTableView:
         gone = max(0, c - w + 1) // self.block_size
         freed = self.rows()[-1].count(0)
         when = "already freed" if freed == gone else "the next step's allocate_slots frees them"
-        behind = (f"the first {gone} block{'s' * (gone != 1)} of each sliding group lie{'s' * (gone == 1)} wholly "
-                  f"behind it ({when})" if gone else "no block lies wholly behind it")
+        behind = (
+            f"the first {gone} block{'s' * (gone != 1)} of each sliding group lie{'s' * (gone == 1)} wholly "
+            f"behind it ({when})"
+            if gone
+            else "no block lies wholly behind it"
+        )
         return f"step {self.num_steps}: {c} tokens computed; the next query, at position {c}, sees {max(0, c - w + 1)}..{c}; {behind}"
 
     def text(self) -> str:
@@ -160,9 +183,12 @@ def block_trace(llm: LLM, prompt: Sequence[int], max_tokens: int) -> list[TraceP
         request = engine.scheduler.requests.get(req_id)
         if request is None:
             break
-        full, sliding = (sum(not b.is_null for b in m.req_to_blocks[req_id])
-                         for m in kv.coordinator.single_type_managers[:2])
-        points.append(TracePoint(request.num_tokens, full, sliding, pool.num_gpu_blocks - 1 - pool.get_num_free_blocks()))
+        full, sliding = (
+            sum(not b.is_null for b in m.req_to_blocks[req_id]) for m in kv.coordinator.single_type_managers[:2]
+        )
+        points.append(
+            TracePoint(request.num_tokens, full, sliding, pool.num_gpu_blocks - 1 - pool.get_num_free_blocks())
+        )
     return points
 
 
@@ -174,7 +200,9 @@ def plot_block_traces(traces: dict[int, list[TracePoint]], block_size: int):
     first = next(iter(traces.values()))
     ax.plot([p.tokens for p in first], [p.full for p in first], color="black", label="full attention group")
     for (window, points), color in zip(traces.items(), ("tab:blue", "tab:orange", "tab:green", "tab:red")):
-        ax.plot([p.tokens for p in points], [p.sliding for p in points], color=color, label=f"sliding group, W={window}")
+        ax.plot(
+            [p.tokens for p in points], [p.sliding for p in points], color=color, label=f"sliding group, W={window}"
+        )
         ax.axhline(-(-window // block_size) + 1, color=color, linestyle=":", linewidth=1)
     ax.set_xlabel("tokens in the request")
     ax.set_ylabel(f"blocks held ({block_size} tokens each)")
@@ -194,8 +222,9 @@ class _Hashes:
         self.request_id, self.block_hashes = "finished", block_hashes
 
 
-def cache_blocks_at(pool: BlockPool, group_id: int, indices: Iterable[int], block_hashes: Sequence[BlockHash],
-                    block_size: int) -> None:
+def cache_blocks_at(
+    pool: BlockPool, group_id: int, indices: Iterable[int], block_hashes: Sequence[BlockHash], block_size: int
+) -> None:
     """Leave a free cached block under block_hashes[i] in group_id for each index i, as a finished
     request's blocks are left: hashed, ref_cnt 0, evictable."""
     request = _Hashes(block_hashes)

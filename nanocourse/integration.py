@@ -32,16 +32,23 @@ def _params(max_tokens: int, **kw) -> SamplingParams:
 
 PREFIX = tuple(range(3, 27))  # 24 tokens: six full 4-token blocks every request shares
 WORKLOADS = (
-    Workload("chatbot", tuple((PREFIX + (100 + i, 110 + i, 120 + i), _params(8)) for i in range(6)),
-             dict(block_size=4, num_gpu_blocks_override=96)),
+    Workload(
+        "chatbot",
+        tuple((PREFIX + (100 + i, 110 + i, 120 + i), _params(8)) for i in range(6)),
+        {"block_size": 4, "num_gpu_blocks_override": 96},
+    ),
     # Long prompts and outputs on a pool that holds three at a time: preemption, recompute, readmission hits.
-    Workload("preemption-heavy", tuple((PREFIX + tuple(range(100 + 20 * i, 112 + 20 * i)), _params(24))
-                                       for i in range(5)),
-             dict(block_size=4, num_gpu_blocks_override=40, max_num_batched_tokens=32)),
+    Workload(
+        "preemption-heavy",
+        tuple((PREFIX + tuple(range(100 + 20 * i, 112 + 20 * i)), _params(24)) for i in range(5)),
+        {"block_size": 4, "num_gpu_blocks_override": 40, "max_num_batched_tokens": 32},
+    ),
     # Every other request scores its prompt: it must read nothing from the cache, and still write its blocks.
-    Workload("prompt logprobs", tuple((PREFIX + (200 + i, 210 + i), _params(4, prompt_logprobs=1 if i % 2 else None))
-                                      for i in range(6)),
-             dict(block_size=4, num_gpu_blocks_override=96)),
+    Workload(
+        "prompt logprobs",
+        tuple((PREFIX + (200 + i, 210 + i), _params(4, prompt_logprobs=1 if i % 2 else None)) for i in range(6)),
+        {"block_size": 4, "num_gpu_blocks_override": 96},
+    ),
 )
 
 
@@ -73,18 +80,31 @@ def serve(llm: LLM, workload: Workload) -> Served:
         done.update((out.request_id, out) for out in engine.step())
         peak = max(peak, pool.num_gpu_blocks - 1 - pool.get_num_free_blocks())
     outs, stats = [done[i] for i in ids], llm.get_stats()
-    logprobs = tuple(None if o.prompt_logprobs is None else
-                     tuple(None if e is None else round(e[t].logprob, 4) for t, e in zip(o.prompt_token_ids, o.prompt_logprobs))
-                     for o in outs)
-    return Served(tuple(tuple(o.token_ids) for o in outs), tuple(o.num_cached_tokens for o in outs), logprobs,
-                  tuple(ids.index(i) for i in done), stats.num_steps, stats.num_prefill_tokens, peak,
-                  stats.num_preemptions)
+    logprobs = tuple(
+        None
+        if o.prompt_logprobs is None
+        else tuple(None if e is None else round(e[t].logprob, 4) for t, e in zip(o.prompt_token_ids, o.prompt_logprobs))
+        for o in outs
+    )
+    return Served(
+        tuple(tuple(o.token_ids) for o in outs),
+        tuple(o.num_cached_tokens for o in outs),
+        logprobs,
+        tuple(ids.index(i) for i in done),
+        stats.num_steps,
+        stats.num_prefill_tokens,
+        peak,
+        stats.num_preemptions,
+    )
 
 
 def differences(yours: Served, reference: Served) -> list[str]:
     """The fields that differ, in words."""
-    return [f.name.replace("_", " ") for f in dataclasses.fields(Served)
-            if getattr(yours, f.name) != getattr(reference, f.name)]
+    return [
+        f.name.replace("_", " ")
+        for f in dataclasses.fields(Served)
+        if getattr(yours, f.name) != getattr(reference, f.name)
+    ]
 
 
 def engines_per_part(source: str = "exercises") -> dict[str, dict]:
@@ -101,8 +121,10 @@ def with_mistake(part: Part, mistake: str) -> dict:
     module = ModuleType(f"mistake_{part.module}")
     exec(compile(source.replace(old, new, 1), f"{part.module}.py (with: {mistake})", "exec"), module.__dict__)
     # A part whose classes go in together (chapter 06's KVCacheManager and FullAttentionManager) brings them all.
-    return {part.argument: getattr(module, part.name),
-            **{argument: getattr(module, name) for name, argument in part.also}}
+    return {
+        part.argument: getattr(module, part.name),
+        **{argument: getattr(module, name) for name, argument in part.also},
+    }
 
 
 def part_diff(engines: dict[str, dict], model: LlamaForCausalLM | None = None) -> str:

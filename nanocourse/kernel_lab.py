@@ -20,10 +20,12 @@ import ipywidgets as widgets
 import numpy as np
 import torch
 
-from nanoengine.attention import triton_backend  # noqa: F401  (chooses the interpreter before triton loads)
-from nanoengine.attention import triton_kernels
-from nanoengine.attention.backend import TorchBackend, decode_step_bytes  # noqa: F401  (re-exported for the notebook)
 from nanocourse.live import show_view
+from nanoengine.attention import (
+    triton_backend,  # noqa: F401  (chooses the interpreter before triton loads)
+    triton_kernels,
+)
+from nanoengine.attention.backend import TorchBackend, decode_step_bytes  # noqa: F401  (re-exported for the notebook)
 
 MATCH_TOL = 1e-5
 
@@ -61,9 +63,17 @@ class PagedBatch:
         return blocks * self.block_size + t % self.block_size
 
 
-def random_paged_batch(seq_lens: list[int], query_lens: list[int] | None = None, *, num_kv_heads: int = 1,
-                       group: int = 3, head_dim: int = 16, block_size: int = 8, spare_blocks: int = 2,
-                       seed: int = 0) -> PagedBatch:
+def random_paged_batch(
+    seq_lens: list[int],
+    query_lens: list[int] | None = None,
+    *,
+    num_kv_heads: int = 1,
+    group: int = 3,
+    head_dim: int = 16,
+    block_size: int = 8,
+    spare_blocks: int = 2,
+    seed: int = 0,
+) -> PagedBatch:
     """Random fp32 K/V for requests of seq_lens tokens, in blocks drawn at random from the pool.
 
     query_lens None means one new token per request (a decode step).
@@ -81,15 +91,20 @@ def random_paged_batch(seq_lens: list[int], query_lens: list[int] | None = None,
     v_cache = torch.full(shape, torch.nan)
     batch = PagedBatch(
         q=torch.randn(sum(query_lens), num_kv_heads * group, head_dim, generator=gen),
-        k_cache=k_cache, v_cache=v_cache, block_tables=tables,
+        k_cache=k_cache,
+        v_cache=v_cache,
+        block_tables=tables,
         seq_lens=torch.tensor(seq_lens, dtype=torch.int32),
         query_start_loc=torch.tensor([0, *query_lens]).cumsum(0).int(),
-        max_query_len=max(query_lens), scale=head_dim ** -0.5,
+        max_query_len=max(query_lens),
+        scale=head_dim**-0.5,
     )
     for i in range(len(seq_lens)):
         slots = torch.from_numpy(batch.owned_slots(i))
         for cache in (k_cache, v_cache):
-            cache.view(-1, num_kv_heads, head_dim)[slots] = torch.randn(len(slots), num_kv_heads, head_dim, generator=gen)
+            cache.view(-1, num_kv_heads, head_dim)[slots] = torch.randn(
+                len(slots), num_kv_heads, head_dim, generator=gen
+            )
     return batch
 
 
@@ -158,6 +173,7 @@ def record_launches():
             if not kwargs.get("warmup"):
                 names.append(self.fn.__name__)
             return real_run(self, *args, **kwargs)
+
         return run
 
     for cls, real_run in real_runs.items():
@@ -226,8 +242,14 @@ def run_decode(batch: PagedBatch, num_splits: int = 1, block_n: int = 16) -> Ker
     """paged_decode (programs: request x KV head x split) against TorchBackend.decode."""
     b = batch
     ref = TorchBackend().decode(b.q, b.k_cache, b.v_cache, b.block_tables, b.seq_lens, b.scale)
-    return _traced(lambda: triton_kernels.paged_decode(b.q, b.k_cache, b.v_cache, b.block_tables, b.seq_lens, b.scale,
-                                                       num_splits=num_splits, block_n=block_n), "_decode_kernel", b, ref)
+    return _traced(
+        lambda: triton_kernels.paged_decode(
+            b.q, b.k_cache, b.v_cache, b.block_tables, b.seq_lens, b.scale, num_splits=num_splits, block_n=block_n
+        ),
+        "_decode_kernel",
+        b,
+        ref,
+    )
 
 
 def run_prefill(batch: PagedBatch, block_m: int = 16, block_n: int = 16) -> KernelRun:
@@ -235,7 +257,9 @@ def run_prefill(batch: PagedBatch, block_m: int = 16, block_n: int = 16) -> Kern
     b = batch
     args = (b.q, b.k_cache, b.v_cache, b.block_tables, b.query_start_loc, b.seq_lens, b.max_query_len, b.scale)
     ref = TorchBackend().prefill(*args)
-    return _traced(lambda: triton_kernels.paged_prefill(*args, block_m=block_m, block_n=block_n), "_prefill_kernel", b, ref)
+    return _traced(
+        lambda: triton_kernels.paged_prefill(*args, block_m=block_m, block_n=block_n), "_prefill_kernel", b, ref
+    )
 
 
 # ---- the widget --------------------------------------------------------------------------------
@@ -275,8 +299,12 @@ class KernelLab:
 
     def refresh(self, seed: int | None = None) -> None:
         self.seed = self.seed if seed is None else seed
-        self.batch = random_paged_batch([self.context.value, self.NEIGHBOUR_LEN], group=self.group.value,
-                                        block_size=self.block_size.value, seed=self.seed)
+        self.batch = random_paged_batch(
+            [self.context.value, self.NEIGHBOUR_LEN],
+            group=self.group.value,
+            block_size=self.block_size.value,
+            seed=self.seed,
+        )
         self.run = run_decode(self.batch, num_splits=self.splits.value)
         self.summary.value = self._summary_html()
         self.pool.value = pool_html(self.batch, self.run)
@@ -289,10 +317,14 @@ class KernelLab:
         table = b.block_tables[0].tolist()
         lines = [
             f"<b>{verdict} TorchBackend</b>: max |diff| {r.max_abs_diff:.1e}, NaN in output: {'yes' if r.has_nan else 'no'}",
-            f"{len(r.programs)} programs (request × KV head × split) in {r.seconds * 1e3:.0f} ms on the interpreter; "
-            f"splits asked {self.splits.value}, launched {got_splits}",
-            f"request 0: table {table} → read {len(r.slots_of(0))} of its {int(b.seq_lens[0])} slots; "
-            f"request 1 read {len(r.slots_of(1))} of {self.NEIGHBOUR_LEN}",
+            (
+                f"{len(r.programs)} programs (request × KV head × split) in {r.seconds * 1e3:.0f} ms on the interpreter; "
+                f"splits asked {self.splits.value}, launched {got_splits}"
+            ),
+            (
+                f"request 0: table {table} → read {len(r.slots_of(0))} of its {int(b.seq_lens[0])} slots; "
+                f"request 1 read {len(r.slots_of(1))} of {self.NEIGHBOUR_LEN}"
+            ),
             f"each program reads K/V once for {b.group} query head(s); the kernel pads them to {pad} rows",
         ]
         return "<br>".join(lines)
@@ -316,10 +348,14 @@ def pool_html(batch: PagedBatch, run: KernelRun) -> str:
         cells = []
         for slot in range(block * bs, (block + 1) * bs):
             state, colour, tip = _slot_style(slot, owner.get(slot), reader.get(slot))
-            cells.append(f'<td data-state="{state}" title="{html.escape(tip)}" '
-                         f'style="background:{colour};width:11px;height:11px;padding:0"></td>')
+            cells.append(
+                f'<td data-state="{state}" title="{html.escape(tip)}" '
+                f'style="background:{colour};width:11px;height:11px;padding:0"></td>'
+            )
         name = f"block {block} · {label.get(block, 'free')}"
-        rows.append(f'<tr><td style="font-size:10px;padding-right:4px;white-space:nowrap">{name}</td>{"".join(cells)}</tr>')
+        rows.append(
+            f'<tr><td style="font-size:10px;padding-right:4px;white-space:nowrap">{name}</td>{"".join(cells)}</tr>'
+        )
     return f'<table style="border-spacing:1px;border-collapse:separate">{"".join(rows)}</table>{LEGEND}'
 
 
@@ -327,16 +363,28 @@ def _swatch(colour: str, text: str) -> str:
     return f'<span style="background:{colour};display:inline-block;width:10px;height:10px"></span> {text}'
 
 
-LEGEND = '<div style="font-size:10px">' + " &nbsp; ".join([
-    _swatch(PALETTE[0][0], "request 0, split 0 (lighter: splits 1, 2)"), _swatch(PALETTE[1][0], "request 1"),
-    _swatch(UNOWNED, "free or null (NaN)"), _swatch(MISSED, "owned, never read"), _swatch(STRAY, "read, not owned"),
-]) + "</div>"
+LEGEND = (
+    '<div style="font-size:10px">'
+    + " &nbsp; ".join(
+        [
+            _swatch(PALETTE[0][0], "request 0, split 0 (lighter: splits 1, 2)"),
+            _swatch(PALETTE[1][0], "request 1"),
+            _swatch(UNOWNED, "free or null (NaN)"),
+            _swatch(MISSED, "owned, never read"),
+            _swatch(STRAY, "read, not owned"),
+        ]
+    )
+    + "</div>"
+)
 
 
 def _slot_style(slot: int, owner: tuple[int, int] | None, program: tuple[int, int, int] | None):
     if owner is None:
-        return ("stray", STRAY, f"slot {slot}: nobody's, yet program {program} loaded it") if program else \
-            ("free", UNOWNED, f"slot {slot}: free or null (NaN)")
+        return (
+            ("stray", STRAY, f"slot {slot}: nobody's, yet program {program} loaded it")
+            if program
+            else ("free", UNOWNED, f"slot {slot}: free or null (NaN)")
+        )
     seq, token = owner
     if program is None:
         return "missed", MISSED, f"slot {slot}: request {seq} token {token}, never loaded"

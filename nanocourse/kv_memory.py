@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 import ipywidgets as widgets
 import torch
 
+from nanocourse.live import show_view
 from nanoengine.attention import AttentionContext, ContiguousKVCache
 from nanoengine.attention.paged import PagedKVCache
 from nanoengine.config import LlamaConfig
-from nanocourse.live import show_view
 from nanoengine.entrypoints.llm import DEFAULT_CPU_KV_BYTES
 
 
@@ -94,18 +94,38 @@ CONTEXTS = tuple(2**k for k in range(8, 18))  # 256 .. 131072 tokens
 
 def llama_70b() -> LlamaConfig:
     """Llama 3.1 70B's real shape: 80 layers, 64 query heads sharing 8 KV heads of dim 128."""
-    return LlamaConfig(vocab_size=128256, hidden_size=8192, intermediate_size=28672, num_hidden_layers=80,
-                       num_attention_heads=64, num_key_value_heads=8, head_dim=128, rope_theta=500000.0,
-                       max_position_embeddings=131072, bos_token_id=128000, eos_token_id=128009,
-                       tie_word_embeddings=False)
+    return LlamaConfig(
+        vocab_size=128256,
+        hidden_size=8192,
+        intermediate_size=28672,
+        num_hidden_layers=80,
+        num_attention_heads=64,
+        num_key_value_heads=8,
+        head_dim=128,
+        rope_theta=500000.0,
+        max_position_embeddings=131072,
+        bos_token_id=128000,
+        eos_token_id=128009,
+        tie_word_embeddings=False,
+    )
 
 
 def llama_8b() -> LlamaConfig:
     """Llama 3.1 8B: 32 layers, 32 query heads sharing 8 KV heads of dim 128."""
-    return LlamaConfig(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
-                       num_attention_heads=32, num_key_value_heads=8, head_dim=128, rope_theta=500000.0,
-                       max_position_embeddings=131072, bos_token_id=128000, eos_token_id=128009,
-                       tie_word_embeddings=False)
+    return LlamaConfig(
+        vocab_size=128256,
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=128,
+        rope_theta=500000.0,
+        max_position_embeddings=131072,
+        bos_token_id=128000,
+        eos_token_id=128009,
+        tie_word_embeddings=False,
+    )
 
 
 @dataclass(slots=True, frozen=True)
@@ -145,8 +165,9 @@ class KVMemory:
         return self.batch <= self.max_batch
 
 
-def kv_memory(config: LlamaConfig, dtype: torch.dtype, context: int, batch: int, budget_bytes: int,
-              block_size: int = 16) -> KVMemory:
+def kv_memory(
+    config: LlamaConfig, dtype: torch.dtype, context: int, batch: int, budget_bytes: int, block_size: int = 16
+) -> KVMemory:
     per_block = PagedKVCache.bytes_per_block(config, block_size, dtype)
     return KVMemory(
         block_size=block_size,
@@ -193,12 +214,15 @@ class KVMemoryCalculator:
         style = {"description_width": "110px"}
         self.model = widgets.Dropdown(options=list(presets), description="model", style=style)
         self.dtype = widgets.Dropdown(options=list(DTYPES), value="fp32", description="KV dtype", style=style)
-        self.context = widgets.SelectionSlider(options=CONTEXTS, value=4096, description="context (tokens)",
-                                               style=style, layout={"width": "480px"})
-        self.batch = widgets.IntSlider(value=1, min=1, max=256, description="batch", style=style,
-                                       layout={"width": "480px"})
-        self.budget = widgets.Dropdown(options=list(BUDGETS), description="memory budget", style=style,
-                                       layout={"width": "480px"})
+        self.context = widgets.SelectionSlider(
+            options=CONTEXTS, value=4096, description="context (tokens)", style=style, layout={"width": "480px"}
+        )
+        self.batch = widgets.IntSlider(
+            value=1, min=1, max=256, description="batch", style=style, layout={"width": "480px"}
+        )
+        self.budget = widgets.Dropdown(
+            options=list(BUDGETS), description="memory budget", style=style, layout={"width": "480px"}
+        )
         self.output = widgets.HTML()
         for control in (self.model, self.dtype, self.context, self.batch, self.budget):
             control.observe(lambda _: self.refresh(), names="value")
@@ -211,13 +235,22 @@ class KVMemoryCalculator:
 
     @property
     def result(self) -> KVMemory:
-        return kv_memory(self.config, DTYPES[self.dtype.value], self.context.value, self.batch.value,
-                         BUDGETS[self.budget.value], self.block_size)
+        return kv_memory(
+            self.config,
+            DTYPES[self.dtype.value],
+            self.context.value,
+            self.batch.value,
+            BUDGETS[self.budget.value],
+            self.block_size,
+        )
 
     def warnings(self) -> list[str]:
         limit = self.config.max_position_embeddings
-        return [f"{self.model.value} has {limit:,} positions; a {self.context.value:,}-token context is past them"] \
-            if self.context.value > limit else []
+        return (
+            [f"{self.model.value} has {limit:,} positions; a {self.context.value:,}-token context is past them"]
+            if self.context.value > limit
+            else []
+        )
 
     def summary(self) -> str:
         """The display as plain text (what nbval and the tests read)."""
@@ -226,11 +259,15 @@ class KVMemoryCalculator:
 
     def refresh(self) -> None:
         m = self.result
-        rows = "".join(f"<tr><th style='text-align:right;padding-right:10px'>{label}</th><td>{value}</td></tr>"
-                       for label, value in summary_lines(m))
+        rows = "".join(
+            f"<tr><th style='text-align:right;padding-right:10px'>{label}</th><td>{value}</td></tr>"
+            for label, value in summary_lines(m)
+        )
         share = min(m.total_bytes / m.budget_bytes, 1.0)
-        bar = (f"<div style='width:460px;height:14px;border:1px solid #666'><div style='width:{share * 100:.1f}%;"
-               f"height:100%;background:{'#5a9' if m.fits else '#d55'}'></div></div>")
+        bar = (
+            f"<div style='width:460px;height:14px;border:1px solid #666'><div style='width:{share * 100:.1f}%;"
+            f"height:100%;background:{'#5a9' if m.fits else '#d55'}'></div></div>"
+        )
         warn = "".join(f"<p style='color:#b50'>⚠ {w}</p>" for w in self.warnings())
         self.output.value = f"<table>{rows}</table><p>share of the budget this batch needs:</p>{bar}{warn}"
 

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import ipywidgets as widgets
 
+from nanocourse.live import show_view
+from nanocourse.pool_map import block_owners
 from nanoengine.core import (
     BlockPool,
     BlockRemoved,
@@ -31,13 +33,11 @@ from nanoengine.core import (
     get_request_block_hasher,
 )
 from nanoengine.core.kv_cache_manager import FULL_ATTENTION_GROUPS
+from nanoengine.core.sched.scheduler import Scheduler, SchedulerConfig
 from nanoengine.kv_cache_interface import KVCacheGroupSpec
-from nanocourse.live import show_view
-from nanocourse.pool_map import block_owners
 from nanoengine.outputs import ModelRunnerOutput
 from nanoengine.request import Request, RequestStatus
 from nanoengine.sampling_params import SamplingParams
-from nanoengine.core.sched.scheduler import Scheduler, SchedulerConfig
 
 HASH_DIGITS = 6
 
@@ -79,23 +79,35 @@ class ForwardFreePool(BlockPool):
 
 
 # ---- a workload, served without a model -------------------------------------------------------
-def chatbot_prompts(num_requests: int, num_systems: int = 8, system_tokens: int = 48, question_tokens: int = 8,
-                    *, zipf: float = 1.0, seed: int = 0) -> list[list[int]]:
+def chatbot_prompts(
+    num_requests: int,
+    num_systems: int = 8,
+    system_tokens: int = 48,
+    question_tokens: int = 8,
+    *,
+    zipf: float = 1.0,
+    seed: int = 0,
+) -> list[list[int]]:
     """Prompts of a chatbot with several system prompts: each request picks one (the k-th most
     popular with weight 1/k**zipf; zipf=0 is uniform) and adds a question of its own.
 
     Token ids are drawn from [1000, 40000), valid for SmolLM2, with a seeded generator.
     """
     rng = random.Random(seed)
-    draw = lambda n: [rng.randrange(1000, 40000) for _ in range(n)]  # noqa: E731
+    draw = lambda n: [rng.randrange(1000, 40000) for _ in range(n)]
     systems = [draw(system_tokens) for _ in range(num_systems)]
     weights = [1 / (k + 1) ** zipf for k in range(num_systems)]
     return [rng.choices(systems, weights)[0] + draw(question_tokens) for _ in range(num_requests)]
 
 
-def replay_hit_rate(prompts: Sequence[Sequence[int]], pool: BlockPool, block_size: int = 16,
-                    max_tokens: int = 4, max_num_seqs: int = 4,
-                    groups: Sequence[KVCacheGroupSpec] | None = None) -> float:
+def replay_hit_rate(
+    prompts: Sequence[Sequence[int]],
+    pool: BlockPool,
+    block_size: int = 16,
+    max_tokens: int = 4,
+    max_num_seqs: int = 4,
+    groups: Sequence[KVCacheGroupSpec] | None = None,
+) -> float:
     """Serve prompts through the engine's Scheduler and KVCacheManager with the model left out
     (one single-type manager per group when groups, a hybrid model's KV cache groups, are given).
 
@@ -115,7 +127,9 @@ def replay_hit_rate(prompts: Sequence[Sequence[int]], pool: BlockPool, block_siz
     while scheduler.has_unfinished_requests():
         out = scheduler.schedule()
         if not out.num_scheduled_tokens:  # nothing runs and the next prompt cannot fit: it never will
-            raise ValueError(f"the pool ({pool.num_gpu_blocks} blocks) cannot hold the next prompt; give it more blocks")
+            raise ValueError(
+                f"the pool ({pool.num_gpu_blocks} blocks) cannot hold the next prompt; give it more blocks"
+            )
         scheduler.update_from_output(out, ModelRunnerOutput({r: [0] for r in out.num_scheduled_tokens}))
     return manager.make_prefix_cache_stats().hit_rate
 
@@ -140,24 +154,36 @@ def block_views(manager: KVCacheManager, evicted: Iterable[int] = ()) -> list[Bl
     pool, evicted = manager.block_pool, set(evicted)
     position = {block_id: i for i, block_id in enumerate(free_queue_ids(pool))}
     owners = block_owners(manager)
-    return [BlockView(b.block_id, b.ref_cnt, short_hash(b.block_hash), position.get(b.block_id),
-                      tuple(owners.get(b.block_id, ())), b.block_id in evicted, b.is_null)
-            for b in pool.blocks]
+    return [
+        BlockView(
+            b.block_id,
+            b.ref_cnt,
+            short_hash(b.block_hash),
+            position.get(b.block_id),
+            tuple(owners.get(b.block_id, ())),
+            b.block_id in evicted,
+            b.is_null,
+        )
+        for b in pool.blocks
+    ]
 
 
 def views_text(views: list[BlockView]) -> str:
     """The blocks as aligned rows: ref_cnt, hash (* if evicted in the last step), free-queue position
     (0 is the head), holders."""
+
     def row(label, cell):
         return f"{label:6}" + "".join(f"{cell(v):>8}" for v in views)
 
-    return "\n".join([
-        row("block", lambda v: v.block_id),
-        row("ref", lambda v: "null" if v.is_null else v.ref_cnt),
-        row("hash", lambda v: (v.hash_hex or "-") + ("*" if v.evicted else "")),
-        row("queue", lambda v: "-" if v.queue_pos is None else v.queue_pos),
-        row("held", lambda v: ",".join(v.owners) or "-"),
-    ])
+    return "\n".join(
+        [
+            row("block", lambda v: v.block_id),
+            row("ref", lambda v: "null" if v.is_null else v.ref_cnt),
+            row("hash", lambda v: (v.hash_hex or "-") + ("*" if v.evicted else "")),
+            row("queue", lambda v: "-" if v.queue_pos is None else v.queue_pos),
+            row("held", lambda v: ",".join(v.owners) or "-"),
+        ]
+    )
 
 
 # ---- the blog post's timeline -------------------------------------------------------------------
@@ -174,33 +200,52 @@ class TimelineStep:
 
 
 TIMELINE_STEPS = (
-    TimelineStep(0, "A brings the system prompt: blocks 0-3 are allocated, filled and put in the cache, "
-                "each with ref_count 1.",
-             "Same four blocks, numbered 1-4: block 0 is the engine's null block and never holds tokens."),
-    TimelineStep(1, "A completes: blocks 0-3 drop to ref_count 0 and join the LRU's tail, "
-                "oldest first: LRU = [0, 1, 2, 3].",
-             "No separate LRU: one free queue holds never-used and cached blocks alike. The request is "
-             "freed last block first, so its root (1) sits behind its tail (4) and is evicted last."),
-    TimelineStep(2, "B brings the same system prompt: lookup matches blocks 0-3, which go back to "
-                "ref_count 1 and leave the LRU (now empty).",
-             "The lookup takes no reference (by default it only counts itself in the prefix-cache stats); "
-             "allocate_slots takes the references once the whole prompt fits. "
-             "B has 2 tokens of its own, which need a new block (5). A B that were just the 16-token "
-             "prompt would hit 3 blocks, not 4: the last token is always recomputed for its logits."),
-    TimelineStep(3, "C brings a different prompt: no hit; free blocks 4-7 are allocated.",
-             "C gets 6-9, since block 5 went to B. Never-cached blocks come first because nothing "
-             "cached sits ahead of them in the queue; no eviction yet."),
-    TimelineStep(4, "B completes: blocks 0-3 re-enter the LRU at the tail: LRU = [0, 1, 2, 3].",
-             "B's partial block 5 has no hash: it goes to the head, to be reused first. The chain "
-             "goes to the tail, last block first."),
-    TimelineStep(5, "C completes: blocks 4-7 join the LRU: LRU = [0, 1, 2, 3, 4, 5, 6, 7].",
-             "Same ages, but each chain is reversed: the queue reads [unhashed..., 4, 3, 2, 1, 9, 8, 7, 6]."),
-    TimelineStep(6, "A new request needs 6 blocks and only 2 are free: it takes them, then evicts blocks "
-                "0, 1, 2, 3, the system prompt, from the LRU head. The next request with that prompt "
-                "pays the full prefill.",
-             "With 6 blocks the same four go, but tail first (4, 3, 2, 1). Ask for fewer blocks with the "
-             "slider: the engine keeps the root, so the blocks that survive still hit, where a "
-             "root-first order would leave them cached but unreachable."),
+    TimelineStep(
+        0,
+        "A brings the system prompt: blocks 0-3 are allocated, filled and put in the cache, each with ref_count 1.",
+        "Same four blocks, numbered 1-4: block 0 is the engine's null block and never holds tokens.",
+    ),
+    TimelineStep(
+        1,
+        "A completes: blocks 0-3 drop to ref_count 0 and join the LRU's tail, oldest first: LRU = [0, 1, 2, 3].",
+        "No separate LRU: one free queue holds never-used and cached blocks alike. The request is "
+        "freed last block first, so its root (1) sits behind its tail (4) and is evicted last.",
+    ),
+    TimelineStep(
+        2,
+        "B brings the same system prompt: lookup matches blocks 0-3, which go back to "
+        "ref_count 1 and leave the LRU (now empty).",
+        "The lookup takes no reference (by default it only counts itself in the prefix-cache stats); "
+        "allocate_slots takes the references once the whole prompt fits. "
+        "B has 2 tokens of its own, which need a new block (5). A B that were just the 16-token "
+        "prompt would hit 3 blocks, not 4: the last token is always recomputed for its logits.",
+    ),
+    TimelineStep(
+        3,
+        "C brings a different prompt: no hit; free blocks 4-7 are allocated.",
+        "C gets 6-9, since block 5 went to B. Never-cached blocks come first because nothing "
+        "cached sits ahead of them in the queue; no eviction yet.",
+    ),
+    TimelineStep(
+        4,
+        "B completes: blocks 0-3 re-enter the LRU at the tail: LRU = [0, 1, 2, 3].",
+        "B's partial block 5 has no hash: it goes to the head, to be reused first. The chain "
+        "goes to the tail, last block first.",
+    ),
+    TimelineStep(
+        5,
+        "C completes: blocks 4-7 join the LRU: LRU = [0, 1, 2, 3, 4, 5, 6, 7].",
+        "Same ages, but each chain is reversed: the queue reads [unhashed..., 4, 3, 2, 1, 9, 8, 7, 6].",
+    ),
+    TimelineStep(
+        6,
+        "A new request needs 6 blocks and only 2 are free: it takes them, then evicts blocks "
+        "0, 1, 2, 3, the system prompt, from the LRU head. The next request with that prompt "
+        "pays the full prefill.",
+        "With 6 blocks the same four go, but tail first (4, 3, 2, 1). Ask for fewer blocks with the "
+        "slider: the engine keeps the root, so the blocks that survive still hit, where a "
+        "root-first order would leave them cached but unreachable.",
+    ),
 )
 
 
@@ -245,8 +290,12 @@ class EvictionTimeline:
         self.pool.take_events()
         self.did = _ACTIONS[self.t](self)
         removed = [h for ev in self.pool.take_events() if isinstance(ev, BlockRemoved) for h in ev.block_hashes]
-        self.evicted = [block_id for h in removed for block_id, old in hash_before.items()
-                        if old == h and self.pool.blocks[block_id].block_hash != h]
+        self.evicted = [
+            block_id
+            for h in removed
+            for block_id, old in hash_before.items()
+            if old == h and self.pool.blocks[block_id].block_hash != h
+        ]
 
     def system_prompt_hit(self) -> int:
         """Tokens a new request made of the system prompt plus one token would reuse now."""
@@ -293,9 +342,11 @@ def timeline_text(timeline: EvictionTimeline) -> str:
         lines.append(f"evicted:  {timeline.evicted}, in this order (* below: the hash shown is the new owner's)")
     if step:
         lines.append(f"differs:  {step.engine_differs}")
-    lines += [views_text(timeline.views()),
-              f"free queue, head to tail: {free_queue_ids(timeline.pool)}",
-              f"a new request with the system prompt would reuse {timeline.system_prompt_hit()} tokens"]
+    lines += [
+        views_text(timeline.views()),
+        f"free queue, head to tail: {free_queue_ids(timeline.pool)}",
+        f"a new request with the system prompt would reuse {timeline.system_prompt_hit()} tokens",
+    ]
     return "\n".join(lines)
 
 
@@ -310,23 +361,31 @@ def _cell(v: BlockView) -> str:
     else:
         color = "#c7e9c0" if v.hash_hex else "#f2f2f2"
     owners = html.escape(",".join(v.owners))
-    lines = [f"<b>{v.block_id}</b>", "ref -" if v.is_null else f"ref {v.ref_cnt}",
-             "null" if v.is_null else (v.hash_hex or "no hash"),
-             "&nbsp;" if v.queue_pos is None else f"q{v.queue_pos}", owners or "&nbsp;"]
-    return (f"<td data-block='{v.block_id}' data-ref='{v.ref_cnt}' data-hash='{v.hash_hex}' "
-            f"data-pos='{'' if v.queue_pos is None else v.queue_pos}' data-evicted='{int(v.evicted)}' "
-            f"data-owners='{owners}' style='background:{color};color:{'#fff' if v.is_null else '#222'};"
-            f"width:58px;text-align:center;border:1px solid #fff;font:11px monospace'>{'<br>'.join(lines)}</td>")
+    lines = [
+        f"<b>{v.block_id}</b>",
+        "ref -" if v.is_null else f"ref {v.ref_cnt}",
+        "null" if v.is_null else (v.hash_hex or "no hash"),
+        "&nbsp;" if v.queue_pos is None else f"q{v.queue_pos}",
+        owners or "&nbsp;",
+    ]
+    return (
+        f"<td data-block='{v.block_id}' data-ref='{v.ref_cnt}' data-hash='{v.hash_hex}' "
+        f"data-pos='{'' if v.queue_pos is None else v.queue_pos}' data-evicted='{int(v.evicted)}' "
+        f"data-owners='{owners}' style='background:{color};color:{'#fff' if v.is_null else '#222'};"
+        f"width:58px;text-align:center;border:1px solid #fff;font:11px monospace'>{'<br>'.join(lines)}</td>"
+    )
 
 
 def table_html(views: list[BlockView]) -> str:
     return "<table style='border-collapse:collapse'><tr>" + "".join(map(_cell, views)) + "</tr></table>"
 
 
-_LEGEND = ("<div style='font:11px sans-serif'>blue: held (ref &gt; 0) &nbsp; green: free, hash kept "
-           "(a hit can rescue it) &nbsp; grey: free, no hash &nbsp; red: evicted in this step (the hash "
-           "shown is its new owner's) &nbsp; "
-           "qN: position in the free queue, q0 is taken first</div>")
+_LEGEND = (
+    "<div style='font:11px sans-serif'>blue: held (ref &gt; 0) &nbsp; green: free, hash kept "
+    "(a hit can rescue it) &nbsp; grey: free, no hash &nbsp; red: evicted in this step (the hash "
+    "shown is its new owner's) &nbsp; "
+    "qN: position in the free queue, q0 is taken first</div>"
+)
 
 
 class LRUView:
@@ -340,16 +399,24 @@ class LRUView:
         self.timeline = EvictionTimeline(e_blocks)
         self.step_button = widgets.Button(description="Step", button_style="primary", tooltip="run the next t")
         self.reset_button = widgets.Button(description="Reset", tooltip="back to before t=0")
-        self.e_slider = widgets.IntSlider(value=e_blocks, min=1, max=10, description="E's blocks",
-                                          tooltip="how many blocks the request at t=6 needs")
+        self.e_slider = widgets.IntSlider(
+            value=e_blocks, min=1, max=10, description="E's blocks", tooltip="how many blocks the request at t=6 needs"
+        )
         self.header = widgets.HTML()
         self.table = widgets.HTML()
         self.footer = widgets.HTML()
         self.step_button.on_click(lambda _: self.step())
         self.reset_button.on_click(lambda _: self.reset())
         self.e_slider.observe(lambda _: self._replay(self.timeline.t), names="value")
-        self.widget = widgets.VBox([widgets.HBox([self.step_button, self.reset_button, self.e_slider]),
-                                    self.header, self.table, widgets.HTML(_LEGEND), self.footer])
+        self.widget = widgets.VBox(
+            [
+                widgets.HBox([self.step_button, self.reset_button, self.e_slider]),
+                self.header,
+                self.table,
+                widgets.HTML(_LEGEND),
+                self.footer,
+            ]
+        )
         self.refresh()
 
     def step(self) -> None:
@@ -377,9 +444,11 @@ class LRUView:
         self.header.value = "<div style='font:12px sans-serif;max-width:760px'>" + "<br>".join(rows) + "</div>"
         self.views = tl.views()
         self.table.value = table_html(self.views)
-        self.footer.value = (f"<div style='font:12px monospace'>free queue, head to tail: {free_queue_ids(tl.pool)}"
-                             f"<br>evicted in this step: {tl.evicted or 'none'}<br>a new request with the system "
-                             f"prompt would reuse {tl.system_prompt_hit()} tokens</div>")
+        self.footer.value = (
+            f"<div style='font:12px monospace'>free queue, head to tail: {free_queue_ids(tl.pool)}"
+            f"<br>evicted in this step: {tl.evicted or 'none'}<br>a new request with the system "
+            f"prompt would reuse {tl.system_prompt_hit()} tokens</div>"
+        )
         self.step_button.disabled = tl.done
 
     def text(self) -> str:

@@ -19,14 +19,14 @@ import hashlib
 import importlib.util
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
-from collections.abc import Callable
 
-from nanoengine.attention import triton_available
 from nanocourse.grading import GRADED, ROOT, Scorecard, TaskResult, chapter_files, grade
+from nanoengine.attention import triton_available
 
 EXERCISES = ROOT / "exercises"
 
@@ -52,12 +52,24 @@ PARTS = (
     Part("06", "block pool", "ch06_prefix_caching", "BlockPool", "block_pool"),
     # vLLM's split: the KV cache manager is thin over one single-type manager per KV cache group; chapter 06's
     # learner writes both it and the full-attention one, and they go into the engine together.
-    Part("06", "KV cache manager", "ch06_prefix_caching", "KVCacheManager", "kv_cache_manager_cls",
-         also=(("FullAttentionManager", "full_attention_manager_cls"),)),
+    Part(
+        "06",
+        "KV cache manager",
+        "ch06_prefix_caching",
+        "KVCacheManager",
+        "kv_cache_manager_cls",
+        also=(("FullAttentionManager", "full_attention_manager_cls"),),
+    ),
     Part("07", "scheduler", "ch07_scheduler", "Scheduler", "scheduler_cls"),
     # Chapter 13's scheduler overrides only the two speculative methods; with chapter 07's it is mixed in first.
-    Part("13", "speculative decoding", "ch13_spec_decode", "NgramProposer", "proposer_cls",
-         also=(("rejection_sample", "rejection_sampler"), ("Scheduler", "scheduler_cls"))),
+    Part(
+        "13",
+        "speculative decoding",
+        "ch13_spec_decode",
+        "NgramProposer",
+        "proposer_cls",
+        also=(("rejection_sample", "rejection_sampler"), ("Scheduler", "scheduler_cls")),
+    ),
 )
 
 
@@ -156,8 +168,11 @@ def chapter_grades(chapters) -> dict[str, Scorecard]:
     keys = {chapter: _grade_key(chapter) for chapter in chapters}
     todo = [chapter for chapter in chapters if _cached_grade(chapter, keys[chapter]) is None]
     if todo:
-        print(f"Grading chapter{'s' if len(todo) > 1 else ''} {', '.join(todo)} on your files as they are now "
-              "(a few seconds a chapter; again only after you edit them)...", flush=True)
+        print(
+            f"Grading chapter{'s' if len(todo) > 1 else ''} {', '.join(todo)} on your files as they are now "
+            "(a few seconds a chapter; again only after you edit them)...",
+            flush=True,
+        )
         card = grade(",".join(todo), "exercises")
         grades_dir().mkdir(parents=True, exist_ok=True)
         for chapter in todo:
@@ -183,8 +198,10 @@ class PartStatus:
 
 
 SOURCES = {"exercises": EXERCISES, "solutions": ROOT / "solutions"}
-_CPU_KERNELS = ("; on this CPU torch attention serves instead (the Triton interpreter would take "
-                "minutes per request): use_kernels=True forces them")
+_CPU_KERNELS = (
+    "; on this CPU torch attention serves instead (the Triton interpreter would take "
+    "minutes per request): use_kernels=True forces them"
+)
 
 
 def part_status(part: Part, source: str = "exercises", use_kernels: bool = False) -> PartStatus:
@@ -192,8 +209,9 @@ def part_status(part: Part, source: str = "exercises", use_kernels: bool = False
     passes; a file with stubs left is not graded at all (the answer is already no), which keeps
     my_llm() instant on an untouched course. The worked solutions count as finished: CI grades them."""
     if part.instantiate and not triton_available():
-        return PartStatus(part, False, False, "Triton is not installed (it publishes wheels for Linux only): "
-                                              "torch attention serves")
+        return PartStatus(
+            part, False, False, "Triton is not installed (it publishes wheels for Linux only): torch attention serves"
+        )
     if source == "solutions":
         finished, why = True, "the worked solution"
     elif left := stubs_left(part.module):
@@ -205,8 +223,11 @@ def part_status(part: Part, source: str = "exercises", use_kernels: bool = False
         card = chapter_grade(part.chapter)
         passed = sum(r.passed for r in card)
         finished = passed == len(card)
-        why = (f"all {passed} graded tasks pass" if finished
-               else f"{passed} of {len(card)} graded tasks pass (make grade CH={part.chapter})")
+        why = (
+            f"all {passed} graded tasks pass"
+            if finished
+            else f"{passed} of {len(card)} graded tasks pass (make grade CH={part.chapter})"
+        )
     if finished and part.instantiate and not use_kernels:
         return PartStatus(part, True, False, why + _CPU_KERNELS)
     return PartStatus(part, finished, finished, why)
@@ -236,8 +257,11 @@ def _plug(kwargs: dict[str, Any], argument: str, obj: Any) -> None:
     methods) go in as one class, the later chapter's methods first."""
     earlier = kwargs.get(argument)
     if isinstance(earlier, type):
-        obj = type(obj.__name__, (obj, earlier), {"__module__": obj.__module__, "__qualname__": obj.__qualname__,
-                                                  "mixed_from": (obj, earlier)})
+        obj = type(
+            obj.__name__,
+            (obj, earlier),
+            {"__module__": obj.__module__, "__qualname__": obj.__qualname__, "mixed_from": (obj, earlier)},
+        )
     kwargs[argument] = obj
 
 
@@ -252,8 +276,7 @@ def parts_table(statuses: list[PartStatus], source: str = "exercises") -> str:
     return "\n".join(lines)
 
 
-def my_llm(model=None, *, source: str = "exercises", use_kernels: bool | None = None, quiet: bool = False,
-           **kwargs):
+def my_llm(model=None, *, source: str = "exercises", use_kernels: bool | None = None, quiet: bool = False, **kwargs):
     """An LLM built from every part you have finished; nanoengine supplies the rest.
 
     source="solutions" builds the same engine from the worked solutions. Your Triton kernels serve
@@ -270,8 +293,9 @@ def my_llm(model=None, *, source: str = "exercises", use_kernels: bool | None = 
     if use_kernels is None:
         use_kernels = torch.cuda.is_available()
     if source == "exercises":  # every finished file's chapter graded at once, in one process, before the table
-        chapter_grades(p.chapter for p in PARTS
-                       if not stubs_left(p.module) and not (p.instantiate and not triton_available()))
+        chapter_grades(
+            p.chapter for p in PARTS if not stubs_left(p.module) and not (p.instantiate and not triton_available())
+        )
     statuses = [part_status(p, source, use_kernels) for p in PARTS]
     if not quiet:
         print(parts_table(statuses, source))
@@ -297,9 +321,26 @@ def seam_owners(llm) -> list[tuple[str, str, str]]:
     ]
     if engine.proposer is not None:
         seams.append(("13", "NgramProposer", type(engine.proposer)))
-    return [(chapter, seam, " on ".join(f"{o.__module__}.{o.__qualname__}" for o in vars(obj).get("mixed_from", (obj,))))
-            for chapter, seam, obj in seams]
+    return [
+        (chapter, seam, " on ".join(f"{o.__module__}.{o.__qualname__}" for o in vars(obj).get("mixed_from", (obj,))))
+        for chapter, seam, obj in seams
+    ]
 
 
-__all__ = ["PARTS", "GRADED", "Part", "PartStatus", "chapter_grade", "chapter_grades", "grades_dir", "load_exercise", "mine_or_worked", "my_llm", "my_parts",
-           "part_status", "parts_table", "seam_owners", "stubs_left"]
+__all__ = [
+    "GRADED",
+    "PARTS",
+    "Part",
+    "PartStatus",
+    "chapter_grade",
+    "chapter_grades",
+    "grades_dir",
+    "load_exercise",
+    "mine_or_worked",
+    "my_llm",
+    "my_parts",
+    "part_status",
+    "parts_table",
+    "seam_owners",
+    "stubs_left",
+]

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import ipywidgets as widgets
 
-from nanoengine.core import KVCacheManager
 from nanocourse.live import show_view
+from nanoengine.core import KVCacheManager
 
 # One color per request id (modulo); the four non-request states get colors no request uses.
 _REQUEST_COLORS = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1", "#9c755f", "#edc948", "#76b7b2")
@@ -75,8 +75,13 @@ def block_states(manager: KVCacheManager) -> list[BlockState]:
     """Every block of manager's pool, in block-id order, read from the live objects."""
     owners = block_owners(manager)
     return [
-        BlockState(b.block_id, b.ref_cnt, b.block_hash is not None, tuple(sorted(owners.get(b.block_id, ()), key=_id_order)),
-                   b.is_null)
+        BlockState(
+            b.block_id,
+            b.ref_cnt,
+            b.block_hash is not None,
+            tuple(sorted(owners.get(b.block_id, ()), key=_id_order)),
+            b.is_null,
+        )
         for b in manager.block_pool.blocks
     ]
 
@@ -117,9 +122,11 @@ def _cell(s: BlockState) -> str:
     owners = ",".join(s.owners) or "-"
     title = f"block {s.block_id}: {kind}, ref_cnt {s.ref_cnt}, hash {'yes' if s.hashed else 'no'}, owners {owners}"
     body = f"{s.block_id}<br><b>{html.escape(owners) if held else '&nbsp;'}</b>"
-    return (f"<td title='{html.escape(title)}' data-block='{s.block_id}' data-kind='{kind}' data-ref='{s.ref_cnt}' "
-            f"style='background:{color};color:{text};width:34px;height:30px;text-align:center;"
-            f"border:1px solid #fff'>{body}</td>")
+    return (
+        f"<td title='{html.escape(title)}' data-block='{s.block_id}' data-kind='{kind}' data-ref='{s.ref_cnt}' "
+        f"style='background:{color};color:{text};width:34px;height:30px;text-align:center;"
+        f"border:1px solid #fff'>{body}</td>"
+    )
 
 
 def legend_html() -> str:
@@ -140,8 +147,10 @@ def block_table_lines(engine) -> list[str]:
         table = per_group[0] if len(per_group) == 1 else per_group
         computed = request.num_computed_tokens
         waste = len(per_group[0]) * size - computed
-        lines.append(f"req {req_id:>3} {request.status.name.lower():8} {computed:4d}/{request.num_tokens:<4d} tokens "
-                     f"in KV, blocks {table}, {waste} empty slots")
+        lines.append(
+            f"req {req_id:>3} {request.status.name.lower():8} {computed:4d}/{request.num_tokens:<4d} tokens "
+            f"in KV, blocks {table}, {waste} empty slots"
+        )
     return lines
 
 
@@ -165,14 +174,22 @@ class PoolMap:
         self.grid = widgets.HTML()
         self.tables = widgets.HTML()
         self.status = widgets.HTML()
-        self.step_button = widgets.Button(description="Step", button_style="primary",
-                                          tooltip="run one real engine step")
+        self.step_button = widgets.Button(
+            description="Step", button_style="primary", tooltip="run one real engine step"
+        )
         self.step_button.on_click(lambda _: self.step())
-        self.reset_button = widgets.Button(description="Reset", tooltip="finish what runs, clear the prefix "
-                                           "cache and start the story again")
+        self.reset_button = widgets.Button(
+            description="Reset", tooltip="finish what runs, clear the prefix cache and start the story again"
+        )
         self.reset_button.on_click(lambda _: self.reset())
-        self.widget = widgets.VBox([widgets.HBox([self.step_button, self.reset_button, self.status]), self.grid,
-                                    widgets.HTML(legend_html()), self.tables])
+        self.widget = widgets.VBox(
+            [
+                widgets.HBox([self.step_button, self.reset_button, self.status]),
+                self.grid,
+                widgets.HTML(legend_html()),
+                self.tables,
+            ]
+        )
         self._add_arrivals()
         self.refresh()
 
@@ -208,16 +225,21 @@ class PoolMap:
         self.step_button.disabled = self.ended
         self.states = block_states(self.engine.kv_cache_manager)
         self.grid.value = grid_html(self.states, self.columns)
-        self.tables.value = "<pre style='font-size:11px;margin:0'>" + html.escape("\n".join(
-            block_table_lines(self.engine)) or "no unfinished requests") + "</pre>"
+        self.tables.value = (
+            "<pre style='font-size:11px;margin:0'>"
+            + html.escape("\n".join(block_table_lines(self.engine)) or "no unfinished requests")
+            + "</pre>"
+        )
         self.status.value = html.escape(self.summary())
 
     def summary(self) -> str:
         kinds = [s.kind for s in self.states]
         held = sum(k in ("used", "shared") for k in kinds)
         done = f", finished: req {', '.join(self.finished)}" if self.finished else ""
-        return (f"after step {self.num_steps}: {held} blocks held, {kinds.count('cached')} cached-free, "
-                f"{kinds.count('free')} free of {len(kinds) - 1}{done}")
+        return (
+            f"after step {self.num_steps}: {held} blocks held, {kinds.count('cached')} cached-free, "
+            f"{kinds.count('free')} free of {len(kinds) - 1}{done}"
+        )
 
     def text(self) -> str:
         """The same picture in plain text: the summary, the grid and the block tables."""

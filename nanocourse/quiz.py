@@ -45,7 +45,9 @@ class QuizItem:
         self.button = widgets.Button(description="Check", button_style="primary")
         self.feedback = widgets.HTML()
         self.button.on_click(lambda _: self.check())
-        self.widget = widgets.VBox([widgets.HTML(f"<b>{question.prompt}</b>"), self.choices, self.button, self.feedback])
+        self.widget = widgets.VBox(
+            [widgets.HTML(f"<b>{question.prompt}</b>"), self.choices, self.button, self.feedback]
+        )
 
     def choose(self, index: int) -> None:
         self.choices.value = self.question.options[index]
@@ -78,8 +80,11 @@ class Quiz:
         self.widget = widgets.VBox([item.widget for item in self.items])
 
     def _ipython_display_(self):
-        show_widget(self.widget, f"Quiz: {len(self.items)} question(s). Run this cell to answer them "
-                                 "(a saved widget comes alive only when its cell runs).")
+        show_widget(
+            self.widget,
+            f"Quiz: {len(self.items)} question(s). Run this cell to answer them "
+            "(a saved widget comes alive only when its cell runs).",
+        )
 
 
 def load_questions(chapter: str, part: str = "quiz") -> list[Question]:

@@ -29,22 +29,33 @@ def runner_step(engine) -> str:
     so, runner = observer.so, engine.runner
     cached = so.scheduled_cached_reqs
     lines = ["SchedulerOutput, what the scheduler sends:"]
-    lines += [f"  new request {d.req_id}: {len(d.prompt_token_ids)} prompt tokens, {d.num_computed_tokens} computed "
-              f"(prefix hits), block ids per group {d.block_ids}" for d in so.scheduled_new_reqs]
-    lines += [f"  cached request {r}: {n} computed, new block ids per group {ids}"
-              for r, ids, n in zip(cached.req_ids, cached.new_block_ids, cached.num_computed_tokens)]
+    lines += [
+        f"  new request {d.req_id}: {len(d.prompt_token_ids)} prompt tokens, {d.num_computed_tokens} computed "
+        f"(prefix hits), block ids per group {d.block_ids}"
+        for d in so.scheduled_new_reqs
+    ]
+    lines += [
+        f"  cached request {r}: {n} computed, new block ids per group {ids}"
+        for r, ids, n in zip(cached.req_ids, cached.new_block_ids, cached.num_computed_tokens)
+    ]
     lines.append(f"  num_scheduled_tokens {so.num_scheduled_tokens}")
     lines.append("_update_states: the runner's CachedRequestState per request, and its block-table row per group:")
     for req_id in so.num_scheduled_tokens:
         state = runner.requests[req_id]
         rows = [table.get_block_tables([req_id])[0] for table in runner.input_block_table]
-        lines.append(f"  {req_id}: {len(state.token_ids)} tokens, {state.num_computed_tokens} computed after this step; "
-                     f"rows {rows}")
+        lines.append(
+            f"  {req_id}: {len(state.token_ids)} tokens, {state.num_computed_tokens} computed after this step; "
+            f"rows {rows}"
+        )
     metadata = runner.kv_cache.group_metadata
-    lines.append(f"_prepare_inputs, decodes first: order {runner.batch_order(so.num_scheduled_tokens)}, "
-                 f"query_start_loc {metadata[0].query_start_loc.tolist()}, seq_lens {metadata[0].seq_lens.tolist()}, "
-                 f"num_decodes {metadata[0].num_decodes}")
+    lines.append(
+        f"_prepare_inputs, decodes first: order {runner.batch_order(so.num_scheduled_tokens)}, "
+        f"query_start_loc {metadata[0].query_start_loc.tolist()}, seq_lens {metadata[0].seq_lens.tolist()}, "
+        f"num_decodes {metadata[0].num_decodes}"
+    )
     windows = [group.sliding_window for group in runner.kv_cache.groups]
-    lines += [f"  group {g} ({f'window {w}' if w else 'full attention'}) slot_mapping {md.slot_mapping.tolist()}"
-              for g, (md, w) in enumerate(zip(metadata, windows))]
+    lines += [
+        f"  group {g} ({f'window {w}' if w else 'full attention'}) slot_mapping {md.slot_mapping.tolist()}"
+        for g, (md, w) in enumerate(zip(metadata, windows))
+    ]
     return "\n".join(lines)

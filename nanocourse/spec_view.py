@@ -115,21 +115,45 @@ def record_spec_step(engine, req_id: str, step: int = 0) -> SpecStep:
     finally:
         engine.observers.remove(watch)
     seconds = time.perf_counter() - start
-    emitted = tuple(request.all_token_ids[len(context):])
-    return SpecStep(step, context, watch.drafts, emitted, watch.scheduled, before,
-                    before if watch.computed is None else watch.computed, request.num_computed_tokens,
-                    watch.blocks, watch.hashed, engine.scheduler.block_size, RequestStatus.is_finished(request.status), seconds)
+    emitted = tuple(request.all_token_ids[len(context) :])
+    return SpecStep(
+        step,
+        context,
+        watch.drafts,
+        emitted,
+        watch.scheduled,
+        before,
+        before if watch.computed is None else watch.computed,
+        request.num_computed_tokens,
+        watch.blocks,
+        watch.hashed,
+        engine.scheduler.block_size,
+        RequestStatus.is_finished(request.status),
+        seconds,
+    )
 
 
 # ---- rendering -----------------------------------------------------------------------------------
-_CELL = ("display:inline-block;min-width:26px;margin:1px;padding:3px 3px;text-align:center;font:11px monospace;"
-         "border-radius:3px;")
-_STYLE = {"verified": "background:#deebf7", "input": "background:#9ecae1;outline:2px solid #3182bd",
-          "accepted": "background:#74c476", "rejected": "background:#fc9272;text-decoration:line-through",
-          "bonus": "background:#bcbddc", "recovered": "background:#fdae6b", "sampled": "background:#bcbddc"}
+_CELL = (
+    "display:inline-block;min-width:26px;margin:1px;padding:3px 3px;text-align:center;font:11px monospace;"
+    "border-radius:3px;"
+)
+_STYLE = {
+    "verified": "background:#deebf7",
+    "input": "background:#9ecae1;outline:2px solid #3182bd",
+    "accepted": "background:#74c476",
+    "rejected": "background:#fc9272;text-decoration:line-through",
+    "bonus": "background:#bcbddc",
+    "recovered": "background:#fdae6b",
+    "sampled": "background:#bcbddc",
+}
 _SLOT = "display:inline-block;width:7px;height:12px;margin:0 1px 0 0;vertical-align:middle;"
-_SLOT_STYLE = {"verified": "background:#6baed6", "accepted": "background:#74c476", "stale": "background:#fc9272",
-               "empty": "background:#f0f0f0"}
+_SLOT_STYLE = {
+    "verified": "background:#6baed6",
+    "accepted": "background:#74c476",
+    "stale": "background:#fc9272",
+    "empty": "background:#f0f0f0",
+}
 
 
 def _label(token: int, decode: Callable[[int], str] | None) -> str:
@@ -148,8 +172,11 @@ def _tokens_html(s: SpecStep, decode, tail: int) -> str:
     span = lambda k, t: f"<span style='{_CELL}{_STYLE[k]}' title='{k}'>{html.escape(_label(t, decode))}</span>"
     row = "".join(span(k, t) for k, t in cells)
     if s.emitted:
-        row += " → " + "".join(span("accepted", t) for t in s.emitted[:-1]) + span(
-            s.extra if s.extra in _STYLE else "recovered", s.emitted[-1])
+        row += (
+            " → "
+            + "".join(span("accepted", t) for t in s.emitted[:-1])
+            + span(s.extra if s.extra in _STYLE else "recovered", s.emitted[-1])
+        )
     return f"<div style='margin:4px 0'>{row}</div>"
 
 
@@ -166,13 +193,17 @@ def _slot_kind(s: SpecStep, pos: int) -> str:
 def _blocks_html(s: SpecStep) -> str:
     parts = []
     for i, block_id in enumerate(s.block_ids):
-        slots = "".join(f"<span style='{_SLOT}{_SLOT_STYLE[_slot_kind(s, p)]}'></span>"
-                        for p in range(i * s.block_size, (i + 1) * s.block_size))
+        slots = "".join(
+            f"<span style='{_SLOT}{_SLOT_STYLE[_slot_kind(s, p)]}'></span>"
+            for p in range(i * s.block_size, (i + 1) * s.block_size)
+        )
         holds_draft = any(i * s.block_size <= p < (i + 1) * s.block_size for p in s.draft_slots)
         border = "2px dashed #e6550d" if holds_draft else "1px solid #bbb"
         mark = "#" if i < s.hashed else "&nbsp;"
-        parts.append(f"<span style='display:inline-block;margin:2px;padding:2px;border:{border};border-radius:3px'>"
-                     f"<span style='font:10px monospace'>{block_id}{mark}</span><br>{slots}</span>")
+        parts.append(
+            f"<span style='display:inline-block;margin:2px;padding:2px;border:{border};border-radius:3px'>"
+            f"<span style='font:10px monospace'>{block_id}{mark}</span><br>{slots}</span>"
+        )
     return "<div>" + "".join(parts) + "</div>"
 
 
@@ -180,8 +211,10 @@ def spec_step_lines(s: SpecStep, decode: Callable[[int], str] | None = None) -> 
     """The step in words: what was verified, what came out, the three num_computed_tokens and the blocks."""
     lab = lambda ts: " ".join(_label(t, decode) for t in ts) or "-"
     if s.drafts:
-        head = (f"step {s.step}: verify {len(s.drafts)} drafts [{lab(s.drafts)}] after [{lab(s.context[-1:])}]: "
-                f"{s.accepted} accepted, {s.rejected} rejected, then the {s.extra} token [{lab(s.emitted[-1:])}]")
+        head = (
+            f"step {s.step}: verify {len(s.drafts)} drafts [{lab(s.drafts)}] after [{lab(s.context[-1:])}]: "
+            f"{s.accepted} accepted, {s.rejected} rejected, then the {s.extra} token [{lab(s.emitted[-1:])}]"
+        )
     elif s.computed_before < s.num_verified - 1:
         hit = s.computed_scheduled - s.scheduled - s.computed_before
         cached = f", {hit} more from the prefix cache" if hit else ""
@@ -192,12 +225,18 @@ def spec_step_lines(s: SpecStep, decode: Callable[[int], str] | None = None) -> 
     slots = s.draft_slots
     lines = [
         head,
-        f"  num_computed_tokens: {s.computed_before} before, {s.computed_scheduled} after scheduling "
-        f"(+{s.scheduled}), {s.computed_after} after update_from_output (-{rollback}); num_tokens now "
-        f"{s.num_verified + len(s.emitted)}",
+        (
+            f"  num_computed_tokens: {s.computed_before} before, {s.computed_scheduled} after scheduling "
+            f"(+{s.scheduled}), {s.computed_after} after update_from_output (-{rollback}); num_tokens now "
+            f"{s.num_verified + len(s.emitted)}"
+        ),
         f"  block table {list(s.block_ids)}: draft slots at positions "
-        + (f"{slots.start}..{slots.stop - 1} in block(s) "
-           f"{list(dict.fromkeys(s.block_ids[p // s.block_size] for p in slots))}" if slots else "none")
+        + (
+            f"{slots.start}..{slots.stop - 1} in block(s) "
+            f"{list(dict.fromkeys(s.block_ids[p // s.block_size] for p in slots))}"
+            if slots
+            else "none"
+        )
         + f"; hashed blocks {s.hashed} (cover {s.hashed * s.block_size} tokens <= {s.num_verified} verified)",
     ]
     if s.finished:
@@ -209,25 +248,45 @@ def spec_step_text(s: SpecStep, decode: Callable[[int], str] | None = None) -> s
     return "\n".join(spec_step_lines(s, decode))
 
 
-_LEGEND = ("<div style='font:11px sans-serif;margin-top:4px'>"
-           + " ".join(f"<span style='{_CELL}{_STYLE[k]}'>t</span> {text}" for k, text in (
-               ("input", "last verified token, the step's first input"), ("accepted", "draft accepted"),
-               ("rejected", "draft rejected"), ("bonus", "bonus token (all accepted)"),
-               ("recovered", "recovered token (at the rejection)")))
-           + "<br>slots: " + " ".join(f"<span style='{_SLOT}{_SLOT_STYLE[k]}'></span> {text}" for k, text in (
-               ("verified", "computed, verified"), ("accepted", "written as a draft, now verified"),
-               ("stale", "written for a rejected draft or the bonus: overwritten next step"),
-               ("empty", "free slot")))
-           + "; <span style='border:2px dashed #e6550d;padding:0 3px'>dashed</span> a block holding draft slots, "
-             "# a hashed (cached) block</div>")
+_LEGEND = (
+    "<div style='font:11px sans-serif;margin-top:4px'>"
+    + " ".join(
+        f"<span style='{_CELL}{_STYLE[k]}'>t</span> {text}"
+        for k, text in (
+            ("input", "last verified token, the step's first input"),
+            ("accepted", "draft accepted"),
+            ("rejected", "draft rejected"),
+            ("bonus", "bonus token (all accepted)"),
+            ("recovered", "recovered token (at the rejection)"),
+        )
+    )
+    + "<br>slots: "
+    + " ".join(
+        f"<span style='{_SLOT}{_SLOT_STYLE[k]}'></span> {text}"
+        for k, text in (
+            ("verified", "computed, verified"),
+            ("accepted", "written as a draft, now verified"),
+            ("stale", "written for a rejected draft or the bonus: overwritten next step"),
+            ("empty", "free slot"),
+        )
+    )
+    + "; <span style='border:2px dashed #e6550d;padding:0 3px'>dashed</span> a block holding draft slots, "
+    "# a hashed (cached) block</div>"
+)
 
 
 def spec_step_html(s: SpecStep, decode: Callable[[int], str] | None = None, tail: int = 6) -> str:
     """One step as HTML, for the widget and for tests: the tokens, the three counts, the block table."""
     lines = spec_step_lines(s, decode)
-    body = "".join(f"<div style='font:12px monospace;white-space:pre-wrap'>{html.escape(line)}</div>" for line in lines[1:])
-    return (f"<div style='font:12px sans-serif'><b>{html.escape(lines[0])}</b></div>"
-            + _tokens_html(s, decode, tail) + body + _blocks_html(s))
+    body = "".join(
+        f"<div style='font:12px monospace;white-space:pre-wrap'>{html.escape(line)}</div>" for line in lines[1:]
+    )
+    return (
+        f"<div style='font:12px sans-serif'><b>{html.escape(lines[0])}</b></div>"
+        + _tokens_html(s, decode, tail)
+        + body
+        + _blocks_html(s)
+    )
 
 
 class SpecStepView:
@@ -248,15 +307,17 @@ class SpecStepView:
         self.reset_button.on_click(lambda _: self.reset())
         self.slider.observe(lambda change: self.refresh(), names="value")
         self.pane = widgets.HTML()
-        self.widget = widgets.VBox([widgets.HBox([self.step_button, self.reset_button, self.slider]), self.pane,
-                                    widgets.HTML(_LEGEND)])
+        self.widget = widgets.VBox(
+            [widgets.HBox([self.step_button, self.reset_button, self.slider]), self.pane, widgets.HTML(_LEGEND)]
+        )
         self.reset()
 
     def reset(self) -> None:
         if getattr(self, "req_id", None) is not None:  # only this view's request: others may share the engine
             self.llm.engine.abort_request([self.req_id])
         self.req_id = self.llm.engine.add_request(
-            self.prompt, SamplingParams(temperature=0, max_tokens=self.max_tokens, ignore_eos=True))
+            self.prompt, SamplingParams(temperature=0, max_tokens=self.max_tokens, ignore_eos=True)
+        )
         self.steps: list[SpecStep] = []
         self.refresh()
 
@@ -297,8 +358,11 @@ class SpecStepView:
 
     def refresh(self) -> None:
         s = self.shown()
-        self.pane.value = ("<div style='font:12px sans-serif'><b>step 0: the request waits; the first Step runs its "
-                           "prompt</b></div>" if s is None else spec_step_html(s, self.decode))
+        self.pane.value = (
+            "<div style='font:12px sans-serif'><b>step 0: the request waits; the first Step runs its prompt</b></div>"
+            if s is None
+            else spec_step_html(s, self.decode)
+        )
         self.step_button.disabled = self.done
 
     def text(self) -> str:
@@ -310,8 +374,9 @@ class SpecStepView:
 
 
 # ---- measurements --------------------------------------------------------------------------------
-def time_verify_steps(llm: LLM, prompt: Sequence[int], sizes: Sequence[int] = (1, 2, 3, 5, 9, 17),
-                      repeats: int = 5) -> dict[int, float]:
+def time_verify_steps(
+    llm: LLM, prompt: Sequence[int], sizes: Sequence[int] = (1, 2, 3, 5, 9, 17), repeats: int = 5
+) -> dict[int, float]:
     """The fastest of `repeats` decode steps that feed n tokens of one request (its last token and n - 1 drafts).
 
     The drafts are handed over through Scheduler.update_draft_token_ids, the seam the proposer uses, and are

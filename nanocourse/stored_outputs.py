@@ -35,15 +35,19 @@ def enable(notebook: str) -> bool:
         if available:
             get_ipython().run_cell(cell).raise_error()  # a failing cell fails here too, as without the magic
         elif (outputs := stored.get(cell.rstrip("\n"))) is None:
-            print("This cell needs Triton and has no stored output (was it edited?). Triton publishes wheels "
-                  "for Linux only: run the chapter on Linux, WSL or a cloud notebook to execute it.")
+            print(
+                "This cell needs Triton and has no stored output (was it edited?). Triton publishes wheels "
+                "for Linux only: run the chapter on Linux, WSL or a cloud notebook to execute it."
+            )
         else:
             replay(outputs)
 
     get_ipython().register_magic_function(needs_triton, "cell", MAGIC)
     if not available:
-        print("Triton is not installed here (it publishes wheels for Linux only). Cells marked %%needs_triton "
-              "show the outputs stored from a Linux run; the torch cells run as usual.")
+        print(
+            "Triton is not installed here (it publishes wheels for Linux only). Cells marked %%needs_triton "
+            "show the outputs stored from a Linux run; the torch cells run as usual."
+        )
     return available
 
 
@@ -66,5 +70,7 @@ def replay(outputs: list[dict]) -> None:
         if kind == "stream":
             (sys.stderr if out["name"] == "stderr" else sys.stdout).write("".join(out["text"]))
         elif kind in ("display_data", "execute_result"):
-            data = {mime: "".join(v) if isinstance(v, list) else v for mime, v in out["data"].items() if mime != WIDGET_VIEW}
+            data = {
+                mime: "".join(v) if isinstance(v, list) else v for mime, v in out["data"].items() if mime != WIDGET_VIEW
+            }
             display(data, raw=True, metadata=out.get("metadata") or None)

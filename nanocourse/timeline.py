@@ -110,8 +110,9 @@ class Run:
     def first_token_step(self, req_id: str) -> int:
         """The step whose forward pass sampled the request's first token: the first time its
         computed tokens caught up with its goal."""
-        return next(r.step for r in self.records for s in r.slices
-                    if s.req_id == req_id and s.start + s.num_tokens == s.goal)
+        return next(
+            r.step for r in self.records for s in r.slices if s.req_id == req_id and s.start + s.num_tokens == s.goal
+        )
 
 
 def split_kinds(start: int, num_tokens: int, high_water: int, num_prompt_tokens: int) -> tuple[int, int, int]:
@@ -141,19 +142,27 @@ class _Recorder:
             slices.append(Slice(req_id, start, n, request.num_tokens, *kinds))
             self.high_water[req_id] = max(high, start + n)
         pool = scheduler.kv_cache_manager.block_pool
-        self.draft = dict(
-            budget=scheduler.config.max_num_batched_tokens,
-            slices=tuple(slices),
-            admitted=tuple(Admission(d.req_id, len(d.prefill_token_ids), d.num_computed_tokens,
-                                     scheduler.requests[d.req_id].num_preemptions > 0) for d in so.scheduled_new_reqs),
-            preempted=tuple(sorted(so.preempted_req_ids, key=_id_order)),
-            running_before=running_before,
-            waiting_after=tuple(r.request_id for r in scheduler.waiting),  # in the order they will be admitted
-            blocks_held=pool.num_gpu_blocks - 1 - pool.get_num_free_blocks(),
-            blocks_cached_free=sum(b.ref_cnt == 0 and b.block_hash is not None and not b.is_null
-                                   for b in pool.blocks),
-            num_blocks=pool.num_gpu_blocks - 1,
-        )
+        self.draft = {
+            "budget": scheduler.config.max_num_batched_tokens,
+            "slices": tuple(slices),
+            "admitted": tuple(
+                Admission(
+                    d.req_id,
+                    len(d.prefill_token_ids),
+                    d.num_computed_tokens,
+                    scheduler.requests[d.req_id].num_preemptions > 0,
+                )
+                for d in so.scheduled_new_reqs
+            ),
+            "preempted": tuple(sorted(so.preempted_req_ids, key=_id_order)),
+            "running_before": running_before,
+            "waiting_after": tuple(r.request_id for r in scheduler.waiting),  # in the order they will be admitted
+            "blocks_held": pool.num_gpu_blocks - 1 - pool.get_num_free_blocks(),
+            "blocks_cached_free": sum(
+                b.ref_cnt == 0 and b.block_hash is not None and not b.is_null for b in pool.blocks
+            ),
+            "num_blocks": pool.num_gpu_blocks - 1,
+        }
 
     def on_step(self, so, finished, stats, seconds) -> None:
         self.draft.update(
@@ -204,8 +213,9 @@ def step_line(r: StepRecord) -> str:
     extra = [f"+r{a.req_id}" + (f"(cache {a.cached_tokens})" if a.cached_tokens else "") for a in r.admitted]
     extra += [f"PREEMPT r{p}" for p in r.preempted]
     extra += [f"done r{f}" for f in r.finished]
-    return (f"step {r.step:3d} | {r.total:4d}/{r.budget} | KV {r.blocks_held:3d}/{r.num_blocks} | {ran}"
-            + (" | " + " ".join(extra) if extra else ""))
+    return f"step {r.step:3d} | {r.total:4d}/{r.budget} | KV {r.blocks_held:3d}/{r.num_blocks} | {ran}" + (
+        " | " + " ".join(extra) if extra else ""
+    )
 
 
 def timeline_text(records: Iterable[StepRecord]) -> str:
@@ -214,31 +224,45 @@ def timeline_text(records: Iterable[StepRecord]) -> str:
 
 def step_detail(r: StepRecord) -> list[str]:
     """Everything recorded about one step, as lines of text (what the widget's panel shows)."""
-    lines = [f"step {r.step}: {r.total} of {r.budget} budget tokens "
-             f"(prefill {r.tokens('prefill')}, recompute {r.tokens('recompute')}, decode {r.tokens('decode')})",
-             "running when it began: " + (" ".join(f"r{x}" for x in r.running_before) or "none")]
+    lines = [
+        (
+            f"step {r.step}: {r.total} of {r.budget} budget tokens "
+            f"(prefill {r.tokens('prefill')}, recompute {r.tokens('recompute')}, decode {r.tokens('decode')})"
+        ),
+        "running when it began: " + (" ".join(f"r{x}" for x in r.running_before) or "none"),
+    ]
     lines += [f"  {slice_text(s)}: positions {s.start}..{s.start + s.num_tokens - 1} of {s.goal}" for s in r.slices]
     for a in r.admitted:
-        lines.append(f"admitted r{a.req_id}" + (" again after preemption" if a.readmitted else "")
-                     + f": {a.cached_tokens} of its {a.num_tokens} tokens from the prefix cache")
+        lines.append(
+            f"admitted r{a.req_id}"
+            + (" again after preemption" if a.readmitted else "")
+            + f": {a.cached_tokens} of its {a.num_tokens} tokens from the prefix cache"
+        )
     if r.preempted:
-        lines.append("preempted (blocks freed, back to the waiting queue's front): "
-                     + " ".join(f"r{p}" for p in r.preempted) + "; no admissions this step")
+        lines.append(
+            "preempted (blocks freed, back to the waiting queue's front): "
+            + " ".join(f"r{p}" for p in r.preempted)
+            + "; no admissions this step"
+        )
     if r.finished:
         lines.append("finished: " + " ".join(f"r{f}" for f in r.finished))
-    lines.append(f"KV: {r.blocks_held} of {r.num_blocks} blocks held ({r.kv_usage:.0%}), "
-                 f"{r.blocks_cached_free} free blocks still cached")
+    lines.append(
+        f"KV: {r.blocks_held} of {r.num_blocks} blocks held ({r.kv_usage:.0%}), "
+        f"{r.blocks_cached_free} free blocks still cached"
+    )
     lines.append("waiting after planning: " + (" ".join(f"r{x}" for x in r.waiting_after) or "none"))
     return lines
 
 
 # ---- plot -------------------------------------------------------------------------------------
-def plot_timeline(records: list[StepRecord], color_by: str = "kind", highlight: int | None = None,
-                  title: str | None = None):
+def plot_timeline(
+    records: list[StepRecord], color_by: str = "kind", highlight: int | None = None, title: str | None = None
+):
     """Stacked bars of tokens per step (by kind or by request) over KV blocks held; red marks
     preemptions. Returns the figure; the caller shows or closes it."""
-    fig, (ax, ax_kv) = plt.subplots(2, 1, figsize=TIMELINE_FIGSIZE, dpi=FIGURE_DPI, sharex=True,
-                                    gridspec_kw={"height_ratios": [3, 1.2]})
+    fig, (ax, ax_kv) = plt.subplots(
+        2, 1, figsize=TIMELINE_FIGSIZE, dpi=FIGURE_DPI, sharex=True, gridspec_kw={"height_ratios": [3, 1.2]}
+    )
     steps = [r.step for r in records]
     if color_by == "kind":
         bottom = [0] * len(records)
@@ -251,12 +275,24 @@ def plot_timeline(records: list[StepRecord], color_by: str = "kind", highlight: 
         for r in records:
             base = 0
             for s in r.slices:
-                ax.bar(r.step, s.num_tokens, bottom=base, color=request_color(s.req_id), width=0.85,
-                       edgecolor="white", linewidth=0.3)
+                ax.bar(
+                    r.step,
+                    s.num_tokens,
+                    bottom=base,
+                    color=request_color(s.req_id),
+                    width=0.85,
+                    edgecolor="white",
+                    linewidth=0.3,
+                )
                 base += s.num_tokens
         req_ids = sorted({s.req_id for r in records for s in r.slices}, key=_id_order)
-        ax.legend(handles=[Patch(color=request_color(rid), label=f"r{rid}") for rid in req_ids],
-                  loc="upper right", fontsize=7, ncol=min(len(req_ids), 6) or 1, frameon=False)
+        ax.legend(
+            handles=[Patch(color=request_color(rid), label=f"r{rid}") for rid in req_ids],
+            loc="upper right",
+            fontsize=7,
+            ncol=min(len(req_ids), 6) or 1,
+            frameon=False,
+        )
     budget = records[0].budget if records else 0
     ax.axhline(budget, color="#555", linestyle="--", linewidth=0.8)
     ax.text(steps[0] if steps else 0, budget, "budget", va="bottom", fontsize=7, color="#555")
@@ -318,7 +354,7 @@ class StepTimeline:
     def refresh(self) -> None:
         fig = plot_timeline(self.run.records, self.color_by.value, self.slider.value, self.title)
         self.image.value = figure_png(fig)
-        self.details.value = ("<pre style='font-size:11px;margin:0'>" + html.escape(self.text()) + "</pre>")
+        self.details.value = "<pre style='font-size:11px;margin:0'>" + html.escape(self.text()) + "</pre>"
 
     def text(self) -> str:
         return "\n".join(step_detail(self.record))

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import ipywidgets as widgets
 
-from nanoengine.core import KVCacheManager, get_request_block_hasher
 from nanocourse.live import show_view
+from nanoengine.core import KVCacheManager, get_request_block_hasher
 from nanoengine.request import Request
 from nanoengine.sampling_params import SamplingParams
 
@@ -95,7 +95,10 @@ BLOG_POST_TABLE = {
 SCALES = ("notebook", "bench")
 SIZES = {
     "chatbot": ({"n": 5, "system_tokens": 128}, {"n": 8, "system_tokens": 600}),
-    "multi_turn": ({"n": 5, "system_tokens": 48, "reply_tokens": 20}, {"n": 8, "system_tokens": 256, "reply_tokens": 40}),
+    "multi_turn": (
+        {"n": 5, "system_tokens": 48, "reply_tokens": 20},
+        {"n": 8, "system_tokens": 256, "reply_tokens": 40},
+    ),
     "rag": ({"n": 5, "passage_tokens": 40, "k": 2, "pool": 8}, {"n": 8, "passage_tokens": 128, "k": 4, "pool": 8}),
     "code": ({"n": 5, "context_tokens": 32, "file_tokens": 112}, {"n": 8, "context_tokens": 192, "file_tokens": 512}),
     "summarization": ({"n": 5, "doc_tokens": 112}, {"n": 8, "doc_tokens": 448}),
@@ -108,13 +111,75 @@ def sizes(scale: str) -> dict[str, dict]:
     return {name: pair[SCALES.index(scale)] for name, pair in SIZES.items()}
 
 
-_ADJ = ("early late quiet crowded northern coastal express local weekly narrow yellow old new busy rural "
-        "eastern western delayed extra reserved").split()
-_NOUN = ("train station ticket platform timetable conductor passenger carriage signal bridge tunnel junction "
-         "depot fare route bicycle suitcase window engine driver village harbour market river valley "
-         "schedule barrier kiosk ramp lift").split()
-_VERB = "reaches leaves crosses serves connects follows passes joins replaces delays checks opens".split()
-_PREP = "near after before beside beyond under along behind".split()
+_ADJ = [
+    "early",
+    "late",
+    "quiet",
+    "crowded",
+    "northern",
+    "coastal",
+    "express",
+    "local",
+    "weekly",
+    "narrow",
+    "yellow",
+    "old",
+    "new",
+    "busy",
+    "rural",
+    "eastern",
+    "western",
+    "delayed",
+    "extra",
+    "reserved",
+]
+_NOUN = [
+    "train",
+    "station",
+    "ticket",
+    "platform",
+    "timetable",
+    "conductor",
+    "passenger",
+    "carriage",
+    "signal",
+    "bridge",
+    "tunnel",
+    "junction",
+    "depot",
+    "fare",
+    "route",
+    "bicycle",
+    "suitcase",
+    "window",
+    "engine",
+    "driver",
+    "village",
+    "harbour",
+    "market",
+    "river",
+    "valley",
+    "schedule",
+    "barrier",
+    "kiosk",
+    "ramp",
+    "lift",
+]
+_VERB = [
+    "reaches",
+    "leaves",
+    "crosses",
+    "serves",
+    "connects",
+    "follows",
+    "passes",
+    "joins",
+    "replaces",
+    "delays",
+    "checks",
+    "opens",
+]
+_PREP = ["near", "after", "before", "beside", "beyond", "under", "along", "behind"]
 
 RAG_INSTRUCTIONS = (
     "You answer questions for the Northwind Rail help desk. Use only the numbered passages in the user's "
@@ -160,10 +225,12 @@ def prose(tok, rng: random.Random, num_tokens: int) -> str:
 def _function(rng: random.Random) -> str:
     c = rng.choice
     name, arg = f"{c(_VERB).rstrip('s')}_{c(_NOUN)}", c(_NOUN)
-    return (f"def {name}(distance, {arg}):\n"
-            f'    """The {c(_ADJ)} {c(_NOUN)} fare for one {arg}."""\n'
-            f"    base = {rng.randint(2, 9)} * distance + {arg}\n"
-            f"    return round(base * {rng.randint(50, 99) / 100}, 2)\n\n")
+    return (
+        f"def {name}(distance, {arg}):\n"
+        f'    """The {c(_ADJ)} {c(_NOUN)} fare for one {arg}."""\n'
+        f"    base = {rng.randint(2, 9)} * distance + {arg}\n"
+        f"    return round(base * {rng.randint(50, 99) / 100}, 2)\n\n"
+    )
 
 
 def _code(tok, rng: random.Random, num_tokens: int) -> str:
@@ -191,19 +258,26 @@ def _chat(tok, system: str | None, user: str) -> tuple[int, ...]:
 def chatbot(tok, n: int = 5, system_tokens: int = 128, seed: int = 0) -> Workload:
     """One fixed system prompt (the benchmark's, cut to whole lines), a different short question each."""
     system = _head(SYSTEM_PROMPT, tok, system_tokens)
-    return Workload("chatbot", "Chatbot, fixed system prompt", "the whole system prompt",
-                    tuple(_chat(tok, system, u) for u in USER_TURNS[:n]))
+    return Workload(
+        "chatbot",
+        "Chatbot, fixed system prompt",
+        "the whole system prompt",
+        tuple(_chat(tok, system, u) for u in USER_TURNS[:n]),
+    )
 
 
-BIKE_SHOP_SYSTEM = ("You are the help desk of a small bicycle shop in Utrecht. Answer in at most two sentences, "
-                    "give prices in euros, and suggest a visit to the workshop whenever a repair is needed. ") * 2
+BIKE_SHOP_SYSTEM = (
+    "You are the help desk of a small bicycle shop in Utrecht. Answer in at most two sentences, "
+    "give prices in euros, and suggest a visit to the workshop whenever a repair is needed. "
+) * 2
 
 
 def chat_ids(llm, question: str, system: str = BIKE_SHOP_SYSTEM) -> list[int]:
     """The token ids of one question behind a system prompt, as the model's chat template renders them (chapters
     06 and 13 serve these)."""
-    return llm.tokenizer.encode(llm.apply_chat_template([{"role": "system", "content": system},
-                                                         {"role": "user", "content": question}]))
+    return llm.tokenizer.encode(
+        llm.apply_chat_template([{"role": "system", "content": system}, {"role": "user", "content": question}])
+    )
 
 
 def conversations(system: str, user_turns: Sequence[str], replies: Sequence[str]) -> list[list[dict]]:
@@ -225,8 +299,12 @@ def multi_turn(tok, n: int = 5, system_tokens: int = 48, reply_tokens: int = 20,
     rng = random.Random(seed)
     replies = [prose(tok, rng, reply_tokens) for _ in range(n - 1)]
     turns = conversations(_head(SYSTEM_PROMPT, tok, system_tokens), USER_TURNS[:n], replies)
-    return Workload("multi_turn", "Multi-turn chat", "everything up to the previous turn",
-                    tuple(tuple(tok.encode(tok.apply_chat_template(m))) for m in turns))
+    return Workload(
+        "multi_turn",
+        "Multi-turn chat",
+        "everything up to the previous turn",
+        tuple(tuple(tok.encode(tok.apply_chat_template(m))) for m in turns),
+    )
 
 
 def rag(tok, n: int = 5, passage_tokens: int = 40, k: int = 2, pool: int = 8, seed: int = 0) -> Workload:
@@ -260,20 +338,33 @@ def summarization(tok, n: int = 5, doc_tokens: int = 112, seed: int = 0) -> Work
     """A short fixed instruction, then a different document each. The chat template's default system
     prompt comes first, so it is shared too."""
     rng = random.Random(seed)
-    return Workload("summarization", "Batch summarization", "the template's system prompt and the instruction",
-                    tuple(_chat(tok, None, f"{SUMMARY_INSTRUCTION}\n\nReport:\n{prose(tok, rng, doc_tokens)}")
-                          for _ in range(n)))
+    return Workload(
+        "summarization",
+        "Batch summarization",
+        "the template's system prompt and the instruction",
+        tuple(_chat(tok, None, f"{SUMMARY_INSTRUCTION}\n\nReport:\n{prose(tok, rng, doc_tokens)}") for _ in range(n)),
+    )
 
 
 def random_prompts(tok, n: int = 5, prompt_tokens: int = 96, seed: int = 0) -> Workload:
     """Unrelated raw text, no chat template: nothing to share."""
     rng = random.Random(seed)
-    return Workload("random", "Random prompts", "nothing",
-                    tuple(tuple(tok.encode(prose(tok, rng, prompt_tokens))) for _ in range(n)))
+    return Workload(
+        "random",
+        "Random prompts",
+        "nothing",
+        tuple(tuple(tok.encode(prose(tok, rng, prompt_tokens))) for _ in range(n)),
+    )
 
 
-GENERATORS = {"chatbot": chatbot, "multi_turn": multi_turn, "rag": rag, "code": code_completion,
-              "summarization": summarization, "random": random_prompts}
+GENERATORS = {
+    "chatbot": chatbot,
+    "multi_turn": multi_turn,
+    "rag": rag,
+    "code": code_completion,
+    "summarization": summarization,
+    "random": random_prompts,
+}
 
 
 def make_workloads(tok, scale: str = "notebook", seed: int = 0) -> list[Workload]:
@@ -378,8 +469,14 @@ def measure(workload: Workload, llm_on, llm_off, max_tokens: int = 1) -> Workloa
         off.append(llm_off.generate(prompt_token_ids=list(ids), sampling_params=params)[0])
         on.append(llm_on.generate(prompt_token_ids=list(ids), sampling_params=params)[0])
     queries, hits = (now - before for now, before in zip(_counters(llm_on), (queries0, hits0)))
-    return WorkloadResult(workload.name, [len(ids) for ids in workload.prompts], [o.num_cached_tokens for o in on],
-                          hits / queries, [1000 * o.ttft for o in off], [1000 * o.ttft for o in on])
+    return WorkloadResult(
+        workload.name,
+        [len(ids) for ids in workload.prompts],
+        [o.num_cached_tokens for o in on],
+        hits / queries,
+        [1000 * o.ttft for o in off],
+        [1000 * o.ttft for o in on],
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -392,8 +489,9 @@ class SweepPoint:
     off_ms: float | None = None  # the warm request's prompt on an engine without prefix caching
 
 
-def prefix_sweep(tok, llm_on, llm_off=None, prefixes: Sequence[int] = (0, 64, 128, 256, 512),
-                 suffix_tokens: int = 32, seed: int = 0) -> list[SweepPoint]:
+def prefix_sweep(
+    tok, llm_on, llm_off=None, prefixes: Sequence[int] = (0, 64, 128, 256, 512), suffix_tokens: int = 32, seed: int = 0
+) -> list[SweepPoint]:
     """TTFT of prompts made of a shared prefix and their own suffix, for each prefix length: the first
     request (cold), a second one with another suffix (warm) and, given llm_off, the second with caching off."""
     rng = random.Random(seed)
@@ -409,8 +507,11 @@ def prefix_sweep(tok, llm_on, llm_off=None, prefixes: Sequence[int] = (0, 64, 12
         if llm_off is not None:
             (off,) = llm_off.generate(prompt_token_ids=body[:n] + second, sampling_params=params)
             off_ms = 1000 * off.ttft
-        points.append(SweepPoint(n, len(warm.prompt_token_ids), warm.num_cached_tokens, 1000 * cold.ttft,
-                                 1000 * warm.ttft, off_ms))
+        points.append(
+            SweepPoint(
+                n, len(warm.prompt_token_ids), warm.num_cached_tokens, 1000 * cold.ttft, 1000 * warm.ttft, off_ms
+            )
+        )
     return points
 
 
@@ -419,15 +520,17 @@ def fit_cost_model(computed_tokens: Sequence[int], ttft_ms: Sequence[float]) -> 
     median of the slopes between all pairs of points, the intercept the median residual. Unlike least
     squares, one request slowed down by another process on the machine cannot tilt the line."""
     points = list(zip(computed_tokens, ttft_ms))
-    per_token = statistics.median((y2 - y1) / (x2 - x1) for (x1, y1), (x2, y2) in itertools.combinations(points, 2)
-                                  if x1 != x2)
+    per_token = statistics.median(
+        (y2 - y1) / (x2 - x1) for (x1, y1), (x2, y2) in itertools.combinations(points, 2) if x1 != x2
+    )
     return statistics.median(y - per_token * x for x, y in points), per_token
 
 
 def sweep_cost_model(points: Sequence[SweepPoint]) -> tuple[float, float]:
     """The cost model fitted to every request of a sweep: cold and warm (and off, when measured)."""
-    measured = [(p.prompt_tokens, p.cold_ms) for p in points] + [(p.prompt_tokens, p.off_ms) for p in points
-                                                                  if p.off_ms is not None]
+    measured = [(p.prompt_tokens, p.cold_ms) for p in points] + [
+        (p.prompt_tokens, p.off_ms) for p in points if p.off_ms is not None
+    ]
     measured += [(p.prompt_tokens - p.cached_tokens, p.warm_ms) for p in points]
     return fit_cost_model(*zip(*measured))
 
@@ -442,9 +545,17 @@ def predicted_reduction(result: WorkloadResult, fixed_ms: float, per_token_ms: f
 # ---- stored runs and tables ----------------------------------------------------------------------
 def save_run(path: Path, results: Sequence[WorkloadResult], points: Sequence[SweepPoint], extra: dict) -> None:
     model = sweep_cost_model(points)
-    path.write_text(json.dumps({**extra, "cost_model_ms": {"fixed": model[0], "per_token": model[1]},
-                                "results": [asdict(r) for r in results],
-                                "prefix_sweep": [asdict(p) for p in points]}, indent=2))
+    path.write_text(
+        json.dumps(
+            {
+                **extra,
+                "cost_model_ms": {"fixed": model[0], "per_token": model[1]},
+                "results": [asdict(r) for r in results],
+                "prefix_sweep": [asdict(p) for p in points],
+            },
+            indent=2,
+        )
+    )
 
 
 def load_run(path: Path = STORED_RUN) -> tuple[list[WorkloadResult], list[SweepPoint], dict]:
@@ -521,15 +632,18 @@ def _rows_html(tok, workload: Workload, rows: Sequence[RequestBlocks], live: dic
     for i, (ids, row) in enumerate(zip(workload.prompts, rows)):
         size = row.block_size
         cells = "".join(
-            f'<td title="{html.escape(tok.decode(ids[b * size:(b + 1) * size]))}" '
+            f'<td title="{html.escape(tok.decode(ids[b * size : (b + 1) * size]))}" '
             f'style="background:{_COLORS[s]};width:9px;height:14px;border:1px solid #888"></td>'
             for b, s in enumerate(row.blocks)
         )
         seen = f", engine: {live[i]}" if i in live else ""
-        out.append(f"<tr><th style='text-align:left;padding-right:8px;font-weight:normal;white-space:nowrap'>"
-                   f"#{i}: {row.num_tokens} tok, {row.hit_tokens} cached{seen}</th>{cells}</tr>")
-    legend = " ".join(f'<span style="background:{c};padding:0 6px;border:1px solid #888">{s}</span>'
-                      for s, c in _COLORS.items())
+        out.append(
+            f"<tr><th style='text-align:left;padding-right:8px;font-weight:normal;white-space:nowrap'>"
+            f"#{i}: {row.num_tokens} tok, {row.hit_tokens} cached{seen}</th>{cells}</tr>"
+        )
+    legend = " ".join(
+        f'<span style="background:{c};padding:0 6px;border:1px solid #888">{s}</span>' for s, c in _COLORS.items()
+    )
     return f"<table style='border-collapse:collapse'>{''.join(out)}</table><div>{legend}</div>"
 
 
@@ -539,14 +653,22 @@ class WorkloadExplorer:
     partial last block. The rows are predicted by the engine's own KV cache manager; the summary shows
     the measurements passed in (no recomputing), and the button re-runs the first requests on the engine."""
 
-    def __init__(self, tok, workloads: Sequence[Workload], results: Sequence[WorkloadResult] = (), llm=None,
-                 block_size: int = 16, live_requests: int = 3):
+    def __init__(
+        self,
+        tok,
+        workloads: Sequence[Workload],
+        results: Sequence[WorkloadResult] = (),
+        llm=None,
+        block_size: int = 16,
+        live_requests: int = 3,
+    ):
         self.tok, self.block_size, self.llm, self.live_requests = tok, block_size, llm, live_requests
         self.workloads = {w.name: w for w in workloads}
         self.results = {r.name: r for r in results}
         self.choice = widgets.Dropdown(options=[(w.title, w.name) for w in workloads], description="Workload")
-        self.button = widgets.Button(description=f"Re-run first {live_requests} on the engine",
-                                     disabled=llm is None, layout={"width": "auto"})
+        self.button = widgets.Button(
+            description=f"Re-run first {live_requests} on the engine", disabled=llm is None, layout={"width": "auto"}
+        )
         self.view, self.summary = widgets.HTML(), widgets.HTML()
         self.choice.observe(lambda _: self.refresh(), names="value")
         self.button.on_click(lambda _: self.remeasure())
@@ -562,11 +684,15 @@ class WorkloadExplorer:
         self.rows = block_rows(self.workload.prompts, self.block_size)
         self.predicted_hit_rate = sum(r.hit_tokens for r in self.rows) / sum(r.num_tokens for r in self.rows)
         self.view.value = _rows_html(self.tok, self.workload, self.rows, self.live)
-        text = (f"<b>{html.escape(self.workload.title)}</b>: shares {html.escape(self.workload.shares)}. "
-                f"Predicted hit rate {100 * self.predicted_hit_rate:.1f}%.")
+        text = (
+            f"<b>{html.escape(self.workload.title)}</b>: shares {html.escape(self.workload.shares)}. "
+            f"Predicted hit rate {100 * self.predicted_hit_rate:.1f}%."
+        )
         if (r := self.results.get(self.workload.name)) is not None:
-            text += (f" Measured: hit rate {100 * r.hit_rate:.1f}%, TTFT p50 {r.p50_off_ms:.0f} ms off → "
-                     f"{r.p50_on_ms:.0f} ms on ({100 * r.reduction:.0f}% less).")
+            text += (
+                f" Measured: hit rate {100 * r.hit_rate:.1f}%, TTFT p50 {r.p50_off_ms:.0f} ms off → "
+                f"{r.p50_on_ms:.0f} ms on ({100 * r.reduction:.0f}% less)."
+            )
         if live_ttft:
             text += " Re-run TTFTs: " + ", ".join(f"{t:.0f} ms" for t in live_ttft) + "."
         self.summary.value = text
@@ -575,8 +701,10 @@ class WorkloadExplorer:
         """Run the first requests on the engine from an empty cache; show its num_cached_tokens."""
         self.llm.reset_prefix_cache()
         params = SamplingParams(temperature=0, max_tokens=1)
-        outs = [self.llm.generate(prompt_token_ids=list(p), sampling_params=params)[0]
-                for p in self.workload.prompts[: self.live_requests]]
+        outs = [
+            self.llm.generate(prompt_token_ids=list(p), sampling_params=params)[0]
+            for p in self.workload.prompts[: self.live_requests]
+        ]
         self.refresh({i: o.num_cached_tokens for i, o in enumerate(outs)}, [1000 * o.ttft for o in outs])
 
     def _ipython_display_(self) -> None:

@@ -37,8 +37,10 @@ def main(argv: list[str] | None = None) -> int:
             temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens, seed=args.seed
         )
         llm = LLM(args.model, device=args.device)
-        prompt = args.prompt if args.command == "generate" else llm.tokenizer.apply_chat_template(
-            [{"role": "user", "content": args.message}]
+        prompt = (
+            args.prompt
+            if args.command == "generate"
+            else llm.tokenizer.apply_chat_template([{"role": "user", "content": args.message}])
         )
         out = llm.generate(prompt, params)[0]
     except NanoEngineError as e:

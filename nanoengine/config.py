@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from nanoengine.errors import InvalidEngineArgumentError
 from nanoengine.validation import check_choice, check_int
 
-
 LAYER_TYPES = ("full_attention", "sliding_attention")
 
 
@@ -55,8 +54,10 @@ class LlamaConfig:
         if self.layer_types is not None:
             object.__setattr__(self, "layer_types", tuple(self.layer_types))
             if len(self.layer_types) != self.num_hidden_layers or not set(self.layer_types) <= set(LAYER_TYPES):
-                raise ValueError(f"layer_types must name {self.num_hidden_layers} layers, each one of {LAYER_TYPES}; "
-                                 f"got {self.layer_types}")
+                raise ValueError(
+                    f"layer_types must name {self.num_hidden_layers} layers, each one of {LAYER_TYPES}; "
+                    f"got {self.layer_types}"
+                )
             if "sliding_attention" in self.layer_types and self.sliding_window is None:
                 raise ValueError("layer_types has sliding_attention layers but sliding_window is not set")
         if self.sliding_window is not None and self.sliding_window < 1:
@@ -94,11 +95,11 @@ class LlamaConfig:
         return transformers.MinistralConfig(**d, layer_types=types, sliding_window=window)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "LlamaConfig":
+    def from_dict(cls, d: dict) -> LlamaConfig:
         return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d})
 
     @classmethod
-    def from_gguf_metadata(cls, meta: dict, has_output_weight: bool) -> "LlamaConfig":
+    def from_gguf_metadata(cls, meta: dict, has_output_weight: bool) -> LlamaConfig:
         """Build from llama.cpp's `llama.*` keys (the caller has checked the architecture)."""
         n_heads = int(meta["llama.attention.head_count"])
         hidden = int(meta["llama.embedding_length"])
@@ -119,32 +120,41 @@ class LlamaConfig:
         )
 
     @classmethod
-    def smollm2_135m(cls) -> "LlamaConfig":
+    def smollm2_135m(cls) -> LlamaConfig:
         """The embedded SmolLM2-135M-Instruct's shape: random weights in it cost what the real ones do,
         for benchmarks and GPU tests on machines without the model package."""
-        return cls(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
-                   num_attention_heads=9, num_key_value_heads=3, head_dim=64, rope_theta=100000.0,
-                   rms_norm_eps=1e-5, max_position_embeddings=8192)
+        return cls(
+            vocab_size=49152,
+            hidden_size=576,
+            intermediate_size=1536,
+            num_hidden_layers=30,
+            num_attention_heads=9,
+            num_key_value_heads=3,
+            head_dim=64,
+            rope_theta=100000.0,
+            rms_norm_eps=1e-5,
+            max_position_embeddings=8192,
+        )
 
     @classmethod
-    def tiny(cls, **overrides) -> "LlamaConfig":
+    def tiny(cls, **overrides) -> LlamaConfig:
         """A random-weight model small enough for unit tests, with SmolLM2's odd GQA group of 3."""
-        base = dict(
-            vocab_size=256,
-            hidden_size=48,
-            intermediate_size=96,
-            num_hidden_layers=2,
-            num_attention_heads=6,
-            num_key_value_heads=2,
-            head_dim=8,
-            rope_theta=10000.0,
-            max_position_embeddings=512,
-        )
+        base = {
+            "vocab_size": 256,
+            "hidden_size": 48,
+            "intermediate_size": 96,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 6,
+            "num_key_value_heads": 2,
+            "head_dim": 8,
+            "rope_theta": 10000.0,
+            "max_position_embeddings": 512,
+        }
         base.update(overrides)
         return cls(**base)
 
     @classmethod
-    def tiny_hybrid(cls, sliding_window: int = 24, **overrides) -> "LlamaConfig":
+    def tiny_hybrid(cls, sliding_window: int = 24, **overrides) -> LlamaConfig:
         """tiny() with four layers, three sliding to one full, the ratio of Gemma-3-like hybrids."""
         layers = ("sliding_attention",) * 3 + ("full_attention",)
         return cls.tiny(num_hidden_layers=4, layer_types=layers, sliding_window=sliding_window, **overrides)
@@ -187,39 +197,60 @@ class SpeculativeConfig:
     def __post_init__(self) -> None:
         err = _speculative_error
         check_choice(err, 'speculative_config["method"]', self.method, SPECULATIVE_METHODS)
-        object.__setattr__(self, "num_speculative_tokens", check_int(
-            err, 'speculative_config["num_speculative_tokens"]', self.num_speculative_tokens, low=1,
-            hint="It is the most draft tokens verified per step; 2 to 5 suit n-gram drafts."))
+        object.__setattr__(
+            self,
+            "num_speculative_tokens",
+            check_int(
+                err,
+                'speculative_config["num_speculative_tokens"]',
+                self.num_speculative_tokens,
+                low=1,
+                hint="It is the most draft tokens verified per step; 2 to 5 suit n-gram drafts.",
+            ),
+        )
         if self.method != "ngram":
             self._check_model()
             return
         if self.model is not None:
-            raise err('speculative_config["model"] names a draft model, which the "ngram" method does not use; '
-                      'give "method": "draft_model" (or "eagle" for an EAGLE head) to draft with it, or leave '
-                      '"model" out.', value=self.model)
+            raise err(
+                'speculative_config["model"] names a draft model, which the "ngram" method does not use; '
+                'give "method": "draft_model" (or "eagle" for an EAGLE head) to draft with it, or leave '
+                '"model" out.',
+                value=self.model,
+            )
         for key in ("prompt_lookup_min", "prompt_lookup_max"):
-            object.__setattr__(self, key, check_int(err, f'speculative_config["{key}"]', getattr(self, key), low=1,
-                                                    none_ok=True))
+            object.__setattr__(
+                self, key, check_int(err, f'speculative_config["{key}"]', getattr(self, key), low=1, none_ok=True)
+            )
         lo, hi = self.prompt_lookup_min, self.prompt_lookup_max
         object.__setattr__(self, "prompt_lookup_min", 5 if lo is None and hi is None else lo or hi)
         object.__setattr__(self, "prompt_lookup_max", hi or self.prompt_lookup_min)
         if self.prompt_lookup_min > self.prompt_lookup_max:
-            raise err(f'speculative_config["prompt_lookup_min"]={self.prompt_lookup_min} must be <= '
-                      f'speculative_config["prompt_lookup_max"]={self.prompt_lookup_max}; swap them or give one '
-                      "of them only.", value=self.prompt_lookup_min)
+            raise err(
+                f'speculative_config["prompt_lookup_min"]={self.prompt_lookup_min} must be <= '
+                f'speculative_config["prompt_lookup_max"]={self.prompt_lookup_max}; swap them or give one '
+                "of them only.",
+                value=self.prompt_lookup_min,
+            )
 
     def _check_model(self) -> None:
         if self.model is None:
-            what = ("the draft model's GGUF path (for the embedded SmolLM2 drafting for itself, "
-                    "nanoengine.model.loader.embedded_gguf_path()) or a LlamaForCausalLM"
-                    if self.method == "draft_model" else
-                    "an EAGLE head on the target, e.g. nanoengine.model.llama_eagle.EagleLlamaForCausalLM.random(llm.model)")
-            raise _speculative_error(f'speculative_config["method"]="{self.method}" needs "model": {what}.',
-                                     value=self.model)
+            what = (
+                "the draft model's GGUF path (for the embedded SmolLM2 drafting for itself, "
+                "nanoengine.model.loader.embedded_gguf_path()) or a LlamaForCausalLM"
+                if self.method == "draft_model"
+                else "an EAGLE head on the target, e.g. nanoengine.model.llama_eagle.EagleLlamaForCausalLM.random(llm.model)"
+            )
+            raise _speculative_error(
+                f'speculative_config["method"]="{self.method}" needs "model": {what}.', value=self.model
+            )
         given = [key for key in ("prompt_lookup_min", "prompt_lookup_max") if getattr(self, key) is not None]
         if given:
-            raise _speculative_error(f'speculative_config{given} are n-gram lengths, which "{self.method}" does not '
-                                     'use; leave them out, or give "method": "ngram".', value=self.method)
+            raise _speculative_error(
+                f'speculative_config{given} are n-gram lengths, which "{self.method}" does not '
+                'use; leave them out, or give "method": "ngram".',
+                value=self.method,
+            )
 
     def use_eagle(self) -> bool:
         """Whether the drafter reads the target's hidden states, so a prefix hit drops its last block (vLLM's
@@ -240,14 +271,21 @@ class SpeculativeConfig:
             return None
         keys = sorted(f.name for f in dataclasses.fields(cls))
         if not isinstance(config, dict):
-            raise _speculative_error(f"speculative_config must be None or a dict with the keys {keys}, got a "
-                                     f"{type(config).__name__}.", value=config)
+            raise _speculative_error(
+                f"speculative_config must be None or a dict with the keys {keys}, got a {type(config).__name__}.",
+                value=config,
+            )
         unknown = sorted(map(str, config.keys() - set(keys)))
         if unknown:
-            raise _speculative_error(f"speculative_config has unknown keys {unknown}; nanoengine takes {keys} "
-                                     "(vLLM's names for the n-gram, draft-model and EAGLE methods).", value=config)
+            raise _speculative_error(
+                f"speculative_config has unknown keys {unknown}; nanoengine takes {keys} "
+                "(vLLM's names for the n-gram, draft-model and EAGLE methods).",
+                value=config,
+            )
         if "num_speculative_tokens" not in config:
-            raise _speculative_error('speculative_config needs "num_speculative_tokens", the number of draft '
-                                     'tokens per step (e.g. {"method": "ngram", "num_speculative_tokens": 4}).',
-                                     value=config)
+            raise _speculative_error(
+                'speculative_config needs "num_speculative_tokens", the number of draft '
+                'tokens per step (e.g. {"method": "ngram", "num_speculative_tokens": 4}).',
+                value=config,
+            )
         return cls(**config)

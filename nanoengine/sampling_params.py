@@ -51,26 +51,49 @@ class SamplingParams:
 
     def __post_init__(self) -> None:
         err = InvalidRequestError
-        self.temperature = check_real(err, "temperature", self.temperature, low=0.0, high=2.0,
-                                      hint="Use 0 for greedy decoding (vLLM's bounds).")
-        self.top_p = check_real(err, "top_p", self.top_p, low=0.0, high=1.0, low_open=True, hint="Use 1.0 to disable it.")
+        self.temperature = check_real(
+            err, "temperature", self.temperature, low=0.0, high=2.0, hint="Use 0 for greedy decoding (vLLM's bounds)."
+        )
+        self.top_p = check_real(
+            err, "top_p", self.top_p, low=0.0, high=1.0, low_open=True, hint="Use 1.0 to disable it."
+        )
         self.top_k = check_int(err, "top_k", self.top_k, low=-1, hint="0 or -1 disables it, as in vLLM.")
         self.max_tokens = check_int(err, "max_tokens", self.max_tokens, low=1)
         self.n = check_int(err, "n", self.n, low=1, high=MAX_N, hint="It is the number of completions per prompt.")
         # vLLM reads seed -1 as no seed; sample i's seed + i must stay a seed inside torch's range.
-        self.seed = check_int(err, "seed", self.seed, low=-1, high=2**63 - self.n, none_ok=True,
-                              hint="Give a non-negative integer, or None (or -1) for no seed.")
+        self.seed = check_int(
+            err,
+            "seed",
+            self.seed,
+            low=-1,
+            high=2**63 - self.n,
+            none_ok=True,
+            hint="Give a non-negative integer, or None (or -1) for no seed.",
+        )
         self.seed = None if self.seed == -1 else self.seed
         self.ignore_eos = check_bool(err, "ignore_eos", self.ignore_eos)
         for name in ("logprobs", "prompt_logprobs"):
-            setattr(self, name, check_int(err, name, getattr(self, name), low=-1, none_ok=True,
-                                          hint="-1 asks for the whole vocabulary (if max_logprobs allows it)."))
+            setattr(
+                self,
+                name,
+                check_int(
+                    err,
+                    name,
+                    getattr(self, name),
+                    low=-1,
+                    none_ok=True,
+                    hint="-1 asks for the whole vocabulary (if max_logprobs allows it).",
+                ),
+            )
         stop = [self.stop] if isinstance(self.stop, str) else self.stop
         if stop is None:
             stop = []
         if not isinstance(stop, (list, tuple)) or not all(isinstance(s, str) and s for s in stop):
-            raise err(f"stop must be a string or a list of non-empty strings, got {reprlib.repr(self.stop)}.",
-                      parameter="stop", value=self.stop)
+            raise err(
+                f"stop must be a string or a list of non-empty strings, got {reprlib.repr(self.stop)}.",
+                parameter="stop",
+                value=self.stop,
+            )
         self.stop = list(stop)
 
     def child(self, index: int) -> SamplingParams:

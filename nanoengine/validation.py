@@ -30,8 +30,16 @@ def _fail(error: type[InvalidArgumentError], name: str, value, wanted: str, hint
     raise error(f"{name} must be {wanted}, got {shown}.{' ' + hint if hint else ''}", parameter=name, value=value)
 
 
-def check_int(error: type[InvalidArgumentError], name: str, value, *, low: int | None = None,
-              high: int | None = None, none_ok: bool = False, hint: str = "") -> int | None:
+def check_int(
+    error: type[InvalidArgumentError],
+    name: str,
+    value,
+    *,
+    low: int | None = None,
+    high: int | None = None,
+    none_ok: bool = False,
+    hint: str = "",
+) -> int | None:
     """An integer in [low, high] (either bound may be open), or None where none_ok."""
     if value is None and none_ok:
         return None
@@ -44,8 +52,16 @@ def check_int(error: type[InvalidArgumentError], name: str, value, *, low: int |
     return value
 
 
-def check_real(error: type[InvalidArgumentError], name: str, value, *, low: float, high: float,
-               low_open: bool = False, hint: str = "") -> float:
+def check_real(
+    error: type[InvalidArgumentError],
+    name: str,
+    value,
+    *,
+    low: float,
+    high: float,
+    low_open: bool = False,
+    hint: str = "",
+) -> float:
     """A finite number in [low, high], or (low, high] where low_open: NaN and infinities never pass."""
     wanted = f"a finite number in {'(' if low_open else '['}{low}, {high}]"
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):

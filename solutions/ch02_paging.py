@@ -14,7 +14,9 @@ def num_blocks_needed(num_tokens: int, block_size: int) -> int:
 
 def slot_mapping(block_table: Sequence[int], start_pos: int, num_tokens: int, block_size: int) -> list[int]:
     """Task 02.2: the flat cache slot of each position of this step's chunk."""
-    return [block_table[p // block_size] * block_size + p % block_size for p in range(start_pos, start_pos + num_tokens)]
+    return [
+        block_table[p // block_size] * block_size + p % block_size for p in range(start_pos, start_pos + num_tokens)
+    ]
 
 
 def gather_kv(cache: torch.Tensor, block_table: torch.Tensor, seq_len: int) -> torch.Tensor:

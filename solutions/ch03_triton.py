@@ -10,9 +10,24 @@ from nanoengine.attention.backend import KernelBackend
 
 
 @triton.jit
-def _store_kernel(k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, slot_ptr,
-                  s_kt, s_kh, s_vt, s_vh, s_cb, s_ct, s_ch,
-                  num_kv_heads, HEADS_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr):
+def _store_kernel(
+    k_ptr,
+    v_ptr,
+    k_cache_ptr,
+    v_cache_ptr,
+    slot_ptr,
+    s_kt,
+    s_kh,
+    s_vt,
+    s_vh,
+    s_cb,
+    s_ct,
+    s_ch,
+    num_kv_heads,
+    HEADS_PAD: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+):
     token = tl.program_id(0).to(tl.int64)
     slot = tl.load(slot_ptr + token).to(tl.int64)
     if slot >= 0:
@@ -24,19 +39,32 @@ def _store_kernel(k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, slot_ptr,
         tl.store(v_cache_ptr + dst, tl.load(v_ptr + token * s_vt + h * s_vh + d, mask=mask), mask=mask)
 
 
-def store_kvcache(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                  slot_mapping: torch.Tensor) -> None:
+def store_kvcache(
+    k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slot_mapping: torch.Tensor
+) -> None:
     """Task 03.1: write k, v ([T, Hkv, D]) at the flat slots slot_mapping ([T]); skip slots of -1."""
     num_tokens, num_kv_heads, head_dim = k.shape
     _store_kernel[(num_tokens,)](
-        k, v, k_cache, v_cache, slot_mapping,
-        k.stride(0), k.stride(1), v.stride(0), v.stride(1), *k_cache.stride()[:3],
-        num_kv_heads, HEADS_PAD=triton.next_power_of_2(num_kv_heads), HEAD_DIM=head_dim, BLOCK_SIZE=k_cache.shape[1],
+        k,
+        v,
+        k_cache,
+        v_cache,
+        slot_mapping,
+        k.stride(0),
+        k.stride(1),
+        v.stride(0),
+        v.stride(1),
+        *k_cache.stride()[:3],
+        num_kv_heads,
+        HEADS_PAD=triton.next_power_of_2(num_kv_heads),
+        HEAD_DIM=head_dim,
+        BLOCK_SIZE=k_cache.shape[1],
     )
 
 
-def paged_decode_reference(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
-                           seq_len: int, scale: float) -> torch.Tensor:
+def paged_decode_reference(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor, seq_len: int, scale: float
+) -> torch.Tensor:
     """Task 03.2: one request's decode in plain torch: q [Hq, D] over its seq_len cached tokens."""
     block_size, group = k_cache.shape[1], q.shape[0] // k_cache.shape[2]
     blocks = block_table[: -(-seq_len // block_size)].long()
@@ -46,7 +74,7 @@ def paged_decode_reference(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     return torch.einsum("hl,lhd->hd", probs, values)
 
 
-def merge_splits(m: torch.Tensor, l: torch.Tensor, acc: torch.Tensor) -> torch.Tensor:  # noqa: E741
+def merge_splits(m: torch.Tensor, l: torch.Tensor, acc: torch.Tensor) -> torch.Tensor:
     """Task 03.3: combine split-K partials ([..., S], [..., S], [..., S, D]) into [..., D]."""
     if m.shape[-1] == 0:  # no split at all attends to nothing, like a row of empty splits: zeros
         return acc.new_zeros(*acc.shape[:-2], acc.shape[-1])
@@ -58,9 +86,26 @@ def merge_splits(m: torch.Tensor, l: torch.Tensor, acc: torch.Tensor) -> torch.T
 
 
 @triton.jit
-def _decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, table_ptr, seq_lens_ptr, out_ptr, scale,
-                   s_qb, s_qh, s_ob, s_oh, s_bt, s_cb, s_ct, s_ch,
-                   GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr):
+def _decode_kernel(
+    q_ptr,
+    k_cache_ptr,
+    v_cache_ptr,
+    table_ptr,
+    seq_lens_ptr,
+    out_ptr,
+    scale,
+    s_qb,
+    s_qh,
+    s_ob,
+    s_oh,
+    s_bt,
+    s_cb,
+    s_ct,
+    s_ch,
+    GROUP: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+):
     seq = tl.program_id(0).to(tl.int64)
     head = tl.program_id(1)
     kv_head = head // GROUP
@@ -88,22 +133,48 @@ def _decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, table_ptr, seq_lens_ptr, out
     tl.store(out_ptr + seq * s_ob + head * s_oh + d, out.to(out_ptr.dtype.element_ty))
 
 
-def paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
-                 seq_lens: torch.Tensor, scale: float) -> torch.Tensor:
+def paged_decode(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
     """Task 03.4: the decode kernel, one program per (request, query head): q [B, Hq, D] -> [B, Hq, D]."""
     num_seqs, num_heads, head_dim = q.shape
     out = torch.empty_like(q)
     _decode_kernel[(num_seqs, num_heads)](
-        q, k_cache, v_cache, block_tables, seq_lens, out, scale,
-        q.stride(0), q.stride(1), out.stride(0), out.stride(1), block_tables.stride(0), *k_cache.stride()[:3],
-        GROUP=num_heads // k_cache.shape[2], HEAD_DIM=head_dim, BLOCK_SIZE=k_cache.shape[1],
+        q,
+        k_cache,
+        v_cache,
+        block_tables,
+        seq_lens,
+        out,
+        scale,
+        q.stride(0),
+        q.stride(1),
+        out.stride(0),
+        out.stride(1),
+        block_tables.stride(0),
+        *k_cache.stride()[:3],
+        GROUP=num_heads // k_cache.shape[2],
+        HEAD_DIM=head_dim,
+        BLOCK_SIZE=k_cache.shape[1],
     )
     return out
 
 
-def paged_prefill(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
-                  query_start_loc: torch.Tensor, seq_lens: torch.Tensor, max_query_len: int,
-                  scale: float) -> torch.Tensor:
+def paged_prefill(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    seq_lens: torch.Tensor,
+    max_query_len: int,
+    scale: float,
+) -> torch.Tensor:
     """Task 03.5: each new token is a decode over its causal prefix, one row per token."""
     starts = query_start_loc.tolist()
     rows, lens = [], []

@@ -10,7 +10,9 @@ import xxhash
 ROOT_HASH = xxhash.xxh3_128_digest(b"chapter-04")
 
 
-def hash_block_tokens(parent_block_hash: bytes | None, token_ids: Sequence[int], extra_keys: tuple | None = None) -> bytes:
+def hash_block_tokens(
+    parent_block_hash: bytes | None, token_ids: Sequence[int], extra_keys: tuple | None = None
+) -> bytes:
     """Task 04.1: the hash of one block, chained to its parent."""
     data = parent_block_hash or ROOT_HASH
     # The count first: tokens then can never run into the extra-key bytes that follow.

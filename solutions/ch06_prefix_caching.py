@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from nanoengine.core import BlockHash, KVCacheBlock, KVCacheBlocks
-from nanoengine.core import make_block_hash_with_group_id
+from nanoengine.core import BlockHash, KVCacheBlock, KVCacheBlocks, make_block_hash_with_group_id
 from nanoengine.core import BlockPool as EngineBlockPool
 from nanoengine.core import FullAttentionManager as EngineFullAttentionManager
 from nanoengine.core import KVCacheManager as EngineKVCacheManager
@@ -15,10 +14,13 @@ from nanoengine.request import Request
 class BlockPool(EngineBlockPool):
     """Tasks 06.1, 06.2, 06.4b, 06.5: find, touch, cache, free and evict (no events, no collision checks)."""
 
-    def get_cached_block(self, block_hash: BlockHash, token_ids: Sequence[int] | None = None,
-                         kv_cache_group_id: int = 0) -> KVCacheBlock | None:
+    def get_cached_block(
+        self, block_hash: BlockHash, token_ids: Sequence[int] | None = None, kv_cache_group_id: int = 0
+    ) -> KVCacheBlock | None:
         # token_ids are ignored: this pool leaves hash-collision checks to the engine's BlockPool.
-        return self.cached_block_hash_to_block.get_one_block(make_block_hash_with_group_id(block_hash, kv_cache_group_id))
+        return self.cached_block_hash_to_block.get_one_block(
+            make_block_hash_with_group_id(block_hash, kv_cache_group_id)
+        )
 
     def touch(self, blocks: Iterable[KVCacheBlock]) -> None:
         for block in blocks:
@@ -28,8 +30,15 @@ class BlockPool(EngineBlockPool):
                 self.free_block_queue.remove(block)
             block.ref_cnt += 1
 
-    def cache_full_blocks(self, request: Request, blocks: Sequence[KVCacheBlock], num_cached_blocks: int,
-                          num_full_blocks: int, block_size: int, kv_cache_group_id: int = 0) -> None:
+    def cache_full_blocks(
+        self,
+        request: Request,
+        blocks: Sequence[KVCacheBlock],
+        num_cached_blocks: int,
+        num_full_blocks: int,
+        block_size: int,
+        kv_cache_group_id: int = 0,
+    ) -> None:
         for i in range(num_cached_blocks, num_full_blocks):
             # Each group's block holds other layers' KV: the key says which group it serves.
             key = make_block_hash_with_group_id(request.block_hashes[i], kv_cache_group_id)
@@ -64,8 +73,9 @@ class BlockPool(EngineBlockPool):
 class FullAttentionManager(EngineFullAttentionManager):
     """Tasks 06.1b, 06.2b, 06.3c: one full-attention KV cache group's blocks: its hits, its cost, its release."""
 
-    def find_longest_cache_hit(self, block_hashes: list[BlockHash], max_length: int,
-                               group_ids: list[int]) -> tuple[list[KVCacheBlock], ...]:
+    def find_longest_cache_hit(
+        self, block_hashes: list[BlockHash], max_length: int, group_ids: list[int]
+    ) -> tuple[list[KVCacheBlock], ...]:
         hits: tuple[list[KVCacheBlock], ...] = tuple([] for _ in group_ids)
         for block_hash in block_hashes[: max_length // self.block_size]:
             blocks = self.get_cached_blocks(block_hash, group_ids)
@@ -75,8 +85,9 @@ class FullAttentionManager(EngineFullAttentionManager):
                 hit.append(block)
         return hits
 
-    def get_num_blocks_to_allocate(self, request_id: str, num_tokens: int, new_computed_blocks: list[KVCacheBlock],
-                                   num_computed_tokens: int) -> int:
+    def get_num_blocks_to_allocate(
+        self, request_id: str, num_tokens: int, new_computed_blocks: list[KVCacheBlock], num_computed_tokens: int
+    ) -> int:
         num_required = -(-num_tokens // self.block_size)
         num_held = len(self.req_to_blocks.get(request_id, ()))
         if request_id in self.num_cached_block:  # running: it takes no new hits
@@ -105,9 +116,15 @@ class KVCacheManager(EngineKVCacheManager):
             self.record_prefix_cache_stats(request, num_hit_tokens)
         return KVCacheBlocks(hits), num_hit_tokens
 
-    def allocate_slots(self, request: Request, num_new_tokens: int, num_new_computed_tokens: int = 0,
-                       new_computed_blocks: KVCacheBlocks | None = None, num_lookahead_tokens: int = 0,
-                       full_sequence_must_fit: bool = False) -> KVCacheBlocks | None:
+    def allocate_slots(
+        self,
+        request: Request,
+        num_new_tokens: int,
+        num_new_computed_tokens: int = 0,
+        new_computed_blocks: KVCacheBlocks | None = None,
+        num_lookahead_tokens: int = 0,
+        full_sequence_must_fit: bool = False,
+    ) -> KVCacheBlocks | None:
         request_id = request.request_id
         hits = (new_computed_blocks or self.empty_kv_cache_blocks).blocks
         num_computed = request.num_computed_tokens + num_new_computed_tokens

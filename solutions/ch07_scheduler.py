@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from nanoengine.request import Request, RequestStatus
-from nanoengine.core.sched.request_queue import SchedulingPolicy
 from nanoengine.core.sched.output import NewRequestData, SchedulerOutput
+from nanoengine.core.sched.request_queue import SchedulingPolicy
 from nanoengine.core.sched.scheduler import Scheduler as EngineScheduler
+from nanoengine.request import Request, RequestStatus
 
 
 def chunk_size(num_needed: int, budget: int, threshold: int = 0) -> int:
@@ -42,8 +42,10 @@ class Scheduler(EngineScheduler):
         while i < len(self.running) and budget > 0:
             request = self.running[i]
             # Its drafts too (chapter 13), with no position at max_model_len - 1 or past it.
-            n = min(chunk_size(request.num_tokens_with_spec - request.num_computed_tokens, budget, threshold),
-                    self.config.max_model_len - request.num_computed_tokens - 1)
+            n = min(
+                chunk_size(request.num_tokens_with_spec - request.num_computed_tokens, budget, threshold),
+                self.config.max_model_len - request.num_computed_tokens - 1,
+            )
             blocks = kv.allocate_slots(request, n)
             while blocks is None:
                 if len(self.running) == 1:

@@ -22,8 +22,9 @@ class SlidingWindowManager(EngineSlidingWindowManager):
             last -= 1
         self.block_pool.free_blocks(freed)
 
-    def find_longest_cache_hit(self, block_hashes: list[BlockHash], max_length: int,
-                               group_ids: list[int]) -> tuple[list[KVCacheBlock], ...]:
+    def find_longest_cache_hit(
+        self, block_hashes: list[BlockHash], max_length: int, group_ids: list[int]
+    ) -> tuple[list[KVCacheBlock], ...]:
         """Task 12.3: from the right, the first run of ceil((W - 1) / block_size) cached blocks (one more
         with EAGLE), or the run that reaches block 0."""
         needed = (self.sliding_window - 1 + self.block_size - 1) // self.block_size + int(self.use_eagle)

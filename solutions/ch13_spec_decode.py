@@ -13,8 +13,9 @@ from nanoengine.sampling_params import SamplingParams
 from nanoengine.spec_decode.ngram_proposer import NgramProposer as EngineNgramProposer
 
 
-def find_longest_matched_ngram_and_propose_tokens(tokens: Sequence[int], min_ngram: int, max_ngram: int,
-                                                  max_model_len: int, k: int) -> list[int]:
+def find_longest_matched_ngram_and_propose_tokens(
+    tokens: Sequence[int], min_ngram: int, max_ngram: int, max_model_len: int, k: int
+) -> list[int]:
     """Task 13.1: longest n first, earliest occurrence ending before the last token, at most k tokens after it."""
     total = len(tokens)
     k = min(k, max_model_len - total)
@@ -22,10 +23,10 @@ def find_longest_matched_ngram_and_propose_tokens(tokens: Sequence[int], min_ngr
         return []
     tokens = list(tokens)
     for n in range(min(max_ngram, total - 1), min_ngram - 1, -1):
-        suffix = tokens[total - n:]
+        suffix = tokens[total - n :]
         for start in range(total - n):
-            if tokens[start:start + n] == suffix:
-                return tokens[start + n:start + n + k]
+            if tokens[start : start + n] == suffix:
+                return tokens[start + n : start + n + k]
     return []
 
 
@@ -35,12 +36,16 @@ class NgramProposer(EngineNgramProposer):
     rule = staticmethod(find_longest_matched_ngram_and_propose_tokens)
 
 
-def rejection_sample(logits: torch.Tensor, draft_token_ids: list[list[int]], params: list[SamplingParams],
-                     generators: list[torch.Generator | None]) -> list[list[int]]:
+def rejection_sample(
+    logits: torch.Tensor,
+    draft_token_ids: list[list[int]],
+    params: list[SamplingParams],
+    generators: list[torch.Generator | None],
+) -> list[list[int]]:
     """Tasks 13.2 and 13.3: len(drafts) + 1 rows per request, request after request."""
     out, start = [], 0
     for drafts, p, gen in zip(draft_token_ids, params, generators):
-        rows = logits[start:start + len(drafts) + 1]
+        rows = logits[start : start + len(drafts) + 1]
         start += len(drafts) + 1
         out.append(_verify_greedy(rows, drafts) if p.greedy else _verify_sampled(rows, drafts, p, gen))
     return out
@@ -52,11 +57,12 @@ def _verify_greedy(rows: torch.Tensor, drafts: list[int]) -> list[int]:
     accepted = 0
     while accepted < len(drafts) and drafts[accepted] == target[accepted]:
         accepted += 1
-    return target[:accepted + 1]
+    return target[: accepted + 1]
 
 
-def _verify_sampled(rows: torch.Tensor, drafts: list[int], params: SamplingParams,
-                    gen: torch.Generator | None) -> list[int]:
+def _verify_sampled(
+    rows: torch.Tensor, drafts: list[int], params: SamplingParams, gen: torch.Generator | None
+) -> list[int]:
     """Task 13.3: accept draft d with probability p(d) (a one-hot draft distribution); at the first rejection
     draw from p without d; after all, the bonus token from the last row."""
     for i, draft in enumerate(drafts):
@@ -82,8 +88,9 @@ class Scheduler(EngineScheduler):
             request.spec_token_ids = []
         return verified
 
-    def _update_request_with_output(self, request: Request, new_token_ids: list[int],
-                                    spec_token_ids: list[int]) -> RequestStatus | None:
+    def _update_request_with_output(
+        self, request: Request, new_token_ids: list[int], spec_token_ids: list[int]
+    ) -> RequestStatus | None:
         """Task 13.5: roll back the rejected drafts, then append one token at a time and stop where a stop rule says."""
         if spec_token_ids:
             num_rejected = len(spec_token_ids) - (len(new_token_ids) - 1)

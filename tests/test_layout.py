@@ -55,7 +55,9 @@ def _imports(module: str) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                base = ".".join(
+                    package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else [])
+                )
             found.add(base)
             found |= {f"{base}.{a.name}" for a in node.names}
     return found
@@ -72,8 +74,10 @@ def test_no_engine_module_imports_the_course_or_its_libraries():
 
 
 def test_importing_the_engine_pulls_in_no_course_library():
-    code = ("import sys, nanoengine, nanoengine.entrypoints.llm; "
-            f"print([m for m in sys.modules if m.split('.')[0] in {COURSE_ONLY!r}])")
+    code = (
+        "import sys, nanoengine, nanoengine.entrypoints.llm; "
+        f"print([m for m in sys.modules if m.split('.')[0] in {COURSE_ONLY!r}])"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]", f"`import nanoengine` imported {out.strip()}"
 
@@ -87,7 +91,7 @@ def test_the_engine_import_graph_has_no_cycle():
         state[m] = 1
         for n in sorted(graph[m]):
             if state.get(n) == 1:
-                pytest.fail(f"import cycle: {' -> '.join(path[path.index(n):] + [n])}")
+                pytest.fail(f"import cycle: {' -> '.join(path[path.index(n) :] + [n])}")
             if n not in state:
                 visit(n, path + [n])
         state[m] = 2
@@ -102,7 +106,7 @@ def test_every_module_imports_where_triton_may_be_missing():
     """Under CI's no-triton pass (tests/no_triton) only the kernel modules may fail, and they must say why."""
     kernels = {"nanoengine.attention.triton_backend", "nanoengine.attention.triton_kernels", "nanocourse.kernel_lab"}
     for module in _modules("nanoengine") + _modules("nanocourse"):
-        if module.startswith("nanocourse.graded") or module.startswith("nanocourse.bugs"):
+        if module.startswith(("nanocourse.graded", "nanocourse.bugs")):
             continue
         if module in kernels:
             try:

@@ -25,8 +25,11 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 IMPL = os.environ.get("NANOENGINE_IMPL", "exercises")
-VARIANTS = ({p.name: (p / "TASK").read_text().strip() for p in sorted(Path(IMPL).iterdir()) if (p / "TASK").exists()}
-            if os.path.isdir(IMPL) else {})
+VARIANTS = (
+    {p.name: (p / "TASK").read_text().strip() for p in sorted(Path(IMPL).iterdir()) if (p / "TASK").exists()}
+    if os.path.isdir(IMPL)
+    else {}
+)
 if VARIANTS:  # a seeded bug has only to fail: no shrinking to the shortest example, which a learner reads
     settings.register_profile("seeded-bugs", phases=[Phase.explicit, Phase.reuse, Phase.generate])
     settings.load_profile("seeded-bugs")

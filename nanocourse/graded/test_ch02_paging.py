@@ -7,6 +7,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nanocourse.differential import Story
+from nanocourse.kv_memory import greedy_generate
 from nanoengine import LLM, SamplingParams
 from nanoengine.attention import ContiguousKVCache, TorchBackend
 from nanoengine.attention.backend import AttentionMetadata
@@ -14,11 +16,9 @@ from nanoengine.attention.backend import gather_kv as engine_gather_kv
 from nanoengine.attention.paged import PagedKVCache
 from nanoengine.config import LlamaConfig
 from nanoengine.core import KVCacheManager
-from nanocourse.differential import Story
-from nanocourse.kv_memory import greedy_generate
 from nanoengine.model import LlamaForCausalLM
-from nanoengine.worker.block_table import BlockTable
 from nanoengine.request import Request
+from nanoengine.worker.block_table import BlockTable
 
 CHAPTER = "ch02_paging"
 
@@ -79,7 +79,9 @@ def run_paged(tiny, slots_fn):
             query_start_loc=torch.tensor([0, n], dtype=torch.int32),
             seq_lens=torch.tensor([start + n], dtype=torch.int32),
             block_tables=torch.tensor([TABLE], dtype=torch.int32),
-            max_query_len=n, max_seq_len=start + n, num_decodes=int(n == 1),
+            max_query_len=n,
+            max_seq_len=start + n,
+            num_decodes=int(n == 1),
         )
         with torch.no_grad():
             hidden.append(tiny.model(tiny.tokens[start : start + n], torch.arange(start, start + n), cache))
@@ -106,10 +108,17 @@ def test_slot_mapping(impl):
 def test_slot_mapping_runs_the_model(impl, tiny):
     _, hidden = run_paged(tiny, impl.slot_mapping)
     assert not hidden.isnan().any(), "attention read a slot that was never written: check the mapping"
-    torch.testing.assert_close(hidden, tiny.hidden, rtol=0, atol=1e-5,
-                               msg=lambda m: f"hidden states of the paged run (your slot_mapping, block table "
-                                             f"{TABLE}, chunks of {CHUNKS} tokens) differ from the contiguous "
-                                             f"cache's: {m}")
+    torch.testing.assert_close(
+        hidden,
+        tiny.hidden,
+        rtol=0,
+        atol=1e-5,
+        msg=lambda m: (
+            f"hidden states of the paged run (your slot_mapping, block table "
+            f"{TABLE}, chunks of {CHUNKS} tokens) differ from the contiguous "
+            f"cache's: {m}"
+        ),
+    )
 
 
 @pytest.mark.task("02.3", "gather_kv reads the right blocks in table order and stops at seq_len")
@@ -121,22 +130,33 @@ def test_gather_kv(impl):
     out = impl.gather_kv(cache, table, 10)
     assert out.shape == (10, 2, 3), (
         f"gather_kv(cache, table [5, 2, 7, 0, 0], seq_len=10) with 4-token blocks must return [seq_len, num_kv_heads, "
-        f"head_dim] = [10, 2, 3]: read ceil(10 / 4) = 3 blocks, then cut at seq_len; got {list(out.shape)}")
-    torch.testing.assert_close(out, torch.cat([cache[5], cache[2], cache[7, :2]]), rtol=0, atol=0,
-                               msg=lambda m: "gather_kv(cache, [5, 2, 7, 0, 0], 10) must be blocks 5, 2, 7 in table "
-                                             f"order, the last cut to its first 2 tokens: {m}")
+        f"head_dim] = [10, 2, 3]: read ceil(10 / 4) = 3 blocks, then cut at seq_len; got {list(out.shape)}"
+    )
+    torch.testing.assert_close(
+        out,
+        torch.cat([cache[5], cache[2], cache[7, :2]]),
+        rtol=0,
+        atol=0,
+        msg=lambda m: (
+            "gather_kv(cache, [5, 2, 7, 0, 0], 10) must be blocks 5, 2, 7 in table "
+            f"order, the last cut to its first 2 tokens: {m}"
+        ),
+    )
     assert impl.gather_kv(cache, table, 8).shape == (8, 2, 3), "a length that ends on a block boundary"
     past = torch.tensor([5, 2, 7, 99], dtype=torch.int32)  # an entry past the needed ones may hold anything
     try:
         out = impl.gather_kv(cache, past, 10)
     except IndexError as error:
-        raise AssertionError(f"gather_kv(cache of 10 blocks, table [5, 2, 7, 99], 10) read entry 3 (block 99), "
-                             f"past the 3 entries 10 tokens need: only those may be read ({error})") from error
+        raise AssertionError(
+            f"gather_kv(cache of 10 blocks, table [5, 2, 7, 99], 10) read entry 3 (block 99), "
+            f"past the 3 entries 10 tokens need: only those may be read ({error})"
+        ) from error
     assert out.shape == (10, 2, 3), f"gather_kv(cache, [5, 2, 7, 99], 10): expected [10, 2, 3], got {list(out.shape)}"
     half = impl.gather_kv(cache.to(torch.bfloat16), table, 10)
     assert half.dtype == torch.bfloat16, (
         f"gather_kv on a bfloat16 cache (the engine's dtype on a GPU) must return the cache's dtype, bfloat16; got "
-        f"{half.dtype}")
+        f"{half.dtype}"
+    )
 
 
 @pytest.mark.task("02.3b", "gather_kv reads back what the engine stored: the contiguous K and V")
@@ -144,19 +164,29 @@ def test_gather_kv_reads_the_engine_cache(impl, tiny):
     cache, _ = run_paged(tiny, _engine_slot_mapping)
     table, n = torch.tensor(TABLE + [0, 0], dtype=torch.int32), len(tiny.tokens)
     for layer in range(tiny.config.num_hidden_layers):
-        for name, paged, contiguous in (("K", cache.k_caches, tiny.reference.k),
-                                        ("V", cache.v_caches, tiny.reference.v)):
+        for name, paged, contiguous in (
+            ("K", cache.k_caches, tiny.reference.k),
+            ("V", cache.v_caches, tiny.reference.v),
+        ):
             torch.testing.assert_close(
-                impl.gather_kv(paged[layer], table, n), contiguous[layer], rtol=0, atol=1e-5,
-                msg=lambda m: f"layer {layer} {name}: gather_kv(cache, {table.tolist()}, {n}) over the engine's paged "
-                              f"cache differs from the contiguous cache's {name}: {m}")
+                impl.gather_kv(paged[layer], table, n),
+                contiguous[layer],
+                rtol=0,
+                atol=1e-5,
+                msg=lambda m: (
+                    f"layer {layer} {name}: gather_kv(cache, {table.tolist()}, {n}) over the engine's paged "
+                    f"cache differs from the contiguous cache's {name}: {m}"
+                ),
+            )
 
 
 @pytest.mark.task("02.4", "wasted_slots counts only the empty tail of each request's last block")
 def test_wasted_slots(impl):
     got = impl.wasted_slots([16, 17, 1, 40], 16)
-    assert got == 0 + 15 + 15 + 8, (f"wasted_slots([16, 17, 1, 40], 16) must be 0 + 15 + 15 + 8 = 38: each request "
-                                    f"wastes only the empty tail of its last block (blocks x 16 - length); got {got}")
+    assert got == 0 + 15 + 15 + 8, (
+        f"wasted_slots([16, 17, 1, 40], 16) must be 0 + 15 + 15 + 8 = 38: each request "
+        f"wastes only the empty tail of its last block (blocks x 16 - length); got {got}"
+    )
     assert impl.wasted_slots([16, 17, 1, 40], 1) == 0, "one-token blocks waste nothing"
     got = impl.wasted_slots([1000], 256)
     assert got == 24, f"wasted_slots([1000], 256) must be 24: 1000 tokens hold 4 blocks = 1024 slots; got {got}"
@@ -173,13 +203,16 @@ def test_block_table(impl):
     table.append_row("a", [9])
     table.append_row("b", [])
     assert list(table.compute_slot_mapping("a", 8, 2)) == [36, 37], "the appended block holds positions 8..11"
-    assert [list(r) for r in table.get_block_tables(["b", "a"])] == [[5, 0, 0], [7, 2, 9]], \
+    assert [list(r) for r in table.get_block_tables(["b", "a"])] == [[5, 0, 0], [7, 2, 9]], (
         "rows in the asked order, padded with the null block 0"
+    )
     table.remove_row("a")
     table.remove_row("never-added")
     rows = [list(r) for r in table.get_block_tables(["b"])]
-    assert rows == [[5]], (f"after remove_row('a'), get_block_tables(['b']) must be [[5]]: b's row, padded only to "
-                           f"the longest of the rows asked for; got {rows}")
+    assert rows == [[5]], (
+        f"after remove_row('a'), get_block_tables(['b']) must be [[5]]: b's row, padded only to "
+        f"the longest of the rows asked for; got {rows}"
+    )
     with pytest.raises(KeyError):
         table.get_block_tables(["a"])  # a removed row is gone
     table.add_row("a", [3])
@@ -193,8 +226,14 @@ def test_block_table_runs_the_engine(impl):
     prompts = [list(range(10 + 20 * i, 27 + 20 * i)) for i in range(3)]
 
     # 16 blocks of 4 tokens, counted in blocks so that the size holds in any dtype
-    llm = LLM(model, block_size=4, num_gpu_blocks_override=16, max_num_batched_tokens=12,
-              block_table_cls=impl.BlockTable, progress=False)
+    llm = LLM(
+        model,
+        block_size=4,
+        num_gpu_blocks_override=16,
+        max_num_batched_tokens=12,
+        block_table_cls=impl.BlockTable,
+        progress=False,
+    )
     tokens = [o.token_ids for o in llm.generate(prompt_token_ids=prompts, sampling_params=params)]
     assert llm.get_stats().num_preemptions > 0, "15 usable blocks cannot hold three 27-token requests at once"
     alone = [greedy_generate(model, p, params.max_tokens).token_ids for p in prompts]  # no paging, no engine
@@ -203,10 +242,16 @@ def test_block_table_runs_the_engine(impl):
 
 # ---- 02.6: random operations against a plain dict of lists ------------------------------------------------
 
-ROW_OPS = st.lists(st.tuples(st.sampled_from(["add_row", "append_row", "remove_row", "compute_slot_mapping",
-                                              "get_block_tables"]),
-                             st.sampled_from("abcd"), st.lists(st.integers(0, 30), max_size=3),
-                             st.integers(0, 12), st.randoms(use_true_random=False)), max_size=30)
+ROW_OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["add_row", "append_row", "remove_row", "compute_slot_mapping", "get_block_tables"]),
+        st.sampled_from("abcd"),
+        st.lists(st.integers(0, 30), max_size=3),
+        st.integers(0, 12),
+        st.randoms(use_true_random=False),
+    ),
+    max_size=30,
+)
 
 
 def _rows_args(op, req_id, ids, k, rnd, rows, block_size):
@@ -274,11 +319,15 @@ def test_block_table_matches_a_model(impl, block_size, ops):
         args = _rows_args(op, req_id, ids, k, rnd, model.rows, block_size)
         if args is None:
             continue
-        story.add(f"{op}({', '.join(map(repr, args))})" + (", then the caller appends 99 to its list"
-                                                          if op == "add_row" else ""))
+        story.add(
+            f"{op}({', '.join(map(repr, args))})"
+            + (", then the caller appends 99 to its list" if op == "add_row" else "")
+        )
         expected, got = _rows_call(story, model, op, args), _rows_call(story, table, op, args)
         story.compare({"what it returned or raised": got}, {"what it returned or raised": expected})
         if model.rows:
             every = sorted(model.rows)
-            story.compare({f"get_block_tables({every})": _rows_call(story, table, "get_block_tables", [every])},
-                          {f"get_block_tables({every})": model.get_block_tables(every)})
+            story.compare(
+                {f"get_block_tables({every})": _rows_call(story, table, "get_block_tables", [every])},
+                {f"get_block_tables({every})": model.get_block_tables(every)},
+            )

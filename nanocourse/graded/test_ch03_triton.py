@@ -17,11 +17,13 @@ from hypothesis import strategies as st
 
 triton = pytest.importorskip("triton", reason="Triton is not installed (it publishes wheels for Linux only)")
 
+import itertools
+
+from nanocourse import kernel_lab
+from nanocourse.kernel_lab import random_paged_batch
 from nanoengine.attention import triton_kernels
 from nanoengine.attention.backend import TorchBackend
 from nanoengine.attention.triton_backend import TritonBackend
-from nanocourse import kernel_lab
-from nanocourse.kernel_lab import random_paged_batch
 
 CHAPTER = "ch03_triton"
 DEVICE = "cpu" if kernel_lab.interpreter_active() else "cuda"
@@ -33,14 +35,22 @@ def _engine_decode_one(q, k_cache, v_cache, block_table, seq_len, scale):
     return TorchBackend().decode(q[None], k_cache, v_cache, block_table[None], lens, scale)[0]
 
 
-def _engine_merge_splits(m, l, acc):  # noqa: E741
+def _engine_merge_splits(m, l, acc):
     """The engine's reduce kernel, which keeps its maxima in log2 units (it uses exp2)."""
     batch, heads, splits, head_dim = acc.shape
     out = torch.empty(batch, heads, head_dim, device=acc.device)
     triton_kernels._reduce_splits_kernel[(batch, heads)](
-        acc.contiguous(), (m * math.log2(math.e)).contiguous(), l.contiguous(), out, splits,
+        acc.contiguous(),
+        (m * math.log2(math.e)).contiguous(),
+        l.contiguous(),
+        out,
+        splits,
         # tl.arange needs one lane at least: with no split that lane is masked off, and the row is zeros.
-        out.stride(0), out.stride(1), HEAD_DIM=head_dim, SPLITS_PAD=triton.next_power_of_2(max(splits, 1)))
+        out.stride(0),
+        out.stride(1),
+        HEAD_DIM=head_dim,
+        SPLITS_PAD=triton.next_power_of_2(max(splits, 1)),
+    )
     return out
 
 
@@ -75,7 +85,8 @@ def _traced(impl, call, batch=None):
                 assert not stray, (
                     f"program {program} (request {program[0]}, seq_len {int(batch.seq_lens[program[0]])}) loaded {name} "
                     f"slots {stray[:8]} its request does not own (the rest of its last block, or padding): mask every "
-                    f"load by the request's length, even where the score is masked afterwards")
+                    f"load by the request's length, even where the score is masked afterwards"
+                )
     return out, _kernels_ran(impl, loads)
 
 
@@ -131,8 +142,10 @@ def test_decode_reference(impl):
     expected = _decode_reference(b)
     for i in range(4):
         out = impl.paged_decode_reference(b.q[i], b.k_cache, b.v_cache, b.block_tables[i], int(b.seq_lens[i]), b.scale)
-        assert out.shape == b.q[i].shape, (f"request {i}: paged_decode_reference must return [num_heads, head_dim] = "
-                                           f"{list(b.q[i].shape)}, the shape of q; got {list(out.shape)}")
+        assert out.shape == b.q[i].shape, (
+            f"request {i}: paged_decode_reference must return [num_heads, head_dim] = "
+            f"{list(b.q[i].shape)}, the shape of q; got {list(out.shape)}"
+        )
         assert not out.isnan().any(), f"request {i}: NaN, so a slot past seq_len (or of another request) was read"
         torch.testing.assert_close(out, expected[i], atol=TOL, rtol=TOL, msg=lambda m: f"request {i}: {m}")
 
@@ -140,7 +153,7 @@ def test_decode_reference(impl):
 def _partials(scores, values, bounds):
     """(m, l, acc) of every range [lo, hi) of the last axis, as the decode kernel's splits give them."""
     ms, ls, accs = [], [], []
-    for lo, hi in zip(bounds, bounds[1:]):
+    for lo, hi in itertools.pairwise(bounds):
         s = scores[..., lo:hi]
         m = s.amax(-1) if hi > lo else torch.full(s.shape[:-1], -math.inf, device=s.device)
         p = torch.exp(s - m.nan_to_num(neginf=0.0)[..., None])
@@ -169,15 +182,20 @@ def test_merge_splits(impl):
     got = "None" if out is None else f"shape {list(out.shape)}, values {out.flatten()[:4].tolist()}..."
     assert out is not None and out.shape == (2, 3, 16) and not out.any(), (
         f"with no split at all (S = 0: m and l [2, 3, 0], acc [2, 3, 0, 16]) there is nothing to attend to: the "
-        f"output must be zeros [2, 3, 16], as when every split is empty; got {got}")
+        f"output must be zeros [2, 3, 16], as when every split is empty; got {got}"
+    )
 
 
 @pytest.mark.task("03.4", "paged_decode (Triton) matches TorchBackend over ragged contexts and GQA")
 def test_decode_kernel(impl):
-    for kw in (dict(num_kv_heads=2, group=3, block_size=8, head_dim=16), dict(num_kv_heads=1, group=4, block_size=16, head_dim=32)):
+    for kw in (
+        {"num_kv_heads": 2, "group": 3, "block_size": 8, "head_dim": 16},
+        {"num_kv_heads": 1, "group": 4, "block_size": 16, "head_dim": 32},
+    ):
         b = _on_device(random_paged_batch([1, 8, 17, 33], **kw, seed=4))
-        out, ran = _traced(impl, lambda: impl.paged_decode(b.q, b.k_cache, b.v_cache, b.block_tables, b.seq_lens, b.scale),
-                           b)
+        out, ran = _traced(
+            impl, lambda: impl.paged_decode(b.q, b.k_cache, b.v_cache, b.block_tables, b.seq_lens, b.scale), b
+        )
         assert ran is None or ran, "paged_decode must run a Triton kernel of its own module, not torch"
         assert out is not None and out.shape == b.q.shape, "return the [B, Hq, D] output"
         assert not out.isnan().any(), f"{kw}: NaN, so a masked or unowned slot was read"
@@ -188,11 +206,16 @@ def test_decode_kernel(impl):
 def test_decode_kernel_empty_context(impl):
     b = _on_device(random_paged_batch([0, 9], num_kv_heads=1, group=2, block_size=8, seed=5))
     out = impl.paged_decode(b.q, b.k_cache, b.v_cache, b.block_tables, b.seq_lens, b.scale)
-    assert out is not None and torch.equal(out[0], torch.zeros_like(out[0])), \
+    assert out is not None and torch.equal(out[0], torch.zeros_like(out[0])), (
         "seq_len 0: l stays 0, so guard the final division (acc / l)"
-    torch.testing.assert_close(out[1], _decode_reference(b)[1], atol=TOL, rtol=TOL,
-                               msg=lambda m: f"request 1 (9 tokens, batched with an empty request 0) differs from "
-                                             f"TorchBackend.decode: {m}")
+    )
+    torch.testing.assert_close(
+        out[1],
+        _decode_reference(b)[1],
+        atol=TOL,
+        rtol=TOL,
+        msg=lambda m: f"request 1 (9 tokens, batched with an empty request 0) differs from TorchBackend.decode: {m}",
+    )
 
 
 # ---- a block 2**32 elements into the cache, without a 16 GiB pool --------------------------------
@@ -256,7 +279,8 @@ def _far_block(cache):
         assert free > need, (
             f"the int64 probe needs a {need / 2**30:.1f} GiB pool on the GPU and {free / 2**30:.1f} GiB are free: on a "
             f"smaller GPU grade chapter 03 in the interpreter, TRITON_INTERPRET=1 make grade CH=03, which checks the "
-            f"same rule without the memory")
+            f"same rule without the memory"
+        )
         pool = torch.empty(far + 1, *FAR_SHAPE, device=cache.device)
         pool[:4], pool[far] = cache, cache[2]
         yield far, pool, strays
@@ -268,8 +292,11 @@ def _far_block(cache):
     block_bytes = FAR_STRIDE * cache.element_size()
     spans = _readable_spans()
     # Any far block past 2**32 elements wraps to block 1: take one whose window no other tensor can live in.
-    far = next(far for far in (wraps * 2**32 // FAR_STRIDE + 1 for wraps in range(1, 64)) if not _readable(
-        cache.data_ptr() + far * block_bytes + np.array([0, block_bytes - 1], np.uint64), spans).any())
+    far = next(
+        far
+        for far in (wraps * 2**32 // FAR_STRIDE + 1 for wraps in range(1, 64))
+        if not _readable(cache.data_ptr() + far * block_bytes + np.array([0, block_bytes - 1], np.uint64), spans).any()
+    )
     window = cache.data_ptr() + far * block_bytes
     shift = np.uint64((far - 2) * block_bytes)
     scratch = np.full(16, 0xFF, np.uint8)  # all ones: NaN as fp16, fp32 or fp64, -1 as an integer
@@ -307,14 +334,20 @@ def _far_block(cache):
 
 def _check_far(what, out, expected, far, strays):
     case = f"{what}, one request of {FAR_SEQ_LEN} tokens, block table [3, {far}]"
-    assert not sum(strays), (f"read the caches in place: {case} touched unmapped memory in {sum(strays)} load or "
-                             f"store lanes (the grader reroutes block {far} of the cache it passed, not of a copy)")
-    why = (f"block {far} starts at element {far * FAR_STRIDE:,}, which an int32 product wraps to "
-           f"{far * FAR_STRIDE % 2**32}: block 1, all NaN")
-    assert out is not None and out.shape == expected.shape, \
+    assert not sum(strays), (
+        f"read the caches in place: {case} touched unmapped memory in {sum(strays)} load or "
+        f"store lanes (the grader reroutes block {far} of the cache it passed, not of a copy)"
+    )
+    why = (
+        f"block {far} starts at element {far * FAR_STRIDE:,}, which an int32 product wraps to "
+        f"{far * FAR_STRIDE % 2**32}: block 1, all NaN"
+    )
+    assert out is not None and out.shape == expected.shape, (
         f"{case}: the output must be {list(expected.shape)}, got {None if out is None else list(out.shape)}"
-    assert not out.isnan().any(), \
+    )
+    assert not out.isnan().any(), (
         f"block ids must be widened to int64 before they multiply a stride: {case}, gave NaN ({why})"
+    )
     torch.testing.assert_close(out, expected, atol=TOL, rtol=TOL, msg=lambda m: f"{case} ({why}): {m}")
 
 
@@ -332,18 +365,31 @@ def test_decode_kernel_int64_addresses(impl):
 @pytest.mark.task("03.5", "paged_prefill: chunks attend causally over their cached prefix, in Triton")
 def test_prefill(impl):
     b = _on_device(random_paged_batch([5, 19, 24, 9], [5, 3, 16, 1], num_kv_heads=2, group=3, block_size=8, seed=6))
-    expected = TorchBackend().prefill(b.q, b.k_cache, b.v_cache, b.block_tables, b.query_start_loc, b.seq_lens,
-                                      b.max_query_len, b.scale)
-    out, ran = _traced(impl, lambda: impl.paged_prefill(b.q, b.k_cache, b.v_cache, b.block_tables, b.query_start_loc,
-                                                        b.seq_lens, b.max_query_len, b.scale))
+    expected = TorchBackend().prefill(
+        b.q, b.k_cache, b.v_cache, b.block_tables, b.query_start_loc, b.seq_lens, b.max_query_len, b.scale
+    )
+    out, ran = _traced(
+        impl,
+        lambda: impl.paged_prefill(
+            b.q, b.k_cache, b.v_cache, b.block_tables, b.query_start_loc, b.seq_lens, b.max_query_len, b.scale
+        ),
+    )
     assert ran is None or ran, "paged_prefill must run a Triton kernel of its own module, not torch"
     assert out is not None and out.shape == b.q.shape, (
         f"paged_prefill must return [T, Hq, D] = {list(b.q.shape)}, the shape of q (one row per new token); "
-        f"got {None if out is None else list(out.shape)}")
+        f"got {None if out is None else list(out.shape)}"
+    )
     assert not out.isnan().any(), "NaN: a key past a token's own position, or an unowned slot, was read"
-    torch.testing.assert_close(out, expected, atol=TOL, rtol=TOL,
-                               msg=lambda m: f"paged_prefill (4 requests: 5, 3, 16 and 1 new tokens ending "
-                                             f"contexts of 5, 19, 24 and 9) differs from TorchBackend.prefill: {m}")
+    torch.testing.assert_close(
+        out,
+        expected,
+        atol=TOL,
+        rtol=TOL,
+        msg=lambda m: (
+            f"paged_prefill (4 requests: 5, 3, 16 and 1 new tokens ending "
+            f"contexts of 5, 19, 24 and 9) differs from TorchBackend.prefill: {m}"
+        ),
+    )
     cache, q = _far_case(3)
     seq_lens = torch.tensor([FAR_SEQ_LEN], dtype=torch.int32, device=DEVICE)
     query_start_loc = torch.tensor([0, 3], dtype=torch.int32, device=DEVICE)
@@ -370,13 +416,16 @@ def test_kernels_serve_requests(impl):
         return llm.generate(prompt_token_ids=prompts, sampling_params=params)  # a batch of two, decoding together
 
     yours, ran = _traced(impl, lambda: serve(impl.TritonBackend()))
-    assert ran is None or len(ran) >= 2, \
+    assert ran is None or len(ran) >= 2, (
         f"your module's kernels must store K/V and attend (two kernels at least); of its kernels these ran: {ran}"
+    )
     torch_outs = serve("torch")
     assert yours[1].num_cached_tokens == 16, "the second request's prefill ran over the first one's blocks"
     got, want = [o.token_ids for o in yours], [o.token_ids for o in torch_outs]
-    assert got == want, (f"greedy tokens on your TritonBackend must equal the torch backend's for both requests: "
-                         f"expected {want}, got {got}")
+    assert got == want, (
+        f"greedy tokens on your TritonBackend must equal the torch backend's for both requests: "
+        f"expected {want}, got {got}"
+    )
 
 
 # ---- 03.7: random batches, where the interpreter's cost allows --------------------------------------------
@@ -384,28 +433,44 @@ def test_kernels_serve_requests(impl):
 BATCHES = st.tuples(
     st.lists(st.tuples(st.integers(0, 30), st.integers(1, 12)), min_size=1, max_size=3),  # (context, new tokens)
     st.sampled_from([(1, 1), (1, 3), (2, 2), (3, 1)]),  # (KV heads, GQA group)
-    st.sampled_from([8, 16]), st.sampled_from([16, 32]), st.integers(0, 999))
+    st.sampled_from([8, 16]),
+    st.sampled_from([16, 32]),
+    st.integers(0, 999),
+)
 
 
 @pytest.mark.task("03.7", "random batches: decode and prefill equal TorchBackend, decode reads only its own slots")
-@settings(max_examples=20, deadline=None, database=None, derandomize=True, report_multiple_bugs=False,
-          suppress_health_check=list(HealthCheck))
+@settings(
+    max_examples=20,
+    deadline=None,
+    database=None,
+    derandomize=True,
+    report_multiple_bugs=False,
+    suppress_health_check=list(HealthCheck),
+)
 @given(batch=BATCHES)
 def test_random_batches(impl, batch):
     """Ragged requests, any GQA group, block size and head size: each kernel's output equals TorchBackend's, and on
     a CPU no decode program loads a slot its request does not own."""
     requests, (num_kv_heads, group), block_size, head_dim, seed = batch
-    shape = dict(num_kv_heads=num_kv_heads, group=group, block_size=block_size, head_dim=head_dim, seed=seed)
+    shape = {"num_kv_heads": num_kv_heads, "group": group, "block_size": block_size, "head_dim": head_dim, "seed": seed}
     what = f"{len(requests)} requests (context, new tokens) {requests}, {shape}"
     b = _on_device(random_paged_batch([c for c, _ in requests], **shape))
     out, _ = _traced(impl, lambda: impl.paged_decode(b.q, b.k_cache, b.v_cache, b.block_tables, b.seq_lens, b.scale), b)
-    torch.testing.assert_close(out, _decode_reference(b), atol=TOL, rtol=TOL,
-                               msg=lambda m: f"paged_decode on {what}: {m}")
+    torch.testing.assert_close(
+        out, _decode_reference(b), atol=TOL, rtol=TOL, msg=lambda m: f"paged_decode on {what}: {m}"
+    )
     seq_lens = [max(c, n) for c, n in requests]  # a chunk ends its context, so it is never longer than it
     b = _on_device(random_paged_batch(seq_lens, [n for _, n in requests], **shape))
-    expected = TorchBackend().prefill(b.q, b.k_cache, b.v_cache, b.block_tables, b.query_start_loc, b.seq_lens,
-                                      b.max_query_len, b.scale)
-    out, _ = _traced(impl, lambda: impl.paged_prefill(b.q, b.k_cache, b.v_cache, b.block_tables, b.query_start_loc,
-                                                      b.seq_lens, b.max_query_len, b.scale))
-    torch.testing.assert_close(out, expected, atol=TOL, rtol=TOL,
-                               msg=lambda m: f"paged_prefill on {what} (contexts {seq_lens}): {m}")
+    expected = TorchBackend().prefill(
+        b.q, b.k_cache, b.v_cache, b.block_tables, b.query_start_loc, b.seq_lens, b.max_query_len, b.scale
+    )
+    out, _ = _traced(
+        impl,
+        lambda: impl.paged_prefill(
+            b.q, b.k_cache, b.v_cache, b.block_tables, b.query_start_loc, b.seq_lens, b.max_query_len, b.scale
+        ),
+    )
+    torch.testing.assert_close(
+        out, expected, atol=TOL, rtol=TOL, msg=lambda m: f"paged_prefill on {what} (contexts {seq_lens}): {m}"
+    )

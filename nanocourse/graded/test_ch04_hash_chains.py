@@ -13,7 +13,9 @@ CHAPTER = "ch04_hash_chains"
 def _engine_request_hashes(token_ids, block_size, cache_salt=None):
     from nanoengine.request import Request
 
-    return Request("r", token_ids, block_hasher=kcu.get_request_block_hasher(block_size), cache_salt=cache_salt).block_hashes
+    return Request(
+        "r", token_ids, block_hasher=kcu.get_request_block_hasher(block_size), cache_salt=cache_salt
+    ).block_hashes
 
 
 def _engine_num_cached(block_hashes, cached, num_tokens, block_size):
@@ -26,8 +28,9 @@ def _engine_num_cached(block_hashes, cached, num_tokens, block_size):
     for block, h in zip(kv.block_pool.get_new_blocks(len(cached)), sorted(cached)):
         block.block_hash = h
         kv.block_pool.cached_block_hash_to_block.insert(h, block)
-    request = SimpleNamespace(block_hashes=list(block_hashes), num_tokens=num_tokens, num_preemptions=0,
-                              all_token_ids=[0] * num_tokens)
+    request = SimpleNamespace(
+        block_hashes=list(block_hashes), num_tokens=num_tokens, num_preemptions=0, all_token_ids=[0] * num_tokens
+    )
     return kv.get_computed_blocks(request)[1]
 
 
@@ -45,7 +48,8 @@ def test_hash_is_content_addressed(impl):
     h = impl.hash_block_tokens(None, A)
     assert isinstance(h, bytes) and len(h) == 16, (
         f"hash_block_tokens(None, tokens 0..15) must return 16 bytes, an xxh3_128_digest: got {h!r:.60} "
-        f"({type(h).__name__}{f', length {len(h)}' if isinstance(h, (bytes, str)) else ''})")
+        f"({type(h).__name__}{f', length {len(h)}' if isinstance(h, (bytes, str)) else ''})"
+    )
     assert impl.hash_block_tokens(None, list(A)) == h, "same content must give the same hash"
     assert impl.hash_block_tokens(None, B) != h, "different tokens must give different hashes"
     assert impl.hash_block_tokens(None, A[::-1]) != h, "token order must matter"
@@ -58,7 +62,8 @@ def test_hash_is_chained_and_keyed(impl):
     assert impl.hash_block_tokens(None, A, ("tenant-1",)) != parent, "extra keys must change the hash"
     assert impl.hash_block_tokens(None, A, ("tenant-1",)) != impl.hash_block_tokens(None, A, ("tenant-2",)), (
         "extra keys ('tenant-1',) and ('tenant-2',) must give different hashes: encode the keys' content, "
-        "not just their presence")
+        "not just their presence"
+    )
 
 
 @pytest.mark.task("04.2", "hash_request_blocks hashes full blocks only, as one chain")
@@ -66,11 +71,14 @@ def test_request_chain(impl):
     tokens = list(range(50))
     hashes = impl.hash_request_blocks(tokens, 16)
     assert len(hashes) == 3, "50 tokens hold 3 full blocks of 16; the partial 4th gets no hash"
-    assert len(set(hashes)) == 3, (f"hash_request_blocks(tokens 0..49, 16): the 3 full blocks hold different tokens, "
-                                   f"so their 3 hashes must differ; got {len(set(hashes))} distinct")
+    assert len(set(hashes)) == 3, (
+        f"hash_request_blocks(tokens 0..49, 16): the 3 full blocks hold different tokens, "
+        f"so their 3 hashes must differ; got {len(set(hashes))} distinct"
+    )
     assert impl.hash_request_blocks(tokens[:48], 16) == hashes, (
         "hash_request_blocks(tokens[:48], 16) must equal hash_request_blocks(tokens 0..49, 16): the 2 tokens of the "
-        "partial 4th block must not enter any hash")
+        "partial 4th block must not enter any hash"
+    )
     other = impl.hash_request_blocks([999] + tokens[1:], 16)
     assert all(x != y for x, y in zip(other, hashes)), "a change in block 0 must change every later hash"
     shared = impl.hash_request_blocks(tokens[:32] + [7] * 16, 16)
@@ -83,10 +91,12 @@ def test_salt(impl):
     plain = impl.hash_request_blocks(tokens, 16)
     salted = impl.hash_request_blocks(tokens, 16, cache_salt="alice")
     assert all(x != y for x, y in zip(plain, salted)), "the salt must reach every block through the chain"
-    assert salted == impl.hash_request_blocks(tokens, 16, cache_salt="alice"), \
+    assert salted == impl.hash_request_blocks(tokens, 16, cache_salt="alice"), (
         "hashing the same 48 tokens with the same cache_salt='alice' twice must give the same hashes"
+    )
     assert salted[0] != impl.hash_request_blocks(tokens, 16, cache_salt="bob")[0], (
-        "cache_salt 'alice' and 'bob' must give different first-block hashes: the salt is an extra key of block 0")
+        "cache_salt 'alice' and 'bob' must give different first-block hashes: the salt is an extra key of block 0"
+    )
 
 
 @pytest.mark.task("04.3", "num_cached_tokens stops at the first miss and keeps the last token")
@@ -94,9 +104,11 @@ def test_lookup(impl):
     hashes = [b"h0", b"h1", b"h2", b"h3"]
     assert impl.num_cached_tokens(hashes, {b"h0", b"h1", b"h3"}, 70, 16) == 32, "stop at the first miss"
     got = impl.num_cached_tokens(hashes, set(hashes), 70, 16)
-    assert got == 64, (f"num_cached_tokens(4 hashes all cached, num_tokens=70, block_size=16) must be 64: all 4 "
-                       f"blocks hit, since (70 - 1) // 16 = 4 leaves the last token (position 69) outside them; "
-                       f"got {got}")
+    assert got == 64, (
+        f"num_cached_tokens(4 hashes all cached, num_tokens=70, block_size=16) must be 64: all 4 "
+        f"blocks hit, since (70 - 1) // 16 = 4 leaves the last token (position 69) outside them; "
+        f"got {got}"
+    )
     assert impl.num_cached_tokens(hashes, set(hashes), 64, 16) == 48, "a block-aligned prompt recomputes its last block"
     got = impl.num_cached_tokens(hashes, set(), 70, 16)
     assert got == 0, f"num_cached_tokens(4 hashes, nothing cached, 70, 16) must be 0: block 0 misses; got {got}"
@@ -113,7 +125,7 @@ def test_plugs_into_the_engine(impl):
     kv.allocate_slots(first, 40)
     kv.free(first)
     second = Request("b", list(range(40)) + [5, 6], block_hasher=hasher)
-    blocks, hit = kv.get_computed_blocks(second)
+    _blocks, hit = kv.get_computed_blocks(second)
     assert hit == 32, "the second request must hit the two full blocks the first one cached"
 
 
@@ -123,23 +135,51 @@ def test_plugs_into_the_engine(impl):
 # agree in their low 16 bits (5 and 65541, 4464 and 70000), the largest id, keys that contain the separator
 # a join would use, and ids whose bytes spell a key and its length ("abcd" is 4 bytes, id 1684234849).
 ABCD = int.from_bytes(b"abcd", "little")
-IDS = st.one_of(st.integers(0, 30), st.sampled_from([1, 12, 23, 3, 123, 5, 65541, 4464, 70000, 256, 2**32 - 1, 4, ABCD]))
-KEYS = st.one_of(st.none(), st.just(()), st.lists(
-    st.sampled_from(["a", "b", "ab", "", "a\x00b", "\x00", "1", "abcd", "tenant-1"]), min_size=1, max_size=3).map(tuple))
+IDS = st.one_of(
+    st.integers(0, 30), st.sampled_from([1, 12, 23, 3, 123, 5, 65541, 4464, 70000, 256, 2**32 - 1, 4, ABCD])
+)
+KEYS = st.one_of(
+    st.none(),
+    st.just(()),
+    st.lists(
+        st.sampled_from(["a", "b", "ab", "", "a\x00b", "\x00", "1", "abcd", "tenant-1"]), min_size=1, max_size=3
+    ).map(tuple),
+)
 # A block: its parent (None; the root hash; or an earlier block, by index), its ids, its extra keys.
-BLOCKS = st.lists(st.tuples(st.one_of(st.none(), st.just("root"), st.integers(0, 30)), st.lists(IDS, max_size=5), KEYS),
-                  min_size=1, max_size=14)
-PROMPTS = st.lists(st.tuples(st.lists(st.sampled_from([1, 2, 12, 23, 5, 65541]), max_size=13),
-                             st.sampled_from([None, "", "alice", "bob", "alice\x00"])), max_size=4)
+BLOCKS = st.lists(
+    st.tuples(st.one_of(st.none(), st.just("root"), st.integers(0, 30)), st.lists(IDS, max_size=5), KEYS),
+    min_size=1,
+    max_size=14,
+)
+PROMPTS = st.lists(
+    st.tuples(
+        st.lists(st.sampled_from([1, 2, 12, 23, 5, 65541]), max_size=13),
+        st.sampled_from([None, "", "alice", "bob", "alice\x00"]),
+    ),
+    max_size=4,
+)
 
 
 @pytest.mark.task("04.5", "random blocks and prompts: two hashes are equal exactly when parent, ids and keys are")
 @settings(max_examples=300, deadline=None, database=None, derandomize=True, report_multiple_bugs=False)
 @given(blocks=BLOCKS, prompts=PROMPTS, block_size=st.integers(1, 4))
 # Where encodings are known to meet, tried first: every pair below differs.
-@example(blocks=[(None, [1, 23], None), (None, [12, 3], None), (None, [5], None), (None, [65541], None),
-                 (None, [4, ABCD], None), (None, [], ("abcd",)), (None, [], ("a\x00b",)), (None, [], ("a", "b")),
-                 (None, [], ("",)), (None, [], None)], prompts=[([1, 2, 12, 23], "alice")], block_size=2)
+@example(
+    blocks=[
+        (None, [1, 23], None),
+        (None, [12, 3], None),
+        (None, [5], None),
+        (None, [65541], None),
+        (None, [4, ABCD], None),
+        (None, [], ("abcd",)),
+        (None, [], ("a\x00b",)),
+        (None, [], ("a", "b")),
+        (None, [], ("",)),
+        (None, [], None),
+    ],
+    prompts=[([1, 2, 12, 23], "alice")],
+    block_size=2,
+)
 def test_hashes_name_content_exactly(impl, blocks, prompts, block_size):
     """The rule, checked on every pair: hash_block_tokens gives two blocks the same hash if and only if they have
     the same parent hash (None and ROOT_HASH alike), the same ids in the same order and the same extra keys (None
@@ -151,19 +191,25 @@ def test_hashes_name_content_exactly(impl, blocks, prompts, block_size):
         story.add(what)
         same = [k for k, other in enumerate(names) if other == name]
         collide = [k for k, other in enumerate(hashes) if other == block_hash]
-        story.compare({"the earlier blocks with the same hash": collide},
-                      {"the earlier blocks with the same hash": same})
+        story.compare(
+            {"the earlier blocks with the same hash": collide}, {"the earlier blocks with the same hash": same}
+        )
         names.append(name)
         hashes.append(block_hash)
 
     for parent, ids, keys in blocks:
         if isinstance(parent, int) and parent >= len(names):
             parent = None
-        parent_hash = {None: None, "root": impl.ROOT_HASH}.get(parent) if not isinstance(parent, int) else hashes[parent]
+        parent_hash = (
+            {None: None, "root": impl.ROOT_HASH}.get(parent) if not isinstance(parent, int) else hashes[parent]
+        )
         parent_name = "root" if not isinstance(parent, int) else names[parent]
-        add(f"block {len(names)} = hash_block_tokens({'block ' + str(parent) if isinstance(parent, int) else parent}, "
-            f"{ids}, {keys!r})", (parent_name, tuple(ids), tuple(keys or ())),
-            impl.hash_block_tokens(parent_hash, ids, keys))
+        add(
+            f"block {len(names)} = hash_block_tokens({'block ' + str(parent) if isinstance(parent, int) else parent}, "
+            f"{ids}, {keys!r})",
+            (parent_name, tuple(ids), tuple(keys or ())),
+            impl.hash_block_tokens(parent_hash, ids, keys),
+        )
     for ids, salt in prompts:
         got = impl.hash_request_blocks(ids, block_size, salt)
         what = f"hash_request_blocks({ids}, {block_size}, cache_salt={salt!r})"
@@ -172,13 +218,15 @@ def test_hashes_name_content_exactly(impl, blocks, prompts, block_size):
             raise story.fail(f"{what} gave {len(got)} hashes: one per full block, {len(ids) // block_size}")
         parent_name, parent_hash = "root", None
         for i, block_hash in enumerate(got):
-            tokens, keys = ids[i * block_size:(i + 1) * block_size], (salt,) if salt and i == 0 else ()
+            tokens, keys = ids[i * block_size : (i + 1) * block_size], (salt,) if salt and i == 0 else ()
             chained = impl.hash_block_tokens(parent_hash, tokens, keys or None)
             line = f"block {len(names)} = hash {i} of {what}"
             if block_hash != chained:
                 story.add(line)
-                raise story.fail(f"hash {i} of {what} must be hash_block_tokens({'its parent' if i else None}, {tokens}, "
-                                 f"{keys or None!r}): the chain of 04.2, the salt an extra key of block 0 only")
+                raise story.fail(
+                    f"hash {i} of {what} must be hash_block_tokens({'its parent' if i else None}, {tokens}, "
+                    f"{keys or None!r}): the chain of 04.2, the salt an extra key of block 0 only"
+                )
             parent_name = (parent_name, tuple(tokens), tuple(keys))
             add(line, parent_name, block_hash)
             parent_hash = block_hash

@@ -1,5 +1,6 @@
 """Chapter 05 graded tasks: the free-block queue. Run with `make grade CH=05`."""
 
+import itertools
 import time
 
 import pytest
@@ -40,12 +41,14 @@ def assert_linked(queue, blocks):
     """The queue's order, its count and every block's two links tell the same story."""
     inside = walk(queue)
     assert queue.num_free_blocks == len(inside), "num_free_blocks must match the blocks in the list"
-    for left, right in zip(inside, inside[1:]):
+    for left, right in itertools.pairwise(inside):
         assert left.next_free_block is right and right.prev_free_block is left, "links must agree both ways"
     members = {id(b) for b in inside}
     for b in blocks:
         if id(b) not in members:
-            assert b.prev_free_block is None and b.next_free_block is None, f"block {b.block_id} left the queue but kept its links"
+            assert b.prev_free_block is None and b.next_free_block is None, (
+                f"block {b.block_id} left the queue but kept its links"
+            )
 
 
 @pytest.mark.task("05.1", "__init__ links the blocks in order; get_all_free_blocks walks head to tail")
@@ -54,28 +57,35 @@ def test_init_and_walk(impl):
     walked = walk(queue)
     assert walked == blocks and queue.num_free_blocks == 5, (
         f"a new queue of blocks 0..4 must walk head to tail as [0, 1, 2, 3, 4], sentinels excluded, with "
-        f"num_free_blocks 5; got {block_ids(walked)} and num_free_blocks {queue.num_free_blocks}")
-    assert blocks[1].prev_free_block is blocks[0] and blocks[1].next_free_block is blocks[2], \
+        f"num_free_blocks 5; got {block_ids(walked)} and num_free_blocks {queue.num_free_blocks}"
+    )
+    assert blocks[1].prev_free_block is blocks[0] and blocks[1].next_free_block is blocks[2], (
         "the links live in the blocks themselves (prev_free_block / next_free_block)"
-    assert blocks[0].prev_free_block is not None and blocks[4].next_free_block is not None, \
+    )
+    assert blocks[0].prev_free_block is not None and blocks[4].next_free_block is not None, (
         "the end blocks link to sentinels, not to None"
+    )
     empty, _ = make(impl, 0)
     walked = walk(empty)
     assert walked == [] and empty.num_free_blocks == 0, (
         f"a queue of no blocks (head sentinel linked straight to the tail sentinel) must walk as [] with "
-        f"num_free_blocks 0; got {block_ids(walked)} and num_free_blocks {empty.num_free_blocks}")
+        f"num_free_blocks 0; got {block_ids(walked)} and num_free_blocks {empty.num_free_blocks}"
+    )
     head, tail = (getattr(empty, name, None) for name in ("fake_free_list_head", "fake_free_list_tail"))
     assert head is not None and tail is not None and head.next_free_block is tail and tail.prev_free_block is head, (
         "the sentinels are self.fake_free_list_head and self.fake_free_list_tail (vLLM's names, which chapter 05's "
-        "diagram follows), linked straight to each other in an empty queue")
+        "diagram follows), linked straight to each other in an empty queue"
+    )
 
 
 @pytest.mark.task("05.2", "popleft, popleft_n, append and append_n: FIFO order, popped blocks unlinked")
 def test_pop_and_append(impl):
     queue, blocks = make(impl, 6)
     got = queue.popleft()
-    assert got is blocks[0], (f"popleft() on a new queue of blocks 0..5 must return the head, block 0; "
-                              f"got block {getattr(got, 'block_id', got)}")
+    assert got is blocks[0], (
+        f"popleft() on a new queue of blocks 0..5 must return the head, block 0; "
+        f"got block {getattr(got, 'block_id', got)}"
+    )
     got = queue.popleft_n(2)
     assert got == blocks[1:3], f"then popleft_n(2) must return blocks [1, 2], head first; got {block_ids(got)}"
     got = queue.popleft_n(0)
@@ -85,11 +95,13 @@ def test_pop_and_append(impl):
     queue.append_n([blocks[0], blocks[2]])
     assert ids(queue) == [3, 4, 5, 1, 0, 2], (
         f"append(block 1), then append_n([block 0, block 2]) on [3, 4, 5] must give [3, 4, 5, 1, 0, 2]: both add at "
-        f"the tail, keeping the given order; got {ids(queue)}")
+        f"the tail, keeping the given order; got {ids(queue)}"
+    )
     got = queue.popleft_n(6)
     assert got == [blocks[i] for i in (3, 4, 5, 1, 0, 2)], (
         f"popleft_n(6) on [3, 4, 5, 1, 0, 2] must return all six blocks, head first, in that order; "
-        f"got {block_ids(got)}")
+        f"got {block_ids(got)}"
+    )
     assert_linked(queue, blocks)
     with pytest.raises(ValueError):
         queue.popleft()  # an empty queue must refuse, not hand out its tail sentinel
@@ -106,7 +118,8 @@ def test_remove(impl):
     queue.remove(blocks[0])
     assert ids(queue) == [] and queue.num_free_blocks == 0, (
         f"remove(block 0) on a one-block queue must leave it empty: walk [] and num_free_blocks 0; got "
-        f"{ids(queue)} and num_free_blocks {queue.num_free_blocks}")
+        f"{ids(queue)} and num_free_blocks {queue.num_free_blocks}"
+    )
     queue.append(blocks[0])
     assert ids(queue) == [0], "a removed block can come back"
 
@@ -119,8 +132,10 @@ def test_remove(impl):
         queue.remove(block)
     elapsed = time.perf_counter() - start
     assert elapsed < 0.25, f"2,000 removes took {elapsed:.2f} s: remove must relink neighbours, not search"
-    assert queue.num_free_blocks == 198_000, (f"2,000 removes from a 200,000-block queue must leave num_free_blocks "
-                                              f"at 198,000 (remove counts the block out); got {queue.num_free_blocks}")
+    assert queue.num_free_blocks == 198_000, (
+        f"2,000 removes from a 200,000-block queue must leave num_free_blocks "
+        f"at 198,000 (remove counts the block out); got {queue.num_free_blocks}"
+    )
 
 
 @pytest.mark.task("05.4", "prepend_n puts blocks at the head in their given order")
@@ -132,7 +147,8 @@ def test_prepend_n(impl):
     queue.append_n([])
     assert ids(queue) == [3, 1, 4, 5], (
         f"prepend_n([block 3, block 1]) on [4, 5] must give [3, 1, 4, 5]: the blocks go to the head in their given "
-        f"order, and prepend_n([]) and append_n([]) change nothing; got {ids(queue)}")
+        f"order, and prepend_n([]) and append_n([]) change nothing; got {ids(queue)}"
+    )
     queue.prepend_n([taken[0]])
     assert queue.popleft() is blocks[0], "prepended blocks are handed out first"
     assert_linked(queue, blocks)
@@ -189,32 +205,43 @@ def test_plugs_into_the_engine(impl):
     import torch
 
     from nanoengine import LLM, SamplingParams
+
     torch.set_num_threads(1)  # this process only: two threads on a busy 2-core machine run several times slower
     # 12 blocks of 8 tokens: the long prompt evicts cached blocks, and the later chats take the system
     # prompt's blocks back out of the middle of the free queue.
-    pool_kwargs = dict(num_gpu_blocks_override=12, block_size=8, progress=False)
+    pool_kwargs = {"num_gpu_blocks_override": 12, "block_size": 8, "progress": False}
     theirs = LLM(free_queue_cls=impl.FreeKVCacheBlockQueue, **pool_kwargs)
     engines = {"a plain list": LLM(free_queue_cls=ListQueue, **pool_kwargs), "yours": theirs}
     system = "You are a patient tutor. Answer in one short sentence."
-    prompts = [theirs.apply_chat_template([{"role": "system", "content": system}, {"role": "user", "content": q}])
-               for q in ("What is a KV cache?", "What is a free list?")]
+    prompts = [
+        theirs.apply_chat_template([{"role": "system", "content": system}, {"role": "user", "content": q}])
+        for q in ("What is a KV cache?", "What is a free list?")
+    ]
     prompts.insert(1, "Count: " + "one two three four five six seven eight nine ten " * 6)
     prompts.append(prompts[2])
     params = SamplingParams(temperature=0, max_tokens=3)
     runs = {name: [finish(llm, p, params) for p in prompts] for name, llm in engines.items()}
-    assert [o.token_ids for o in runs["yours"]] == [o.token_ids for o in runs["a plain list"]], \
+    assert [o.token_ids for o in runs["yours"]] == [o.token_ids for o in runs["a plain list"]], (
         "greedy tokens must not change"
+    )
     cached = [o.num_cached_tokens for o in runs["yours"]]
     assert cached == [o.num_cached_tokens for o in runs["a plain list"]], f"prefix-cache hits differ: {cached}"
-    assert cached[0] == cached[1] == 0 and cached[2] > 0 and cached[3] > cached[2], \
+    assert cached[0] == cached[1] == 0 and cached[2] > 0 and cached[3] > cached[2], (
         "the second chat reuses the system prompt, and its repeat reuses more"
+    )
     pool = theirs.engine.kv_cache_manager.block_pool
     free = walk(pool.free_block_queue)
     assert len({b.block_id for b in free}) == len(free) == pool.num_gpu_blocks - 1, "every block is free again, once"
 
 
-OPS = st.lists(st.tuples(st.sampled_from(["popleft", "popleft_n", "append", "append_n", "prepend_n", "remove"]),
-                         st.integers(-1, 4), st.randoms(use_true_random=False)), max_size=40)
+OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["popleft", "popleft_n", "append", "append_n", "prepend_n", "remove"]),
+        st.integers(-1, 4),
+        st.randoms(use_true_random=False),
+    ),
+    max_size=40,
+)
 
 
 def _links(block):
@@ -223,10 +250,12 @@ def _links(block):
 
 
 def _observe(queue, blocks, result) -> dict:
-    return {"what the call returned (block ids) or raised": result,
-            "the queue, head to tail": [b.block_id for b in walk(queue)],
-            "num_free_blocks": queue.num_free_blocks,
-            "each block's (prev_free_block, next_free_block) ids, -1 a sentinel": [_links(b) for b in blocks]}
+    return {
+        "what the call returned (block ids) or raised": result,
+        "the queue, head to tail": [b.block_id for b in walk(queue)],
+        "num_free_blocks": queue.num_free_blocks,
+        "each block's (prev_free_block, next_free_block) ids, -1 a sentinel": [_links(b) for b in blocks],
+    }
 
 
 def _call(queue, blocks, op, arg):
@@ -249,10 +278,14 @@ def _model_view(model, n, result) -> dict:
     """What _observe would show of a correct linked queue holding the list model's blocks."""
     ids = [b.block_id for b in model.items]
     links = {i: (([-1] + ids)[j], (ids + [-1])[j + 1]) for j, i in enumerate(ids)}
-    return {"what the call returned (block ids) or raised": result, "the queue, head to tail": ids,
-            "num_free_blocks": len(ids),
-            "each block's (prev_free_block, next_free_block) ids, -1 a sentinel":
-                [links.get(i, (None, None)) for i in range(n)]}
+    return {
+        "what the call returned (block ids) or raised": result,
+        "the queue, head to tail": ids,
+        "num_free_blocks": len(ids),
+        "each block's (prev_free_block, next_free_block) ids, -1 a sentinel": [
+            links.get(i, (None, None)) for i in range(n)
+        ],
+    }
 
 
 @pytest.mark.task("05.6", "under random operations your queue behaves like a Python list, links and errors included")

@@ -14,16 +14,24 @@ import reprlib
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+from nanocourse.differential import replay_workload, scheduler_config, scheduler_workloads
+from nanocourse.lru_view import free_queue_ids
 from nanoengine import LLM, SamplingParams
 from nanoengine.config import LlamaConfig
-from nanoengine.core import (BlockPool, BlockRemoved, FullAttentionManager, KVCacheBlock, KVCacheBlocks, KVCacheManager,
-                             get_request_block_hasher, make_block_hash_with_group_id)
+from nanoengine.core import (
+    BlockPool,
+    BlockRemoved,
+    FullAttentionManager,
+    KVCacheBlock,
+    KVCacheBlocks,
+    KVCacheManager,
+    get_request_block_hasher,
+    make_block_hash_with_group_id,
+)
+from nanoengine.core.sched.scheduler import Scheduler, SchedulerConfig
 from nanoengine.kv_cache_interface import KVCacheGroupSpec
-from nanocourse.lru_view import free_queue_ids
 from nanoengine.model import LlamaForCausalLM
 from nanoengine.request import Request, RequestStatus
-from nanoengine.core.sched.scheduler import Scheduler, SchedulerConfig
-from nanocourse.differential import replay_workload, scheduler_config, scheduler_workloads
 
 CHAPTER = "ch06_prefix_caching"
 BS = 4
@@ -37,8 +45,12 @@ def _engine_eviction_order(pool, num_blocks):
     return [block.block_id for block in clone.get_new_blocks(num_blocks) if block.block_id in had_hash]
 
 
-NANOENGINE = {"BlockPool": BlockPool, "FullAttentionManager": FullAttentionManager, "KVCacheManager": KVCacheManager,
-              "eviction_order": _engine_eviction_order}
+NANOENGINE = {
+    "BlockPool": BlockPool,
+    "FullAttentionManager": FullAttentionManager,
+    "KVCacheManager": KVCacheManager,
+    "eviction_order": _engine_eviction_order,
+}
 
 
 POOL_SEAM = ("get_cached_block", "touch", "cache_full_blocks", "free_blocks", "get_new_blocks")
@@ -53,10 +65,13 @@ def mine(impl, obj, name, *args):
     For the call obj is lent a subclass of your class whose other seam methods are the engine's: the
     task tests this one method of yours, and your helper methods and super() calls still resolve.
     """
-    yours, engine, seam = ((impl.BlockPool, BlockPool, POOL_SEAM) if isinstance(obj, BlockPool)
-                           else (impl.FullAttentionManager, FullAttentionManager, FULL_ATTENTION_SEAM)
-                           if isinstance(obj, FullAttentionManager)
-                           else (impl.KVCacheManager, KVCacheManager, MANAGER_SEAM))
+    yours, engine, seam = (
+        (impl.BlockPool, BlockPool, POOL_SEAM)
+        if isinstance(obj, BlockPool)
+        else (impl.FullAttentionManager, FullAttentionManager, FULL_ATTENTION_SEAM)
+        if isinstance(obj, FullAttentionManager)
+        else (impl.KVCacheManager, KVCacheManager, MANAGER_SEAM)
+    )
     only_name = type(yours.__name__, (yours,), {n: getattr(engine, n) for n in seam if n != name})
     own_class, obj.__class__ = obj.__class__, only_name
     try:
@@ -88,21 +103,27 @@ def running(manager, req_id, tokens):
     assert req.status == RequestStatus.RUNNING, (
         f"setup: the engine's own scheduler could not admit request {req_id} ({req.num_tokens} tokens) with "
         f"{manager.block_pool.get_num_free_blocks()} blocks free (status {req.status.name}): a call to your code "
-        f"above left the pool in another state than the hand-worked one")
+        f"above left the pool in another state than the hand-worked one"
+    )
     return req, list(manager.get_blocks(req_id).blocks[0])
 
 
 def pool_state(pool):
-    return (free_queue_ids(pool), [(b.block_id, b.ref_cnt, b.block_hash) for b in pool.blocks],
-            sorted((h, b.block_id) for h, b in pool.cached_block_hash_to_block.items()))
+    return (
+        free_queue_ids(pool),
+        [(b.block_id, b.ref_cnt, b.block_hash) for b in pool.blocks],
+        sorted((h, b.block_id) for h, b in pool.cached_block_hash_to_block.items()),
+    )
 
 
 def manager_state(manager):
     """The pool's state, then each group's req_to_blocks (block ids) and num_cached_block."""
     groups = manager.coordinator.single_type_managers
-    return (pool_state(manager.block_pool),
-            [{r: [b.block_id for b in bs] for r, bs in m.req_to_blocks.items()} for m in groups],
-            [dict(m.num_cached_block) for m in groups])
+    return (
+        pool_state(manager.block_pool),
+        [{r: [b.block_id for b in bs] for r, bs in m.req_to_blocks.items()} for m in groups],
+        [dict(m.num_cached_block) for m in groups],
+    )
 
 
 _REPR = reprlib.Repr()
@@ -179,7 +200,8 @@ def lookup(impl, kv, req, record_stats=True):
     got = mine(impl, kv, "get_computed_blocks", req, record_stats)
     assert isinstance(got, tuple) and len(got) == 2 and isinstance(got[0], KVCacheBlocks), (
         f"get_computed_blocks({req.request_id}) must return (KVCacheBlocks, num_hit_tokens), the blocks one list "
-        f"per KV cache group as the coordinator finds them; got {id_text(got)}")
+        f"per KV cache group as the coordinator finds them; got {id_text(got)}"
+    )
     return got[0].get_block_ids(), got[1]
 
 
@@ -195,8 +217,10 @@ def two_group_pool():
     return pool, r, s, group0, group1, s_blocks
 
 
-@pytest.mark.task("06.1", "find: get_cached_block per group, get_computed_blocks capped one token short, counted once, "
-                          "touching nothing")
+@pytest.mark.task(
+    "06.1",
+    "find: get_cached_block per group, get_computed_blocks capped one token short, counted once, touching nothing",
+)
 def test_lookup(impl):
     kv = KVCacheManager(BS, 11)
     a, table = running(kv, "A", range(13))
@@ -206,36 +230,42 @@ def test_lookup(impl):
     got = mine(impl, pool, "get_cached_block", a.block_hashes[1])
     assert got is table[1], (
         f"get_cached_block(hash of A's block 1) must return the block cached under that hash, "
-        f"block {table[1].block_id}: got {id_text(got)}")
+        f"block {table[1].block_id}: got {id_text(got)}"
+    )
     got = mine(impl, pool, "get_cached_block", b"unknown")
     assert got is None, f"get_cached_block(b'unknown'), a hash nobody cached, must return None: got {id_text(got)}"
     # Two KV cache groups: each finds only its own blocks, keyed make_block_hash_with_group_id(hash, group).
     pool2, r, s, group0, group1, s_blocks = two_group_pool()
     for what, block_hash, group, want in (
-            ("R's hash 0 in group 0", r.block_hashes[0], 0, group0[0]),
-            ("R's hash 0 in group 1", r.block_hashes[0], 1, group1[0]),
-            ("R's hash 2 in group 1", r.block_hashes[2], 1, group1[2]),
-            ("R's hash 2 in group 0, cached for group 1 only", r.block_hashes[2], 0, None),
-            ("S's hash 0 in group 1, cached for group 0 only", s.block_hashes[0], 1, None),
-            ("S's hash 0 in group 0", s.block_hashes[0], 0, s_blocks[0])):
+        ("R's hash 0 in group 0", r.block_hashes[0], 0, group0[0]),
+        ("R's hash 0 in group 1", r.block_hashes[0], 1, group1[0]),
+        ("R's hash 2 in group 1", r.block_hashes[2], 1, group1[2]),
+        ("R's hash 2 in group 0, cached for group 1 only", r.block_hashes[2], 0, None),
+        ("S's hash 0 in group 1, cached for group 0 only", s.block_hashes[0], 1, None),
+        ("S's hash 0 in group 0", s.block_hashes[0], 0, s_blocks[0]),
+    ):
         got = mine(impl, pool2, "get_cached_block", block_hash, None, group)
         assert got is want, (
             f"get_cached_block({what}, kv_cache_group_id={group}): R's 12 tokens are cached as blocks "
             f"{[b.block_id for b in group0]} for group 0 and {[b.block_id for b in group1]} for group 1, S's block "
             f"{s_blocks[0].block_id} for group 0; each group finds only what was cached for it (the key is "
-            f"make_block_hash_with_group_id(hash, group)), so it must return {id_text(want)}: got {id_text(got)}")
+            f"make_block_hash_with_group_id(hash, group)), so it must return {id_text(want)}: got {id_text(got)}"
+        )
     table_ids = [b.block_id for b in table]
     got = lookup(impl, kv, request("B", range(13)), record_stats=False)
     assert got == ((table_ids[:3],), 12), (
         f"all 3 full blocks hit: a 13-token B starting with A's 12 cached tokens must get A's blocks "
-        f"{table_ids[:3]} (one list: one KV cache group) and 12 tokens (hits count in tokens), got {got}")
+        f"{table_ids[:3]} (one list: one KV cache group) and 12 tokens (hits count in tokens), got {got}"
+    )
     got = lookup(impl, kv, request("C", range(12)), False)
     assert got == ((table_ids[:2],), 8), (
         f"a 12-token prompt, all of it cached, may reuse 8 tokens at most (blocks {table_ids[:2]}): its last token "
-        f"must be computed, so the hit stops at (12 - 1) // 4 = 2 blocks; got {got}")
+        f"must be computed, so the hit stops at (12 - 1) // 4 = 2 blocks; got {got}"
+    )
     got = lookup(impl, kv, request("D", [99, *range(1, 13)]), False)
     assert got == (((),), 0) or got == (([],), 0), (
-        f"D differs from A in its first token, so its first block misses: expected no block and 0 tokens, got {got}")
+        f"D differs from A in its first token, so its first block misses: expected no block and 0 tokens, got {got}"
+    )
     after = pool_state(pool)
     assert after == before, f"a lookup must not change ref_cnt or the free queue: {pool_diff(before, after)}"
     # Counting: once with record_stats, never without, never for a request that looks nothing up.
@@ -245,24 +275,28 @@ def test_lookup(impl):
     assert (stats.requests, stats.queries, stats.hits) == (1, 13, 12), (
         f"get_computed_blocks(E, record_stats=True), 13 tokens of which 12 hit, must count one lookup of 13 tokens "
         f"with 12 hit (self.record_prefix_cache_stats): the stats say {stats.requests} lookups, {stats.queries} "
-        f"tokens, {stats.hits} hit")
+        f"tokens, {stats.hits} hit"
+    )
     lookup(impl, kv, request("H", [*range(8), *range(80, 90)]))  # 18 tokens: cap 16, but only A's 2 blocks hit
     stats = kv.make_prefix_cache_stats()
     assert (stats.requests, stats.queries, stats.hits) == (1, 18, 8), (
         f"get_computed_blocks(H, record_stats=True), 18 tokens whose first 8 are A's cached blocks 0 and 1: the "
         f"stats count the tokens the hit covers, 8, not the 16 the last-token rule allowed: the stats say "
-        f"{stats.requests} lookups, {stats.queries} tokens, {stats.hits} hit")
+        f"{stats.requests} lookups, {stats.queries} tokens, {stats.hits} hit"
+    )
     lookup(impl, kv, request("F", range(13)), False)
     counted = kv.make_prefix_cache_stats().requests
     assert counted == 0, (
         f"get_computed_blocks(F, record_stats=False) must not count the lookup (the scheduler records it "
-        f"at admission), yet the stats counted {counted} request(s)")
+        f"at admission), yet the stats counted {counted} request(s)"
+    )
     g = Request("G", list(range(13)), SamplingParams(prompt_logprobs=1), block_hasher=HASHER)
     assert g.skip_reading_prefix_cache, "a request that wants prompt logprobs skips reading the cache"
     got = lookup(impl, kv, g)
     assert got[1] == 0 and not any(got[0]), (
         f"G asks for prompt logprobs (request.skip_reading_prefix_cache), which need every prompt position's "
-        f"logits: no hit, though its 12 tokens are cached; got {got}")
+        f"logits: no hit, though its 12 tokens are cached; got {got}"
+    )
     assert kv.make_prefix_cache_stats().requests == 0, "a request that skips reading the cache is not counted"
     off = KVCacheManager(BS, 11, enable_caching=False)
     got = lookup(impl, off, request("E", range(13)), False)
@@ -287,28 +321,34 @@ def test_find_longest_cache_hit(impl):
         ok = isinstance(got, tuple) and all(isinstance(g, list) for g in got)
         return tuple([b.block_id for b in g] for g in got) if ok else got
 
-    setup = (f"R's blocks {ids} for its 5 full blocks, all cached for group 0 but block 2 (block {ids[2]}), "
-             f"and block {group1[0].block_id} cached as R's block 0 for group 1")
+    setup = (
+        f"R's blocks {ids} for its 5 full blocks, all cached for group 0 but block 2 (block {ids[2]}), "
+        f"and block {group1[0].block_id} cached as R's block 0 for group 1"
+    )
     got = find(20, [0])
     assert got == (ids[:2],), (
         f"{setup}: find_longest_cache_hit(R's hashes, 20, [0]) walks from the left and stops at the first miss, "
         f"block 2 (every later hash chains through it): it must return ({ids[:2]},), one list for the one group "
-        f"id; got {id_text(got)}")
+        f"id; got {id_text(got)}"
+    )
     got = find(4, [0])
     assert got == (ids[:1],), (
         f"{setup}: find_longest_cache_hit(R's hashes, 4, [0]) may return max_length // block_size = 1 block: "
-        f"({ids[:1]},); got {id_text(got)}")
+        f"({ids[:1]},); got {id_text(got)}"
+    )
     got = find(7, [0])
     assert got == (ids[:1],), f"max_length 7 covers 7 // 4 = 1 whole block: expected ({ids[:1]},), got {id_text(got)}"
     got = find(20, [0, 1])
     assert got == (ids[:1], [group1[0].block_id]), (
         f"{setup}: find_longest_cache_hit(R's hashes, 20, [0, 1]) counts a block only if every listed group has it "
         f"cached: group 1 misses block 1, so the hit is block 0 alone, one list per group in group_ids' order, "
-        f"each that group's own block: ({ids[:1]}, {[group1[0].block_id]}); got {id_text(got)}")
+        f"each that group's own block: ({ids[:1]}, {[group1[0].block_id]}); got {id_text(got)}"
+    )
     got = find(20, [1])
     assert got == ([group1[0].block_id],), (
         f"find_longest_cache_hit(R's hashes, 20, [1]): group 1's own cached block 0, block {group1[0].block_id}; "
-        f"got {id_text(got)}")
+        f"got {id_text(got)}"
+    )
     after = pool_state(pool)
     assert after == before, f"a lookup must not change the pool: {pool_diff(before, after)}"
 
@@ -325,38 +365,50 @@ def test_free_blocks_order(impl):
     queue = free_queue_ids(pool)
     assert [b.ref_cnt for b in table] == [0, 0, 0, 0], (
         f"free_blocks drops one reference on each block it is given: A's {id_text(table)} held one each, so "
-        f"their ref_cnt must be [0, 0, 0, 0], got {[b.ref_cnt for b in table]}")
+        f"their ref_cnt must be [0, 0, 0, 0], got {[b.ref_cnt for b in table]}"
+    )
     assert len(queue) == 10 and pool.get_num_free_blocks() == 10, (
         f"every block of the request is free again, once: expected 10 free blocks, got a queue of {len(queue)} "
-        f"({queue}) and {pool.get_num_free_blocks()} free")
+        f"({queue}) and {pool.get_num_free_blocks()} free"
+    )
     assert queue[0] == ids[3], (
         f"free_blocks(A's {id_text(table)}, last first): the partial block {ids[3]} has no hash, so it goes to the "
-        f"head, reused first; got a free queue {queue}")
+        f"head, reused first; got a free queue {queue}"
+    )
     assert queue[-3:] == ids[2::-1], (
         f"free_blocks(A's {id_text(table)}, last first): the hashed chain goes to the tail in the given order, "
-        f"{ids[2::-1]}, so its root is evicted last; got a free queue ending {queue[-3:]}")
+        f"{ids[2::-1]}, so its root is evicted last; got a free queue ending {queue[-3:]}"
+    )
     assert queue.index(old_block.block_id) < queue.index(ids[2]), (
-        f"block {old_block.block_id}, freed earlier, must stay ahead of A's blocks; got a free queue {queue}")
+        f"block {old_block.block_id}, freed earlier, must stay ahead of A's blocks; got a free queue {queue}"
+    )
     assert pool.get_cached_block(a.block_hashes[0]) is table[0], "freeing keeps the hashes (lazy eviction)"
 
 
-@pytest.mark.task("06.2b", "free_blocks keeps shared blocks and the null block out; FullAttentionManager.free releases "
-                          "a request once, last block first")
+@pytest.mark.task(
+    "06.2b",
+    "free_blocks keeps shared blocks and the null block out; FullAttentionManager.free releases "
+    "a request once, last block first",
+)
 def test_free_shared_null_and_double(impl):
     kv = KVCacheManager(BS, 11)
-    a, table_a = running(kv, "A", range(9))
-    b, table_b = running(kv, "B", [*range(8), 99, 98])  # reuses A's first two blocks
+    _a, table_a = running(kv, "A", range(9))
+    _b, table_b = running(kv, "B", [*range(8), 99, 98])  # reuses A's first two blocks
     pool = kv.block_pool
     mine(impl, pool, "free_blocks", reversed(table_a))
     assert [x.ref_cnt for x in table_a] == [1, 1, 0], "B still holds the first two blocks"
     assert free_queue_ids(pool)[0] == table_a[2].block_id and table_a[0].block_id not in free_queue_ids(pool), (
         f"only a block whose ref_cnt reaches 0 is free: B still holds A's {id_text(table_a[:2])}, so they stay "
         f"out of the queue, and A's unhashed last block {table_a[2].block_id} goes to its head; "
-        f"the free queue (head to tail) is {short(free_queue_ids(pool))}")
+        f"the free queue (head to tail) is {short(free_queue_ids(pool))}"
+    )
     before = pool_state(pool)
-    with must_raise(ValueError, f"free_blocks([block {table_b[0].block_id}, block {table_a[2].block_id}]) must "
-                                f"raise ValueError and change nothing: block {table_a[2].block_id} is free already "
-                                f"(ref_cnt 0), so dropping a reference on it is a double free"):
+    with must_raise(
+        ValueError,
+        f"free_blocks([block {table_b[0].block_id}, block {table_a[2].block_id}]) must "
+        f"raise ValueError and change nothing: block {table_a[2].block_id} is free already "
+        f"(ref_cnt 0), so dropping a reference on it is a double free",
+    ):
         mine(impl, pool, "free_blocks", [table_b[0], table_a[2]])  # table_a[2] is free already
     after = pool_state(pool)
     assert after == before, f"a double free changes nothing: {pool_diff(before, after)}"
@@ -365,32 +417,40 @@ def test_free_shared_null_and_double(impl):
     want = [table_b[1].block_id, table_b[0].block_id]
     assert free_queue_ids(pool)[-2:] == want, (
         f"free_blocks([null, *reversed(B's {id_text(table_b)})]): B's hashed blocks go to the tail in the given "
-        f"order, root last, so the queue must end {want}; it is {short(free_queue_ids(pool))}")
+        f"order, root last, so the queue must end {want}; it is {short(free_queue_ids(pool))}"
+    )
     assert pool.get_num_free_blocks() == 10, (
         f"A and B freed: all 10 usable blocks must be free, each once; get_num_free_blocks() is "
-        f"{pool.get_num_free_blocks()}")
+        f"{pool.get_num_free_blocks()}"
+    )
     # The group's free: every block of the request, last first, once.
-    c, table_c = running(kv, "C", range(300, 313))  # three full blocks and a partial one
+    _c, table_c = running(kv, "C", range(300, 313))  # three full blocks and a partial one
     manager = full(kv)
     mine(impl, manager, "free", "C")
     assert free_queue_ids(pool)[0] == table_c[3].block_id, (
         f"free('C') must release every block C holds: its partial last block {table_c[3].block_id} has no hash "
-        f"and goes to the head of the free queue, which is {short(free_queue_ids(pool))}")
+        f"and goes to the head of the free queue, which is {short(free_queue_ids(pool))}"
+    )
     want = [x.block_id for x in table_c[2::-1]]
     assert free_queue_ids(pool)[-3:] == want, (
         f"free('C') hands C's {id_text(table_c)} to the pool last block first, so its hashed chain joins the "
-        f"tail as {want}, root last (evicted last); got a free queue ending {free_queue_ids(pool)[-3:]}")
+        f"tail as {want}, root last (evicted last); got a free queue ending {free_queue_ids(pool)[-3:]}"
+    )
     assert "C" not in manager.req_to_blocks and "C" not in manager.num_cached_block, (
         f"after free('C') the manager forgets C: req_to_blocks holds {sorted(manager.req_to_blocks)}, "
-        f"num_cached_block {sorted(manager.num_cached_block)}")
+        f"num_cached_block {sorted(manager.num_cached_block)}"
+    )
     try:
         mine(impl, manager, "free", "C")  # a second free finds nothing to release
     except ValueError as e:
-        pytest.fail(f"a second free('C') must find nothing to release, but the pool raised ValueError ({e}): the first "
-                    f"free must drop C's entry from req_to_blocks, so its blocks are not freed twice")
+        pytest.fail(
+            f"a second free('C') must find nothing to release, but the pool raised ValueError ({e}): the first "
+            f"free must drop C's entry from req_to_blocks, so its blocks are not freed twice"
+        )
     assert pool.get_num_free_blocks() == 10, (
         f"a second free('C') must find nothing to release: all 10 usable blocks stay free, "
-        f"get_num_free_blocks() is {pool.get_num_free_blocks()}")
+        f"get_num_free_blocks() is {pool.get_num_free_blocks()}"
+    )
     # A block listed twice loses two references and joins the queue once, at the listing that takes its last.
     kv = KVCacheManager(BS, 8)
     _, table_a = running(kv, "A", range(9))
@@ -405,7 +465,8 @@ def test_free_shared_null_and_double(impl):
         f"free_blocks({id_text(listed)}) with block {table_a[0].block_id} at ref_cnt 2 and {table_a[1].block_id} at 1: "
         f"each listing drops one reference, and a block joins the queue once, when its last reference goes (block "
         f"{table_a[1].block_id} at the second listing, block {table_a[0].block_id} at the third): "
-        f"{pool_diff(pool_state(engine_pool), pool_state(pool))}")
+        f"{pool_diff(pool_state(engine_pool), pool_state(pool))}"
+    )
 
 
 @pytest.mark.task("06.3", "allocate_slots reuses the cached prefix, allocates the rest and caches full blocks")
@@ -417,7 +478,8 @@ def test_allocate_slots(impl):
         got = mine(impl, kv, "allocate_slots", req, *args)
         assert got is None or isinstance(got, KVCacheBlocks), (
             f"allocate_slots({req.request_id}, ...) must return the new blocks as KVCacheBlocks (one list per KV "
-            f"cache group, what self.coordinator.allocate_new_blocks gives) or None: got {id_text(got)}")
+            f"cache group, what self.coordinator.allocate_new_blocks gives) or None: got {id_text(got)}"
+        )
         return got
 
     def admit(req):
@@ -432,33 +494,41 @@ def test_allocate_slots(impl):
     assert got == 0 and len(held("A")) == 3, (
         f"A (10 tokens, empty cache) hits nothing and needs ceil(10 / 4) = 3 blocks: "
         f"{'allocate_slots returned None' if got is None else f'A was admitted with {got} hit tokens'}, "
-        f"and A holds {id_text(held('A'))}")
+        f"and A holds {id_text(held('A'))}"
+    )
     assert [x.block_hash for x in held("A")[:2]] == a.block_hashes and manager.num_cached_block["A"] == 2, (
         f"A's two full blocks are named at once (with caching on, the blocks full after this step's tokens), the "
         f"partial third is not: their hashes are {[hex6(x.block_hash) for x in held('A')]}, num_cached_block "
-        f"{manager.num_cached_block.get('A')}")
+        f"{manager.num_cached_block.get('A')}"
+    )
     b = request("B", [*range(8), 50, 51, 52, 53, 54])
     assert admit(b) == 8, (
         f"B (13 tokens, its first 8 in A's 2 cached blocks) needs 2 new blocks, and "
-        f"{kv.block_pool.get_num_free_blocks()} are free: allocate_slots must admit it, not return None")
+        f"{kv.block_pool.get_num_free_blocks()} are free: allocate_slots must admit it, not return None"
+    )
     assert held("B")[:2] == held("A")[:2] and [x.ref_cnt for x in held("B")[:2]] == [2, 2], (
         f"on admission B's list starts with its hits, taken (self.coordinator.allocate_new_computed_blocks): it must "
         f"start with A's {id_text(held('A')[:2])} at ref_cnt [2, 2] (A and B hold them), got "
-        f"{id_text(held('B')[:2])} at ref_cnt {[x.ref_cnt for x in held('B')[:2]]}")
+        f"{id_text(held('B')[:2])} at ref_cnt {[x.ref_cnt for x in held('B')[:2]]}"
+    )
     assert len(held("B")) == 4, f"13 tokens need 4 blocks, 2 reused and 2 new: B holds {id_text(held('B'))}"
     b.num_computed_tokens = b.num_tokens
     b.append_output_token_ids([60, 61, 62])  # 16 tokens: B's last block is now full
     got = allocate(b, 3)
     assert got is not None and got.get_block_ids() == ([],), (
-        f"allocate_slots(B, 3) with B at 16 tokens in 4 blocks: nothing new, so KVCacheBlocks(([],)); got {id_text(got)}")
+        f"allocate_slots(B, 3) with B at 16 tokens in 4 blocks: nothing new, so KVCacheBlocks(([],)); got {id_text(got)}"
+    )
     assert manager.num_cached_block["B"] == 4, (
         f"the 3 new tokens fill B's last block, so it is named: num_cached_block['B'] must be 4, is "
-        f"{manager.num_cached_block['B']}")
+        f"{manager.num_cached_block['B']}"
+    )
     # Lookahead tokens need slots but are not named; tokens past num_tokens (a caller planning ahead) are not named
     # either, since no hash covers them. Each call against the engine's allocate_slots on a copy of the manager.
-    for what, tokens, args in (("4 new tokens and 2 lookahead", range(4), (4, 0, None, 2)),
-                               ("a 4-token chunk and 4 lookahead", range(12), (4, 0, None, 4)),
-                               ("12 new tokens for an 8-token request", range(8), (12,))):
+    for what, tokens, args in (
+        ("4 new tokens and 2 lookahead", range(4), (4, 0, None, 2)),
+        ("a 4-token chunk and 4 lookahead", range(12), (4, 0, None, 4)),
+        ("12 new tokens for an 8-token request", range(8), (12,)),
+    ):
         kv = KVCacheManager(BS, 12)
         req = request("L", tokens)
         engine_kv, engine_req = copy.deepcopy(kv), copy.deepcopy(req)
@@ -468,16 +538,23 @@ def test_allocate_slots(impl):
         except ValueError as exc:
             if "Cannot cache" not in str(exc):
                 raise
-            pytest.fail(f"allocate_slots with {what} ({len(tokens)}-token request, block size {BS}) asked the pool to "
-                        f"name blocks the request has no hash for: a block is named once the computed, new computed "
-                        f"and new tokens fill it, never for lookahead slots or past request.num_tokens "
-                        f"(the pool said: {exc})", pytrace=False)
-        same = (got is not None and isinstance(got, KVCacheBlocks)
-                and [len(g) for g in got.blocks] == [len(g) for g in want.blocks])
+            pytest.fail(
+                f"allocate_slots with {what} ({len(tokens)}-token request, block size {BS}) asked the pool to "
+                f"name blocks the request has no hash for: a block is named once the computed, new computed "
+                f"and new tokens fill it, never for lookahead slots or past request.num_tokens "
+                f"(the pool said: {exc})",
+                pytrace=False,
+            )
+        same = (
+            got is not None
+            and isinstance(got, KVCacheBlocks)
+            and [len(g) for g in got.blocks] == [len(g) for g in want.blocks]
+        )
         assert same and manager_state(kv) == manager_state(engine_kv), (
             f"allocate_slots with {what} ({len(tokens)}-token request, block size {BS}): the engine returns "
             f"{len(want.blocks[0])} new blocks and names {full(engine_kv).num_cached_block['L']}; yours returned "
-            f"{id_text(got)}: {manager_diff(manager_state(engine_kv), manager_state(kv))}")
+            f"{id_text(got)}: {manager_diff(manager_state(engine_kv), manager_state(kv))}"
+        )
 
 
 def assert_refused(impl, kv, req, args, rule: str) -> None:
@@ -486,45 +563,62 @@ def assert_refused(impl, kv, req, args, rule: str) -> None:
     got = mine(impl, kv, "allocate_slots", req, *args)
     after = manager_state(kv)
     assert got is None and after == before, (
-        f"{rule}; got {id_text(got)}{'' if after == before else '; ' + manager_diff(before, after)}")
+        f"{rule}; got {id_text(got)}{'' if after == before else '; ' + manager_diff(before, after)}"
+    )
 
 
-@pytest.mark.task("06.3b", "allocate_slots is all or nothing, counting hits that leave the free queue, for the whole "
-                          "sequence when it must fit")
+@pytest.mark.task(
+    "06.3b",
+    "allocate_slots is all or nothing, counting hits that leave the free queue, for the whole "
+    "sequence when it must fit",
+)
 def test_allocate_all_or_nothing(impl):
     kv = KVCacheManager(BS, 5)  # four usable blocks
     a, _ = running(kv, "A", range(9))
     kv.free(a)  # four free blocks, two of them cached
     b = request("B", [*range(8), *range(50, 59)])  # 2 hits + 3 new blocks: 5 of 4
     hits, n = kv.get_computed_blocks(b)
-    assert_refused(impl, kv, b, (b.num_tokens - n, n, hits),
-                   "allocate_slots(B, 9, 8, 2 hits) on 4 free blocks, 2 of them B's cached hits: B needs 3 new blocks + "
-                   "the 2 free hits, which leave the free queue too (self.coordinator.get_num_blocks_to_allocate counts "
-                   "them): 5 > 4, so it must return None and change nothing at all, before touching a hit or taking a "
-                   "block")
+    assert_refused(
+        impl,
+        kv,
+        b,
+        (b.num_tokens - n, n, hits),
+        "allocate_slots(B, 9, 8, 2 hits) on 4 free blocks, 2 of them B's cached hits: B needs 3 new blocks + "
+        "the 2 free hits, which leave the free queue too (self.coordinator.get_num_blocks_to_allocate counts "
+        "them): 5 > 4, so it must return None and change nothing at all, before touching a hit or taking a "
+        "block",
+    )
     c = request("C", [*range(8), *range(50, 58)])  # 2 hits + 2 new blocks
     hits, n = kv.get_computed_blocks(c)
     new = mine(impl, kv, "allocate_slots", c, c.num_tokens - n, n, hits)
     assert new is not None and [len(g) for g in new.blocks] == [2], (
         f"C (16 tokens, 2 hit blocks) needs 2 new blocks; 2 new + 2 free hits fit the 4 free blocks, so "
-        f"allocate_slots must return the 2 new blocks: got {id_text(new)}")
+        f"allocate_slots must return the 2 new blocks: got {id_text(new)}"
+    )
     assert kv.block_pool.get_num_free_blocks() == 0 and [x.ref_cnt for x in hits.blocks[0]] == [1, 1], (
         f"C's admission takes all 4 free blocks (2 new, 2 hits touched out of the queue): expected 0 free and "
         f"the hits at ref_cnt [1, 1], got {kv.block_pool.get_num_free_blocks()} free and "
-        f"{[x.ref_cnt for x in hits.blocks[0]]}")
+        f"{[x.ref_cnt for x in hits.blocks[0]]}"
+    )
     # The admission gate: B's first chunk of 4 tokens (1 new block + 2 free hits) fits the 4 free blocks; its whole
     # 17 tokens (3 new + 2 hits) do not.
     kv = KVCacheManager(BS, 5)
     kv.free(running(kv, "A", range(9))[0])
     b = request("B", [*range(8), *range(50, 59)])
     hits, n = kv.get_computed_blocks(b)
-    assert_refused(impl, kv, b, (4, n, hits, 0, True),
-                   "allocate_slots(B, 4, 8, hits, full_sequence_must_fit=True) on 4 free blocks: B's whole 17 tokens "
-                   "need 3 new blocks + 2 free hits = 5, so it must return None and change nothing")
+    assert_refused(
+        impl,
+        kv,
+        b,
+        (4, n, hits, 0, True),
+        "allocate_slots(B, 4, 8, hits, full_sequence_must_fit=True) on 4 free blocks: B's whole 17 tokens "
+        "need 3 new blocks + 2 free hits = 5, so it must return None and change nothing",
+    )
     got = mine(impl, kv, "allocate_slots", b, 4, n, hits)
     assert got is not None and [len(g) for g in got.blocks] == [1], (
         f"allocate_slots(B, 4, 8, hits) without full_sequence_must_fit: the 12 tokens need 1 new block + 2 free hits "
-        f"= 3 of the 4 free blocks, so it must return 1 new block; got {id_text(got)}")
+        f"= 3 of the 4 free blocks, so it must return 1 new block; got {id_text(got)}"
+    )
     # The gate counts the hits as the coordinator does: hits that A still holds cost nothing and cover 2 of the
     # 3 blocks B's whole 12 tokens need.
     kv = KVCacheManager(BS, 5)
@@ -535,8 +629,8 @@ def test_allocate_all_or_nothing(impl):
     assert got is not None and [len(g) for g in got.blocks] == [1], (
         f"allocate_slots(B, 4, 8, A's 2 blocks, full_sequence_must_fit=True) with 1 free block: B's whole 12 tokens "
         f"need 3 blocks, 2 of them hits that A holds (no free block to take), so 1 new block: the gate must count the "
-        f"hits as the second check does, and grant 1 new block; got {id_text(got)}")
-
+        f"hits as the second check does, and grant 1 new block; got {id_text(got)}"
+    )
 
     # A sliding window's blocks are given back before the room is counted: on a full pool, the block that has left
     # the window is the one the next token takes.
@@ -550,11 +644,14 @@ def test_allocate_all_or_nothing(impl):
         f"a model whose one KV cache group has a 4-token window, on a pool of 2 blocks that R (8 tokens) fills: R's "
         f"9th token needs a third slot block, and its block 0 has left the window (the next query, at position 8, "
         f"sees positions 5 to 8). self.coordinator.remove_skipped_blocks gives it back before the room is counted, "
-        f"so allocate_slots(R, 1) must grant 1 new block; got {id_text(got)}")
+        f"so allocate_slots(R, 1) must grant 1 new block; got {id_text(got)}"
+    )
 
 
-@pytest.mark.task("06.3c", "get_num_blocks_to_allocate: new blocks plus free hits, the held blocks counted, "
-                           "no hits for a running request")
+@pytest.mark.task(
+    "06.3c",
+    "get_num_blocks_to_allocate: new blocks plus free hits, the held blocks counted, no hits for a running request",
+)
 def test_num_blocks_to_allocate(impl):
     kv = KVCacheManager(BS, 9)  # eight usable blocks
     a, table = running(kv, "A", range(12))  # three full blocks, all named
@@ -563,8 +660,10 @@ def test_num_blocks_to_allocate(impl):
     held_hit = table[0]
     manager = full(kv)
     before = manager_state(kv)
-    setup = (f"A's blocks {[x.block_id for x in table]} cached, the first held by the running X (ref_cnt "
-             f"{held_hit.ref_cnt}), the other two free (ref_cnt 0)")
+    setup = (
+        f"A's blocks {[x.block_id for x in table]} cached, the first held by the running X (ref_cnt "
+        f"{held_hit.ref_cnt}), the other two free (ref_cnt 0)"
+    )
 
     def count(*args):
         return mine(impl, manager, "get_num_blocks_to_allocate", *args)
@@ -572,24 +671,30 @@ def test_num_blocks_to_allocate(impl):
     got = count("R", 13, table, 12)
     assert got == 3, (
         f"{setup}: get_num_blocks_to_allocate('R', 13, those 3 hits, 12) for a new 13-token R: 4 blocks needed, 3 "
-        f"are hits, so 1 new block, plus the 2 free hits, which leave the free queue when R takes them: 3; got {got}")
+        f"are hits, so 1 new block, plus the 2 free hits, which leave the free queue when R takes them: 3; got {got}"
+    )
     got = count("R", 13, [held_hit], 4)
     assert got == 3, (
         f"{setup}: get_num_blocks_to_allocate('R', 13, [block {held_hit.block_id}], 4): 4 blocks needed, 1 is a hit "
-        f"X holds (it costs nothing), so 3 new: 3; got {got}")
+        f"X holds (it costs nothing), so 3 new: 3; got {got}"
+    )
     got = count("R", 8, [], 0)
     assert got == 2, f"get_num_blocks_to_allocate('R', 8, [], 0), no hit: ceil(8 / 4) = 2 new blocks; got {got}"
     got = count("X", 17, [], 10)
     assert got == 2, (
         f"X runs and holds 3 blocks (10 tokens): get_num_blocks_to_allocate('X', 17, [], 10) needs ceil(17 / 4) = 5 "
-        f"blocks, 3 held, so 2; got {got}")
+        f"blocks, 3 held, so 2; got {got}"
+    )
     got = count("X", 12, [], 10)
-    assert got == 0, f"X holds 3 blocks, enough for 12 tokens: get_num_blocks_to_allocate('X', 12, [], 10) is 0; got {got}"
+    assert got == 0, (
+        f"X holds 3 blocks, enough for 12 tokens: get_num_blocks_to_allocate('X', 12, [], 10) is 0; got {got}"
+    )
     got = count("X", 17, [held_hit], 10)
     assert got == 2, (
         f"X runs (it is in num_cached_block): a running request takes no new hits, so "
         f"get_num_blocks_to_allocate('X', 17, [block {held_hit.block_id}], 10) counts only its new blocks, 5 - 3 "
-        f"held = 2; got {got}")
+        f"held = 2; got {got}"
+    )
     after = manager_state(kv)
     assert after == before, f"counting must change nothing: {manager_diff(before, after)}"
 
@@ -603,37 +708,45 @@ def test_eviction_order(impl):
     got = impl.eviction_order(pool, 3)
     assert got == [], (
         f"eviction_order(pool, 3) with free queue {free_queue_ids(pool)}, none of them cached: the 3 blocks at the "
-        f"head have no hash, so no cached block would be evicted; expected [], got {got}")
+        f"head have no hash, so no cached block would be evicted; expected [], got {got}"
+    )
     b, _ = running(kv, "B", range(200, 212))  # blocks 4, 5, 6
     kv.free(a)
     kv.free(b)
     assert free_queue_ids(pool) == [3, 7, 8, 2, 1, 6, 5, 4], (
         f"setup: once A and B finish, the free queue must be [3, 7, 8, 2, 1, 6, 5, 4] (A's unhashed block 3, "
         f"unused 7 and 8, then each chain last block first), but it is {free_queue_ids(pool)}: did your "
-        f"eviction_order(pool, 3) above change the pool?")
+        f"eviction_order(pool, 3) above change the pool?"
+    )
     before = pool_state(pool)
     got = impl.eviction_order(pool, 3)
     assert got == [], (
         f"get_new_blocks(3) pops the head of the queue [3, 7, 8, 2, 1, 6, 5, 4]: 3, 7 and 8 have no hash, so "
-        f"nothing is evicted; eviction_order(pool, 3) returned {got}")
+        f"nothing is evicted; eviction_order(pool, 3) returned {got}"
+    )
     assert impl.eviction_order(pool, 5) == [2, 1], "the older chain goes first, its tail before its root"
     got = impl.eviction_order(pool, 8)
     assert got == [2, 1, 6, 5, 4], (
         f"taking all 8 free blocks evicts every cached one, in queue order [3, 7, 8, 2, 1, 6, 5, 4]: "
-        f"expected [2, 1, 6, 5, 4], got {got}")
+        f"expected [2, 1, 6, 5, 4], got {got}"
+    )
     after = pool_state(pool)
     assert after == before, f"predicting must not change the pool: {pool_diff(before, after)}"
     running(kv, "C", [*system, 9])  # reuses blocks 1 and 2: they leave the free queue
     got = impl.eviction_order(pool, 4)
     assert got == [6, 5], (
         f"C reused blocks 1 and 2 (out of the queue) and took block 3 from the head, leaving the queue "
-        f"{free_queue_ids(pool)}: get_new_blocks(4) evicts [6, 5]; eviction_order(pool, 4) returned {got}")
+        f"{free_queue_ids(pool)}: get_new_blocks(4) evicts [6, 5]; eviction_order(pool, 4) returned {got}"
+    )
     pool.take_events()
     pool.get_new_blocks(4)
     removed = [h for ev in pool.take_events() if isinstance(ev, BlockRemoved) for h in ev.block_hashes]
     assert removed == b.block_hashes[2:0:-1], "and the pool really evicts B's last two blocks, in that order"
-    with must_raise(ValueError, f"eviction_order(pool, 5) must raise ValueError, as get_new_blocks(5) does: "
-                                f"only {pool.get_num_free_blocks()} blocks are free"):
+    with must_raise(
+        ValueError,
+        f"eviction_order(pool, 5) must raise ValueError, as get_new_blocks(5) does: "
+        f"only {pool.get_num_free_blocks()} blocks are free",
+    ):
         impl.eviction_order(pool, 5)
 
 
@@ -645,28 +758,34 @@ def test_get_new_blocks(impl):
     kv.free(a)
     assert free_queue_ids(pool) == [3, 4, 5, 6, 2, 1], (
         f"setup (the engine's code, before yours runs): the free queue must be [3, 4, 5, 6, 2, 1], "
-        f"is {free_queue_ids(pool)}")
+        f"is {free_queue_ids(pool)}"
+    )
     got = mine(impl, pool, "get_new_blocks", 2)
     assert [x.block_id for x in got] == [3, 4] and [x.ref_cnt for x in got] == [1, 1], (
         f"get_new_blocks(2) hands out the 2 blocks at the head of the free queue [3, 4, 5, 6, 2, 1], "
-        f"ref_cnt 1 each: expected blocks [3, 4] at [1, 1], got {id_text(got)} at {[x.ref_cnt for x in got]}")
+        f"ref_cnt 1 each: expected blocks [3, 4] at [1, 1], got {id_text(got)} at {[x.ref_cnt for x in got]}"
+    )
     assert all(x.prev_free_block is None and x.next_free_block is None for x in got), "popped blocks leave the queue"
     assert pool.get_cached_block(a.block_hashes[1]) is table[1], "blocks not handed out stay cached"
     got = mine(impl, pool, "get_new_blocks", 3)
     assert [x.block_id for x in got] == [5, 6, 2], (
-        f"get_new_blocks(3) on the free queue [5, 6, 2, 1] hands out the 3 at its head, [5, 6, 2]: got {id_text(got)}")
+        f"get_new_blocks(3) on the free queue [5, 6, 2, 1] hands out the 3 at its head, [5, 6, 2]: got {id_text(got)}"
+    )
     assert table[1].block_hash is None and pool.get_cached_block(a.block_hashes[1]) is None, (
         f"block 2 was handed out, so its old content is evicted now: expected no hash and no map entry, got hash "
         f"{table[1].block_hash!r} and get_cached_block(its old hash) = "
-        f"{id_text(pool.get_cached_block(a.block_hashes[1]))}")
+        f"{id_text(pool.get_cached_block(a.block_hashes[1]))}"
+    )
     assert pool.get_cached_block(a.block_hashes[0]) is table[0] and pool.get_num_free_blocks() == 1, (
         f"block 1, A's root, was not handed out: it is the 1 free block left and stays cached under its hash; "
         f"get_cached_block(its hash) gives {id_text(pool.get_cached_block(a.block_hashes[0]))}, "
-        f"{pool.get_num_free_blocks()} blocks are free")
+        f"{pool.get_num_free_blocks()} blocks are free"
+    )
 
 
-@pytest.mark.task("06.5", "touch takes a reference and rescues free cached blocks; cache_full_blocks names blocks by "
-                          "hash and group")
+@pytest.mark.task(
+    "06.5", "touch takes a reference and rescues free cached blocks; cache_full_blocks names blocks by hash and group"
+)
 def test_touch_and_cache(impl):
     kv = KVCacheManager(BS, 9)
     pool = kv.block_pool
@@ -676,10 +795,12 @@ def test_touch_and_cache(impl):
     assert [x.ref_cnt for x in table[:2]] == [1, 1] and pool.null_block.ref_cnt == 0, (
         f"touch([block 1, block 2, null block]) takes one reference on each block and skips the null block: "
         f"expected ref_cnt [1, 1] and 0 for the null block, got {[x.ref_cnt for x in table[:2]]} and "
-        f"{pool.null_block.ref_cnt}")
+        f"{pool.null_block.ref_cnt}"
+    )
     assert free_queue_ids(pool) == [3, 4, 5, 6, 7, 8], (
         f"touch([block 1, block 2, null block]) on the free queue [1, 2, 3, 4, 5, 6, 7, 8]: touched free blocks leave "
-        f"the queue, so nobody can evict them; expected [3, 4, 5, 6, 7, 8], got {free_queue_ids(pool)}")
+        f"the queue, so nobody can evict them; expected [3, 4, 5, 6, 7, 8], got {free_queue_ids(pool)}"
+    )
     mine(impl, pool, "touch", [table[0]])
     assert table[0].ref_cnt == 2 and free_queue_ids(pool) == [3, 4, 5, 6, 7, 8], "a held block only counts one more"
     b = request("B", range(300, 313))
@@ -688,14 +809,17 @@ def test_touch_and_cache(impl):
     assert [x.block_hash for x in blocks] == [*b.block_hashes[:2], None, None], (
         f"cache_full_blocks(B, 4 blocks, 0, 2) names blocks[0:2] by B's first 2 hashes "
         f"({', '.join(hex6(h) for h in b.block_hashes[:2])}) and no other: got "
-        f"{', '.join(hex6(x.block_hash) for x in blocks)}")
+        f"{', '.join(hex6(x.block_hash) for x in blocks)}"
+    )
     got = pool.get_cached_block(b.block_hashes[1])
     assert got is blocks[1], (
         f"a named block goes into the pool's map under its hash: get_cached_block(B's hash 1) must return "
-        f"block {blocks[1].block_id}, got {id_text(got)}")
+        f"block {blocks[1].block_id}, got {id_text(got)}"
+    )
     mine(impl, pool, "cache_full_blocks", b, blocks, 2, 3, BS)
-    assert blocks[2].block_hash == b.block_hashes[2] and pool.get_cached_block(b.block_hashes[2]) is blocks[2], \
+    assert blocks[2].block_hash == b.block_hashes[2] and pool.get_cached_block(b.block_hashes[2]) is blocks[2], (
         "only blocks[num_cached_blocks:num_full_blocks] are named"
+    )
     # Another KV cache group: the same hashes, other blocks, other keys.
     others = pool.get_new_blocks(2)
     mine(impl, pool, "cache_full_blocks", b, others, 0, 2, BS, 1)
@@ -703,30 +827,40 @@ def test_touch_and_cache(impl):
     assert [x.block_hash for x in others] == keys, (
         f"cache_full_blocks(B, blocks {[x.block_id for x in others]}, 0, 2, kv_cache_group_id=1) names each block by "
         f"make_block_hash_with_group_id(B's hash, 1) ({', '.join(hex6(k) for k in keys)}): a group-1 block holds other "
-        f"layers' KV than group 0's; got {', '.join(hex6(x.block_hash) for x in others)}")
+        f"layers' KV than group 0's; got {', '.join(hex6(x.block_hash) for x in others)}"
+    )
     found = [pool.get_cached_block(h, kv_cache_group_id=g) for g in (0, 1) for h in b.block_hashes[:2]]
     assert found == [*blocks[:2], *others], (
         f"after caching B's first 2 blocks for group 0 (blocks {[x.block_id for x in blocks[:2]]}) and for group 1 "
         f"(blocks {[x.block_id for x in others]}), each group's lookup finds its own: got {id_text(found)} for group 0 "
-        f"then group 1")
+        f"then group 1"
+    )
 
 
 def first_token_difference(yours, engine) -> str:
     """The first request whose greedy tokens differ between two runs, for a failure message."""
     i = next((i for i, (y, e) in enumerate(zip(yours, engine)) if y.token_ids != e.token_ids), 0)
-    return (f"with your classes the model generates other greedy tokens: request {i} gave "
-            f"{short(list(yours[i].token_ids))}, the engine's classes {short(list(engine[i].token_ids))}")
+    return (
+        f"with your classes the model generates other greedy tokens: request {i} gave "
+        f"{short(list(yours[i].token_ids))}, the engine's classes {short(list(engine[i].token_ids))}"
+    )
 
 
-@pytest.mark.task("06.6", "your BlockPool, FullAttentionManager and KVCacheManager serve the engine: same tokens, same "
-                          "hits, no leak, for a hybrid model too")
+@pytest.mark.task(
+    "06.6",
+    "your BlockPool, FullAttentionManager and KVCacheManager serve the engine: same tokens, same "
+    "hits, no leak, for a hybrid model too",
+)
 def test_serves_the_engine(impl):
     model = LlamaForCausalLM.random(LlamaConfig.tiny(), seed=2, std=0.2)  # outputs that depend on the context
     system = list(range(100, 112))  # three full blocks every request shares
     prompts = [system + [7, 8], system, list(range(200, 222)), system + [5, 6, 7]]
     params = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
-    yours = dict(block_pool=impl.BlockPool, full_attention_manager_cls=impl.FullAttentionManager,
-                 kv_cache_manager_cls=impl.KVCacheManager)
+    yours = {
+        "block_pool": impl.BlockPool,
+        "full_attention_manager_cls": impl.FullAttentionManager,
+        "kv_cache_manager_cls": impl.KVCacheManager,
+    }
 
     def serve(model, prompts, **parts):
         llm = LLM(model, progress=False, **parts)
@@ -738,20 +872,26 @@ def test_serves_the_engine(impl):
     llm, mine_ = serve(model, prompts, block_size=4, num_gpu_blocks_override=9, **yours)
     _, engine = serve(model, prompts, block_size=4, num_gpu_blocks_override=9)
     kv = llm.engine.kv_cache_manager
-    assert (isinstance(kv.block_pool, impl.BlockPool) and isinstance(kv, impl.KVCacheManager)
-            and isinstance(full(kv), impl.FullAttentionManager)), (
+    assert (
+        isinstance(kv.block_pool, impl.BlockPool)
+        and isinstance(kv, impl.KVCacheManager)
+        and isinstance(full(kv), impl.FullAttentionManager)
+    ), (
         f"LLM(block_pool=..., full_attention_manager_cls=..., kv_cache_manager_cls=...) must serve from your classes, "
-        f"but it built a {type(kv.block_pool).__name__}, a {type(full(kv)).__name__} and a {type(kv).__name__}")
+        f"but it built a {type(kv.block_pool).__name__}, a {type(full(kv)).__name__} and a {type(kv).__name__}"
+    )
     got = [o.num_cached_tokens for o in mine_]
     assert got == [0, 8, 0, 4], (
         f"tokens served from the cache per request must be [0, 8, 0, 4] (the engine's "
         f"{[o.num_cached_tokens for o in engine]}): request 1 is the system prompt alone, so it reuses 2 of its 3 "
-        f"blocks (the last token is computed); after request 2's evictions only the root is left; got {got}")
+        f"blocks (the last token is computed); after request 2's evictions only the root is left; got {got}"
+    )
     assert [o.token_ids for o in mine_] == [o.token_ids for o in engine], first_token_difference(mine_, engine)
     pool = kv.block_pool
     assert pool.get_num_free_blocks() == pool.num_gpu_blocks - 1, (
         f"every block is free again after the run, none leaked: {pool.get_num_free_blocks()} of "
-        f"{pool.num_gpu_blocks - 1} are free")
+        f"{pool.num_gpu_blocks - 1} are free"
+    )
     # A hybrid model (three sliding layers of window 16, one full): four KV cache groups share your pool, the
     # full group's blocks are your FullAttentionManager's, the sliding groups' the engine's SlidingWindowManager's.
     hybrid = LlamaForCausalLM.random(LlamaConfig.tiny_hybrid(16), seed=3, std=0.2)
@@ -775,23 +915,33 @@ def test_serves_the_engine(impl):
     want_tokens, want_cached, want_free, _ = serve_steps()
     assert cached == want_cached, (
         f"a hybrid model (4 KV cache groups in one pool, each naming its blocks by hash and group id) served from "
-        f"your classes must reuse the engine's cached tokens per request, {want_cached}: got {cached}")
+        f"your classes must reuse the engine's cached tokens per request, {want_cached}: got {cached}"
+    )
     step = next((i for i, (a, b) in enumerate(zip(free, want_free)) if a != b), None)
     assert step is None, (
         f"a hybrid model served from your classes must hold the blocks the engine's classes hold: after step {step} "
         f"{free[step]} blocks are free, with the engine's classes {want_free[step]} (a sliding group gives back the "
-        f"blocks its window has left, self.coordinator.remove_skipped_blocks, before allocate_slots counts the room)")
+        f"blocks its window has left, self.coordinator.remove_skipped_blocks, before allocate_slots counts the room)"
+    )
     assert tokens == want_tokens, "hybrid model: with your classes the model generates other greedy tokens"
     assert pool.get_num_free_blocks() == pool.num_gpu_blocks - 1, (
         f"hybrid model: every block is free again after the run: {pool.get_num_free_blocks()} of "
-        f"{pool.num_gpu_blocks - 1} are free")
+        f"{pool.num_gpu_blocks - 1} are free"
+    )
 
 
 # ---- 06.7: your pool and managers beside the engine's, over random workloads ----------------------------------
 
+
 @pytest.mark.task("06.7", "under random workloads your pool and managers hold, hit, free and evict as the engine's")
-@settings(max_examples=600, deadline=None, database=None, derandomize=True, report_multiple_bugs=False,
-          suppress_health_check=list(HealthCheck))
+@settings(
+    max_examples=600,
+    deadline=None,
+    database=None,
+    derandomize=True,
+    report_multiple_bugs=False,
+    suppress_health_check=list(HealthCheck),
+)
 @given(workload=scheduler_workloads())
 def test_matches_the_engine(impl, workload):
     """The engine's scheduler drives your BlockPool, FullAttentionManager and KVCacheManager and, beside them, the
@@ -800,8 +950,11 @@ def test_matches_the_engine(impl, workload):
     cfg, ops = workload
 
     def build(yours: bool) -> Scheduler:
-        pool_cls, full_cls, manager_cls = ((impl.BlockPool, impl.FullAttentionManager, impl.KVCacheManager) if yours
-                                           else (BlockPool, FullAttentionManager, KVCacheManager))
+        pool_cls, full_cls, manager_cls = (
+            (impl.BlockPool, impl.FullAttentionManager, impl.KVCacheManager)
+            if yours
+            else (BlockPool, FullAttentionManager, KVCacheManager)
+        )
         manager = manager_cls(BS, pool_cls(cfg["num_blocks"], cfg["caching"]), full_attention_manager_cls=full_cls)
         return Scheduler(scheduler_config(cfg), manager)
 

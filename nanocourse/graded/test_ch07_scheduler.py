@@ -11,11 +11,11 @@ from hypothesis import strategies as st
 
 from nanocourse.differential import per_group, replay_workload, scheduler_config, scheduler_workloads, within
 from nanoengine.core import KVCacheManager
-from nanoengine.policies import longest_common_prefix
+from nanoengine.core.sched.scheduler import Scheduler, SchedulerConfig
 from nanoengine.outputs import ModelRunnerOutput
+from nanoengine.policies import longest_common_prefix
 from nanoengine.request import Request
 from nanoengine.sampling_params import SamplingParams
-from nanoengine.core.sched.scheduler import Scheduler, SchedulerConfig
 
 CHAPTER = "ch07_scheduler"
 BS = 4
@@ -28,8 +28,10 @@ def _engine_chunk_size(num_needed, budget, threshold=0):
 def _engine_chunk_plan(num_tokens, budget, threshold=0):
     """The engine's chunks of one prompt while another request waits (max_num_seqs=1 keeps it waiting): alone,
     a prompt takes no threshold (nobody to starve), and chunk_plan is the busy case."""
-    s = Scheduler(SchedulerConfig(budget, max_num_seqs=1, long_prefill_token_threshold=threshold),
-                  KVCacheManager(BS, num_tokens // BS + 2, enable_caching=False))
+    s = Scheduler(
+        SchedulerConfig(budget, max_num_seqs=1, long_prefill_token_threshold=threshold),
+        KVCacheManager(BS, num_tokens // BS + 2, enable_caching=False),
+    )
     s.add_request(req("prompt", num_tokens))
     s.add_request(req("waiting", 1))
     chunks = []
@@ -42,8 +44,13 @@ NANOENGINE = {"chunk_size": _engine_chunk_size, "chunk_plan": _engine_chunk_plan
 
 
 def req(rid, n, priority=0, arrival=0.0, first=0):
-    return Request(rid, list(range(first, first + n)), priority=priority, arrival_time=arrival,
-                   sampling_params=SamplingParams(max_tokens=64, ignore_eos=True))
+    return Request(
+        rid,
+        list(range(first, first + n)),
+        priority=priority,
+        arrival_time=arrival,
+        sampling_params=SamplingParams(max_tokens=64, ignore_eos=True),
+    )
 
 
 def make(impl, num_blocks=64, budget=64, policy="fcfs", caching=False, **cfg):
@@ -81,19 +88,23 @@ def _first_difference(yours: str, engine: str) -> str:
 def test_chunks(impl):
     assert impl.chunk_size(150, 64) == 64 and impl.chunk_size(150, 64, 24) == 24, (
         f"a 150-token need: the budget 64 caps it (chunk_size(150, 64) == 64) and a threshold of 24 caps it "
-        f"harder (chunk_size(150, 64, 24) == 24); got {impl.chunk_size(150, 64)} and {impl.chunk_size(150, 64, 24)}")
+        f"harder (chunk_size(150, 64, 24) == 24); got {impl.chunk_size(150, 64)} and {impl.chunk_size(150, 64, 24)}"
+    )
     assert impl.chunk_size(5, 64, 16) == 5 and impl.chunk_size(30, 10, 16) == 10, (
         f"a need under both caps is taken whole (chunk_size(5, 64, 16) == 5), and a budget of 10 caps a need of 30 "
         f"below the threshold 16 (chunk_size(30, 10, 16) == 10); got {impl.chunk_size(5, 64, 16)} and "
-        f"{impl.chunk_size(30, 10, 16)}")
+        f"{impl.chunk_size(30, 10, 16)}"
+    )
     assert impl.chunk_plan(150, 64) == [64, 64, 22], (
         f"chunk_plan(150, 64): a 150-token prompt takes the whole budget each step, then the 22 tokens left: "
-        f"expected [64, 64, 22], got {impl.chunk_plan(150, 64)}")
+        f"expected [64, 64, 22], got {impl.chunk_plan(150, 64)}"
+    )
     assert impl.chunk_plan(150, 64, 24) == [24] * 6 + [6], "the threshold caps every chunk"
     assert impl.chunk_plan(100, 32, 50) == [32, 32, 32, 4], "a threshold above the budget changes nothing"
     assert _raises_in_time(lambda: impl.chunk_plan(10, 0), ValueError), (
         "chunk_plan(10, budget=0) must raise ValueError: with no budget no step computes a token, so the plan "
-        "would never end")
+        "would never end"
+    )
 
 
 def _raises_in_time(call, error: type[Exception], seconds: float = 2.0) -> bool:
@@ -111,31 +122,37 @@ def _raises_in_time(call, error: type[Exception], seconds: float = 2.0) -> bool:
 def test_running_first(impl):
     s = make(impl, budget=10)
     s.add_request(req("a", 3))
-    assert (got := plan(s)) == ([("a", 3)], []), \
+    assert (got := plan(s)) == ([("a", 3)], []), (
         f"step 0 (budget 10): expected a alone to run its whole 3-token prompt, got (plan, preempted) {got}"
+    )
     s.add_request(req("b", 20, first=100))
     so = step(s)
     assert list(so.num_scheduled_tokens.items()) == [("a", 1), ("b", 9)], "a's decode first, b gets the rest"
     assert [d.req_id for d in so.scheduled_new_reqs] == ["b"] and so.scheduled_cached_reqs.req_ids == ["a"], (
         f"step 1: b was admitted this step (new_reqs: what admit() returned) and a was already running, so "
         f"make_output should list new ['b'] and cached ['a']; got new {[d.req_id for d in so.scheduled_new_reqs]} "
-        f"and cached {so.scheduled_cached_reqs.req_ids}")
+        f"and cached {so.scheduled_cached_reqs.req_ids}"
+    )
     assert _per_group(so.scheduled_cached_reqs.new_block_ids) == [([],)], (
         f"step 1: a's decode at position 3 still fits its first block, so allocate_slots gives it no new block; "
         f"new_blocks['a'] is that KVCacheBlocks' get_block_ids(), one list per KV cache group, here ([],) "
-        f"(one group, empty); make_output got {so.scheduled_cached_reqs.new_block_ids}")
+        f"(one group, empty); make_output got {so.scheduled_cached_reqs.new_block_ids}"
+    )
     so = step(s)
     got = (list(so.num_scheduled_tokens.items()), sorted(so.preempted_req_ids))
     assert got == ([("a", 1), ("b", 9)], []), (
         f"step 2 (budget 10): expected running a's decode (1) first, then running b's next chunk (9, the budget "
-        f"left), got {got}")
+        f"left), got {got}"
+    )
     assert _per_group(so.scheduled_cached_reqs.new_block_ids) == [([5],), ([6, 7],)], (
         f"step 2: allocate_slots gives a block 5 and b blocks 6 and 7; new_blocks[req_id] is "
         f"blocks.get_block_ids() of what it returned (a KVCacheBlocks): a tuple with one list of ids per KV cache "
         f"group, vLLM's shape, so ([5],) and ([6, 7],) for this one-group model; make_output got "
-        f"{so.scheduled_cached_reqs.new_block_ids}")
+        f"{so.scheduled_cached_reqs.new_block_ids}"
+    )
     assert (got := plan(s)) == ([("a", 1), ("b", 2)], []), (
-        f"step 3 (budget 10): expected a's decode (1), then the last 2 of b's 20 prompt tokens, got {got}")
+        f"step 3 (budget 10): expected a's decode (1), then the last 2 of b's 20 prompt tokens, got {got}"
+    )
 
 
 @pytest.mark.task("07.2b", "schedule: a long prompt is chunked, and an empty budget stops everyone")
@@ -144,14 +161,16 @@ def test_budget(impl):
     s.add_request(req("a", 20))
     assert (got := [plan(s)[0] for _ in range(4)]) == [[("a", 8)], [("a", 8)], [("a", 4)], [("a", 1)]], (
         f"steps 0-3 (budget 8): a lone 20-token prompt runs in chunks of 8, 8, 4 (the budget caps each), then "
-        f"decodes 1 token; got the plans {got}")
+        f"decodes 1 token; got the plans {got}"
+    )
     s = make(impl, budget=8)
     for name in "abc":
         s.add_request(req(name, 6, first=10 * ord(name)))
     assert plan(s) == ([("a", 6), ("b", 2)], []), "c waits: the budget is gone"
     assert (got := plan(s)) == ([("a", 1), ("b", 4), ("c", 3)], []), (
         f"step 1 (budget 8): expected running a's decode (1), running b's last 4 prompt tokens, then newcomer c gets "
-        f"the 3 tokens left; got {got}")
+        f"the 3 tokens left; got {got}"
+    )
 
 
 @pytest.mark.task("07.3", "schedule: long_prefill_token_threshold caps running and new requests alike, not one alone")
@@ -161,16 +180,20 @@ def test_threshold(impl):
     s.add_request(req("b", 30, first=100))
     assert (got := plan(s)) == ([("a", 16), ("b", 16)], []), (
         f"step 0 (budget 64, threshold 16): with a and b waiting, the threshold caps each newcomer's first chunk: "
-        f"expected a 16 and b 16, got {got}")
+        f"expected a 16 and b 16, got {got}"
+    )
     assert (got := plan(s)) == ([("a", 16), ("b", 14)], []), (
         f"step 1 (budget 64, threshold 16): the threshold caps running requests too: expected a 16 (of the 24 it "
-        f"still needs) and b its last 14, got {got}")
+        f"still needs) and b its last 14, got {got}"
+    )
     assert (got := plan(s)) == ([("a", 8), ("b", 1)], []), (
-        f"step 2 (budget 64, threshold 16): expected a's last 8 prompt tokens and b's first decode (1), got {got}")
+        f"step 2 (budget 64, threshold 16): expected a's last 8 prompt tokens and b's first decode (1), got {got}"
+    )
     s = make(impl, budget=64, long_prefill_token_threshold=16)
     s.add_request(req("alone", 40))
-    assert plan(s) == ([("alone", 40)], []), \
+    assert plan(s) == ([("alone", 40)], []), (
         "one request running or waiting: nobody to starve, so no threshold (self.long_prefill_threshold() is 0)"
+    )
     s.add_request(req("next", 30, first=100))
     assert plan(s) == ([("alone", 1), ("next", 16)], []), "two requests: the threshold caps again"
 
@@ -180,14 +203,20 @@ def test_choose_victim(impl):
     for policy, victim in (("fcfs", "y"), ("priority", "x")):
         s = make(impl, policy=policy)
         s.running = [req("old", 1, 0, 1.0), req("x", 1, 0, 5.0), req("y", 1, 0, 3.0)]  # y was readmitted
-        rule = ("FCFS takes the running list's tail, the newest admitted (y, readmitted), not the latest arrival"
-                if policy == "fcfs" else "priority takes the largest (priority, arrival_time): all priorities are 0 "
-                "here, so the latest arrival, x (5.0)")
+        rule = (
+            "FCFS takes the running list's tail, the newest admitted (y, readmitted), not the latest arrival"
+            if policy == "fcfs"
+            else "priority takes the largest (priority, arrival_time): all priorities are 0 "
+            "here, so the latest arrival, x (5.0)"
+        )
         got = s.choose_victim()
-        assert got.request_id == victim, (f"{policy}, running [old (arrived 1.0), x (5.0), y (3.0)]: {rule}; expected "
-                                          f"{victim}, got {getattr(got, 'request_id', got)}")
-        assert victim not in [r.request_id for r in s.running], \
+        assert got.request_id == victim, (
+            f"{policy}, running [old (arrived 1.0), x (5.0), y (3.0)]: {rule}; expected "
+            f"{victim}, got {getattr(got, 'request_id', got)}"
+        )
+        assert victim not in [r.request_id for r in s.running], (
             f"{policy}: the victim {victim} must leave the running list; it is {[r.request_id for r in s.running]}"
+        )
     s = make(impl, policy="priority")
     s.running = [req("a", 1, 0, 1.0), req("b", 1, 5, 2.0), req("c", 1, 0, 3.0)]
     assert s.choose_victim().request_id == "b", "the largest priority value is the worst"
@@ -203,32 +232,39 @@ def _two_decoding(impl, policy, num_blocks):
     return s, plans
 
 
-@pytest.mark.task("07.5", "schedule: preemption by recompute, the victim's tokens back, a self-preempted priority request lets the loop go on")
+@pytest.mark.task(
+    "07.5",
+    "schedule: preemption by recompute, the victim's tokens back, a self-preempted priority request lets the loop go on",
+)
 def test_preemption(impl):
     # 6 usable blocks. a holds 3 and b 2 after step 2; at step 6 a's position 12 needs a 4th block,
     # none is free: FCFS takes the tail, b, and a goes on.
     s, plans = _two_decoding(impl, "fcfs", 7)
     assert plans[5] == ([("a", 1), ("b", 1)], []), (
         f"step 5 (FCFS, 6 usable blocks): expected a and b to decode 1 token each with nobody preempted (b's new "
-        f"block is the pool's last free one), got {plans[5]}")
+        f"block is the pool's last free one), got {plans[5]}"
+    )
     assert plans[6] == ([("a", 1)], ["b"]), "FCFS preempts the newest running request"
     assert s.requests["b"].num_computed_tokens == 0 and s.kv_cache_manager.get_block_ids("b") == ([],), (
         f"after step 6 preempted b: preemption by recompute (self.preempt) frees all its blocks and resets its "
         f"num_computed_tokens to 0; got {s.requests['b'].num_computed_tokens} computed tokens and blocks "
-        f"{s.kv_cache_manager.get_block_ids('b')}")
+        f"{s.kv_cache_manager.get_block_ids('b')}"
+    )
     # 5 usable blocks, priority: at step 5 a (already scheduled this step) is worse than b, whose
     # position 8 needs a block. a is preempted and its token goes back to the budget.
     s, plans = _two_decoding(impl, "priority", 6)
     assert plans[4] == ([("a", 1), ("b", 1)], []), (
         f"step 4 (priority, 5 usable blocks): expected a and b to decode 1 token each in the blocks they hold, "
-        f"nobody preempted, got {plans[4]}")
+        f"nobody preempted, got {plans[4]}"
+    )
     assert plans[5] == ([("b", 1)], ["a"]), "the victim ran earlier in this step: it must leave the plan"
     # The requester itself is the victim: it stops, and the running loop goes on, as vLLM 0.33's does: the
     # requests after it rank higher and may fit in the blocks it freed.
     s, plans = _two_decoding(impl, "priority", 7)
     assert plans[6] == ([("b", 1)], ["a"]), (
         f"step 6 (priority, 6 usable blocks): a needs a 4th block, none is free and a (priority 1) is the worst, so a "
-        f"preempts itself; expected b still to run 1 token (under priority the running loop goes on), got {plans[6]}")
+        f"preempts itself; expected b still to run 1 token (under priority the running loop goes on), got {plans[6]}"
+    )
 
 
 @pytest.mark.task("07.6", "schedule: admission gate, max_num_seqs, and no admission in a step that preempted")
@@ -238,14 +274,16 @@ def test_admission(impl):
         s.add_request(req(name, 4, first=10 * ord(name)))
     assert (got := plan(s)) == ([("a", 4), ("b", 4)], []), (
         f"max_num_seqs=2, three 4-token requests waiting: a and b are admitted, and c waits although budget and "
-        f"blocks are left, since two already run; got (plan, preempted) {got}")
+        f"blocks are left, since two already run; got (plan, preempted) {got}"
+    )
     # The gate: 5 usable blocks, budget 8. a (18 tokens, 5 blocks) gets in; b must wait although its
     # first chunk would fit, because its whole prompt would not.
     s = make(impl, num_blocks=6, budget=8)
     s.add_request(req("a", 18))
     assert (got := plan(s)) == ([("a", 8)], []), (
         f"step 0 (5 free blocks, budget 8): a's whole 18-token prompt needs 5 blocks and 5 are free, so the gate "
-        f"admits it with a first chunk of 8 (the budget); got {got}")
+        f"admits it with a first chunk of 8 (the budget); got {got}"
+    )
     s = make(impl, num_blocks=6, budget=16)
     s.add_request(req("a", 8))
     s.add_request(req("b", 20, first=100))
@@ -261,44 +299,65 @@ def test_admission(impl):
     assert plan(s) == ([("a", 1)], ["b"]), "a step that preempted admits nobody"
     assert (got := plan(s)) == ([("a", 1), ("c", 3)], []), (
         f"step 7 (priority): nobody preempted now, so a decodes 1 and c (priority 0, ahead of the preempted b in the "
-        f"waiting queue) is admitted with its whole 3-token prompt; got {got}")
+        f"waiting queue) is admitted with its whole 3-token prompt; got {got}"
+    )
 
 
 @pytest.mark.task("07.7", "your scheduler runs the engine: same tokens, same step timeline, through preemption")
 def test_runs_the_engine(impl):
+    from nanocourse.timeline import record_run, timeline_text
     from nanoengine import LLM
     from nanoengine.config import LlamaConfig
-    from nanocourse.timeline import record_run, timeline_text
     from nanoengine.model import LlamaForCausalLM
 
     model = LlamaForCausalLM.random(LlamaConfig.tiny(), seed=0, std=0.2)  # outputs that depend on the context
     params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
-    load = {0: [(list(range(10 + 10 * i, 23 + 10 * i)), params) for i in range(3)],
-            2: [(list(range(200, 206)), params)]}
+    load = {
+        0: [(list(range(10 + 10 * i, 23 + 10 * i)), params) for i in range(3)],
+        2: [(list(range(200, 206)), params)],
+    }
 
     def run(scheduler_cls, num_blocks):
-        llm = LLM(model, block_size=4, num_gpu_blocks_override=num_blocks,
-                  max_num_batched_tokens=16, scheduler_cls=scheduler_cls)
+        llm = LLM(
+            model,
+            block_size=4,
+            num_gpu_blocks_override=num_blocks,
+            max_num_batched_tokens=16,
+            scheduler_cls=scheduler_cls,
+        )
         return record_run(llm.engine, load)
 
     yours, engine, roomy = run(impl.Scheduler, 15), run(Scheduler, 15), run(Scheduler, 64)
     assert sum(len(r.preempted) for r in yours.records) >= 2, "a 14-block pool forces preemption"
-    assert not any(r.preempted and r.admitted for r in yours.records), next((
-        f"step {r.step} preempted {list(r.preempted)} and admitted {[a.req_id for a in r.admitted]}: a step that "
-        f"preempted admits nobody" for r in yours.records if r.preempted and r.admitted), "a step that preempted "
-        "admitted a request: a step that preempted admits nobody")
+    assert not any(r.preempted and r.admitted for r in yours.records), next(
+        (
+            f"step {r.step} preempted {list(r.preempted)} and admitted {[a.req_id for a in r.admitted]}: a step that "
+            f"preempted admits nobody"
+            for r in yours.records
+            if r.preempted and r.admitted
+        ),
+        "a step that preempted admitted a request: a step that preempted admits nobody",
+    )
     tokens = [yours.outputs[i].token_ids for i in yours.req_ids]
     assert tokens == [roomy.outputs[i].token_ids for i in roomy.req_ids], "recompute must not change the output"
     assert timeline_text(yours.records) == timeline_text(engine.records), (
         f"same load on 14 usable blocks, budget 16: your step timeline must be the engine's; "
-        f"{_first_difference(timeline_text(yours.records), timeline_text(engine.records))}")
+        f"{_first_difference(timeline_text(yours.records), timeline_text(engine.records))}"
+    )
 
 
 # ---- 07.8: your scheduler beside the engine's, over random workloads ---------------------------------------
 
+
 @pytest.mark.task("07.8", "under random workloads your scheduler plans every step as the engine's does")
-@settings(max_examples=1000, deadline=None, database=None, derandomize=True, report_multiple_bugs=False,
-          suppress_health_check=list(HealthCheck))
+@settings(
+    max_examples=1000,
+    deadline=None,
+    database=None,
+    derandomize=True,
+    report_multiple_bugs=False,
+    suppress_health_check=list(HealthCheck),
+)
 @given(workload=scheduler_workloads(num_speculative_tokens=st.sampled_from([0, 0, 2])))
 def test_matches_the_engine(impl, workload):
     """Both schedulers get the same requests on their own KVCacheManager; after each step every plan, block, queue
@@ -308,6 +367,7 @@ def test_matches_the_engine(impl, workload):
 
     def build(yours: bool) -> Scheduler:
         return (impl.Scheduler if yours else Scheduler)(
-            scheduler_config(cfg), KVCacheManager(BS, cfg["num_blocks"], cfg["caching"]))
+            scheduler_config(cfg), KVCacheManager(BS, cfg["num_blocks"], cfg["caching"])
+        )
 
     replay_workload(build, cfg, ops, BS, f"{cfg['num_blocks'] - 1} usable blocks of {BS} tokens")

@@ -7,13 +7,13 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from nanocourse.differential import replay_workload, scheduler_config, scheduler_workloads
+from nanocourse.hybrid import cache_blocks_at
 from nanoengine import LLM, SamplingParams
 from nanoengine.config import LlamaConfig
 from nanoengine.core import BlockPool, KVCacheManager
+from nanoengine.core import SlidingWindowManager as EngineSlidingWindowManager
 from nanoengine.core.sched.scheduler import Scheduler
 from nanoengine.kv_cache_interface import KVCacheGroupSpec, get_kv_cache_groups
-from nanoengine.core import SlidingWindowManager as EngineSlidingWindowManager
-from nanocourse.hybrid import cache_blocks_at
 from nanoengine.model import LlamaForCausalLM
 
 CHAPTER = "ch12_hybrid"
@@ -33,14 +33,16 @@ def test_skipped_tokens(impl):
         m = manager(impl, window)
         got = [m.get_num_skipped_tokens(n) for n in range(3 * window)]
         # The query at position n sees n - W + 1 .. n, so tokens 0 .. n - W are skipped.
-        assert got == [max(0, n - window + 1) for n in range(3 * window)], \
-            f"W={window}: the query at position n sees n - W + 1 .. n; got {got[:window + 2]} for n = 0..{window + 1}"
+        assert got == [max(0, n - window + 1) for n in range(3 * window)], (
+            f"W={window}: the query at position n sees n - W + 1 .. n; got {got[: window + 2]} for n = 0..{window + 1}"
+        )
 
 
 def held(m, request_id="r"):
     assert request_id in m.req_to_blocks, (
         f"req_to_blocks has no entry for request {request_id!r} (it holds {sorted(m.req_to_blocks)}): "
-        f"remove_skipped_blocks puts the null block in place of the blocks it frees, it never drops the request")
+        f"remove_skipped_blocks puts the null block in place of the blocks it frees, it never drops the request"
+    )
     return m.req_to_blocks[request_id]
 
 
@@ -55,7 +57,10 @@ def free_ids(pool):
 
 
 def check_removal(impl, window):
-    m, ref = manager(impl, window), EngineSlidingWindowManager(KVCacheGroupSpec((0,), window), BlockPool(80, True), BS, 0)
+    m, ref = (
+        manager(impl, window),
+        EngineSlidingWindowManager(KVCacheGroupSpec((0,), window), BlockPool(80, True), BS, 0),
+    )
     pool = m.block_pool
     for one in (m, ref):
         one.allocate_new_computed_blocks("r", [], 0)
@@ -68,21 +73,26 @@ def check_removal(impl, window):
         assert free_ids(pool) == free_ids(ref.block_pool), (
             f"W={window}, {n} computed tokens: the freed blocks go back last block first, in one free_blocks call, "
             f"so the free queue (head to tail) is {free_ids(ref.block_pool)[:8]}..., as with the engine's own "
-            f"manager; yours is {free_ids(pool)[:8]}...")
+            f"manager; yours is {free_ids(pool)[:8]}..."
+        )
         skipped = max(0, n - window + 1)
         expected = max(expected, skipped // BS)
         num_null = sum(b.is_null for b in held(m))
-        why = (f"tokens before {skipped} are skipped, so the first {expected} blocks are null"
-               if expected == skipped // BS
-               else f"an earlier call with more tokens computed nulled the first {expected} blocks: they stay null")
+        why = (
+            f"tokens before {skipped} are skipped, so the first {expected} blocks are null"
+            if expected == skipped // BS
+            else f"an earlier call with more tokens computed nulled the first {expected} blocks: they stay null"
+        )
         assert num_null == expected, f"W={window}, {n} computed tokens: {why}; {num_null} are"
-        assert all(b.is_null for b in held(m)[:num_null]) and held(m)[num_null:] == blocks[num_null:], \
+        assert all(b.is_null for b in held(m)[:num_null]) and held(m)[num_null:] == blocks[num_null:], (
             "null blocks replace the leading blocks, and the others stay where they were"
+        )
         assert pool.get_num_free_blocks() == start + num_null, "each removed block goes back to the pool once"
         assert all(b.ref_cnt == 0 for b in blocks[:num_null]) and all(b.ref_cnt == 1 for b in blocks[num_null:]), (
             f"W={window}, {n} computed tokens: each of the {num_null} removed blocks drops its one reference "
             f"(ref_cnt 0) and every block kept is still held once (ref_cnt 1); the request's blocks have ref_cnt "
-            f"{[b.ref_cnt for b in blocks]}")
+            f"{[b.ref_cnt for b in blocks]}"
+        )
     # A request whose window jumps ahead frees several blocks in one call (a long chunk): the order shows.
     for one in (m, ref):
         one.allocate_new_computed_blocks("jump", [], 0)
@@ -91,7 +101,8 @@ def check_removal(impl, window):
     assert free_ids(pool) == free_ids(ref.block_pool), (
         f"W={window}, a window that jumps to 40 computed tokens frees {(40 - window + 1) // BS} blocks at once: "
         f"they go back last block first, in one free_blocks call, so the free queue starts "
-        f"{free_ids(ref.block_pool)[:6]}, as with the engine's own manager; yours starts {free_ids(pool)[:6]}")
+        f"{free_ids(ref.block_pool)[:6]}, as with the engine's own manager; yours starts {free_ids(pool)[:6]}"
+    )
     # A request admitted with a short hit holds fewer blocks than the skipped count covers.
     m.allocate_new_computed_blocks("short", [], 0)
     m.allocate_new_blocks("short", 4)
@@ -102,7 +113,8 @@ def check_removal(impl, window):
     assert "never-admitted" not in m.req_to_blocks and free_ids(pool) == before, (
         f"W={window}: remove_skipped_blocks('never-admitted', 40) for a request with no entry (allocate_slots calls it "
         f"for a request being admitted) must change nothing and add no entry; req_to_blocks now has "
-        f"{sorted(m.req_to_blocks)}")
+        f"{sorted(m.req_to_blocks)}"
+    )
 
 
 def cache(pool, group_id, indices):
@@ -115,7 +127,7 @@ def expected_hit(patterns, window, num_blocks, eagle):
     (+ 1 with EAGLE, which then drops the last block)."""
     n = max(-(-(window - 1) // BS) + eagle, 1)  # at W = 1 the hit's last block must be cached all the same
     for length in range(num_blocks, 0, -1):
-        if all(all(p[max(0, length - n):length]) for p in patterns):
+        if all(all(p[max(0, length - n) : length]) for p in patterns):
             return length - eagle
     return 0
 
@@ -135,22 +147,28 @@ def test_find_longest_cache_hit(impl):
             cache(pool, g, [i for i, c in enumerate(p) if c])
         max_length = rng.randrange(0, size * BS + 3)
         num_blocks = min(max_length // BS, size)
-        hits = manager(impl, window, pool, eagle).find_longest_cache_hit(HASHES[:size], max_length, list(range(num_groups)))
+        hits = manager(impl, window, pool, eagle).find_longest_cache_hit(
+            HASHES[:size], max_length, list(range(num_groups))
+        )
         expected = expected_hit([p[:num_blocks] for p in patterns], window, num_blocks, eagle)
         cached = " and ".join("".join(".X"[c] for c in p) for p in patterns)
-        where = (f"case {case}: W={window}{', EAGLE' if eagle else ''}, block_size {BS}, blocks cached (X) "
-                 f"{cached or 'none'}{' in groups 0 and 1' if num_groups == 2 else ''}, max_length={max_length}")
+        where = (
+            f"case {case}: W={window}{', EAGLE' if eagle else ''}, block_size {BS}, blocks cached (X) "
+            f"{cached or 'none'}{' in groups 0 and 1' if num_groups == 2 else ''}, max_length={max_length}"
+        )
         assert len(hits) == num_groups, f"{where}: one list per group, got {len(hits)}"
-        assert [len(h) for h in hits] == [expected] * num_groups, \
+        assert [len(h) for h in hits] == [expected] * num_groups, (
             f"{where}: the hit is {expected} blocks, got {[len(h) for h in hits]}"
+        )
         n = max(-(-(window - 1) // BS) + eagle, 1) - eagle  # cached entries the returned hit ends with
         for g, h in enumerate(hits):
             for i, block in enumerate(h):
                 if i < expected - n:
                     assert block.is_null, f"{where}: block {i} is before the window, so it is the null block"
                 else:
-                    assert block is pool.get_cached_block(HASHES[i], kv_cache_group_id=g), \
+                    assert block is pool.get_cached_block(HASHES[i], kv_cache_group_id=g), (
                         f"{where}: block {i} is the cached block of group {g}"
+                    )
 
 
 def prompts():
@@ -174,15 +192,18 @@ def serve(model, manager_cls, **kwargs):
                 assert request.request_id in m.req_to_blocks, (
                     f"running request {request.request_id} has no block table in sliding group {g}'s "
                     f"req_to_blocks (it holds {sorted(m.req_to_blocks)}): a running request keeps its entry; "
-                    f"remove_skipped_blocks puts the null block in freed slots, it never drops the entry")
+                    f"remove_skipped_blocks puts the null block in freed slots, it never drops the entry"
+                )
                 blocks = m.req_to_blocks[request.request_id]
                 # The last allocate_slots ran for a query at c - 1 or earlier, which saw from c - W on.
                 seen = max(0, c - window) // 8
-                assert not any(b.is_null for b in blocks[seen:]), \
+                assert not any(b.is_null for b in blocks[seen:]), (
                     f"a block the query at {c} still sees (window {window}) was freed"
+                )
                 if c > request.num_prompt_tokens:  # a decode step has run since the prefill
-                    assert sum(not b.is_null for b in blocks) <= -(-window // 8) + 1, \
+                    assert sum(not b.is_null for b in blocks) <= -(-window // 8) + 1, (
                         "while decoding, a sliding group holds at most ceil(W / block_size) + 1 blocks"
+                    )
     pool = engine.kv_cache_manager.block_pool
     assert pool.get_num_free_blocks() == pool.num_gpu_blocks - 1, "every block is back in the pool at the end"
     return [outputs[k] for k in sorted(outputs, key=int)], llm.get_stats()
@@ -191,31 +212,63 @@ def serve(model, manager_cls, **kwargs):
 @pytest.mark.task("12.4", "your manager serves a hybrid model: the engine's tokens, within the window, no leak")
 def test_your_manager_serves_a_hybrid_model(impl):
     model = LlamaForCausalLM.random(LlamaConfig.tiny_hybrid(16), seed=3, std=0.2)
-    for engine in (dict(kv_cache_memory_bytes=2**20), dict(num_gpu_blocks_override=64)):  # caching, preempting
+    for engine in ({"kv_cache_memory_bytes": 2**20}, {"num_gpu_blocks_override": 64}):  # caching, preempting
         theirs, their_stats = serve(model, EngineSlidingWindowManager, **engine)
         mine, stats = serve(model, impl.SlidingWindowManager, **engine)
         assert mine == theirs, f"with {engine}: greedy tokens differ from the engine's own manager's"
         if "num_gpu_blocks_override" in engine:
             assert stats.num_preemptions > 0, (
                 f"with {engine} the six requests must outgrow the pool and be preempted, as they are with the "
-                f"engine's own manager ({their_stats.num_preemptions} times); with yours: {stats.num_preemptions}")
+                f"engine's own manager ({their_stats.num_preemptions} times); with yours: {stats.num_preemptions}"
+            )
         else:
             assert stats.prefix_cache_hits > 0, "the shared 40-token prefix should hit in every group"
 
 
 # ---- 12.5: your manager beside the engine's, over random workloads --------------------------------------------
 
+
 @pytest.mark.task("12.5", "under random workloads a hybrid model's blocks, hits and frees are the engine's")
-@settings(max_examples=500, deadline=None, database=None, derandomize=True, report_multiple_bugs=False,
-          suppress_health_check=list(HealthCheck))
-@given(workload=scheduler_workloads(window=st.one_of(st.integers(1, 4), st.integers(1, 13)), sliding_groups=st.integers(1, 2),
-                                    use_eagle=st.sampled_from([False, False, True])))
+@settings(
+    max_examples=500,
+    deadline=None,
+    database=None,
+    derandomize=True,
+    report_multiple_bugs=False,
+    suppress_health_check=list(HealthCheck),
+)
+@given(
+    workload=scheduler_workloads(
+        window=st.one_of(st.integers(1, 4), st.integers(1, 13)),
+        sliding_groups=st.integers(1, 2),
+        use_eagle=st.sampled_from([False, False, True]),
+    )
+)
 # W = 1: a's three sliding blocks, freed while it decodes, are evicted by b; c then repeats a's prompt, and only the
 # full group still has it, so no hit (a search that takes a miss for the end of a run finds 8 tokens of null blocks).
-@example(workload=(dict(num_blocks=5, budget=16, policy="fcfs", caching=True, threshold=0, max_num_seqs=4, window=1,
-                        sliding_groups=1, use_eagle=False),
-                   [("add", 12, 0, 0, 2, False), ("step", 3), ("add", 10, 1, 0, 1, False), ("step", 2),
-                    ("add", 13, 0, 0, 1, False), ("step", 2)]))
+@example(
+    workload=(
+        {
+            "num_blocks": 5,
+            "budget": 16,
+            "policy": "fcfs",
+            "caching": True,
+            "threshold": 0,
+            "max_num_seqs": 4,
+            "window": 1,
+            "sliding_groups": 1,
+            "use_eagle": False,
+        },
+        [
+            ("add", 12, 0, 0, 2, False),
+            ("step", 3),
+            ("add", 10, 1, 0, 1, False),
+            ("step", 2),
+            ("add", 13, 0, 0, 1, False),
+            ("step", 2),
+        ],
+    )
+)
 def test_matches_the_engine(impl, workload):
     """The engine's scheduler drives two KV cache managers of a hybrid model (a full-attention group and one or two
     sliding groups, blocks of 4 tokens, so a HybridKVCacheCoordinator), one with your SlidingWindowManager, one with
@@ -226,10 +279,15 @@ def test_matches_the_engine(impl, workload):
     num_blocks = cfg["num_blocks"] * len(groups)
 
     def build(yours: bool) -> Scheduler:
-        manager = KVCacheManager(BS, BlockPool(num_blocks, cfg["caching"]), kv_cache_groups=groups,
-                                 use_eagle=cfg["use_eagle"],
-                                 sliding_window_manager_cls=impl.SlidingWindowManager if yours
-                                 else EngineSlidingWindowManager)
+        manager = KVCacheManager(
+            BS,
+            BlockPool(num_blocks, cfg["caching"]),
+            kv_cache_groups=groups,
+            use_eagle=cfg["use_eagle"],
+            sliding_window_manager_cls=impl.SlidingWindowManager if yours else EngineSlidingWindowManager,
+        )
         return Scheduler(scheduler_config(cfg), manager)
 
-    replay_workload(build, cfg, ops, BS, f"{num_blocks - 1} usable blocks of {BS} tokens shared by {len(groups)} groups")
+    replay_workload(
+        build, cfg, ops, BS, f"{num_blocks - 1} usable blocks of {BS} tokens shared by {len(groups)} groups"
+    )

@@ -23,8 +23,12 @@ from nanoengine.spec_decode.ngram_proposer import NgramProposer as EngineNgramPr
 from nanoengine.spec_decode.ngram_proposer import find_longest_matched_ngram_and_propose_tokens as engine_propose
 
 CHAPTER = "ch13_spec_decode"
-NANOENGINE = {"find_longest_matched_ngram_and_propose_tokens": engine_propose, "NgramProposer": EngineNgramProposer,
-              "rejection_sample": engine_rejection_sample, "Scheduler": Scheduler}
+NANOENGINE = {
+    "find_longest_matched_ngram_and_propose_tokens": engine_propose,
+    "NgramProposer": EngineNgramProposer,
+    "rejection_sample": engine_rejection_sample,
+    "Scheduler": Scheduler,
+}
 BS = 4
 GREEDY = SamplingParams(temperature=0)
 
@@ -32,15 +36,45 @@ GREEDY = SamplingParams(temperature=0)
 # ---- 13.1: the n-gram proposer --------------------------------------------------------------------------------
 # (tokens, min_ngram, max_ngram, max_model_len, k, expected, the rule it shows)
 PROPOSER_EXAMPLES = [
-    ([5, 3, 8, 1, 2, 3, 9, 1, 2, 3], 1, 3, 100, 2, [9, 1],
-     "the longest n-gram wins: the suffix [1, 2, 3] (n = 3) occurs at 3, so propose what follows it, not what "
-     "follows the earlier [3] (n = 1)"),
-    ([5, 2, 3, 8, 2, 3, 6, 2, 3], 2, 2, 100, 2, [8, 2],
-     "of the occurrences of the suffix [2, 3], the earliest (at 1) wins, not the latest (at 4)"),
-    ([1, 1, 1, 1], 1, 3, 100, 3, [1],
-     "an occurrence may overlap the suffix: [1, 1, 1] at 0 ends before the last token, and only one token follows it"),
-    ([7, 3, 9, 2, 3], 1, 2, 100, 2, [9, 2],
-     "the suffix itself is no occurrence: [2, 3] (n = 2) occurs nowhere else, so n = 1 ([3] at 1) proposes"),
+    (
+        [5, 3, 8, 1, 2, 3, 9, 1, 2, 3],
+        1,
+        3,
+        100,
+        2,
+        [9, 1],
+        (
+            "the longest n-gram wins: the suffix [1, 2, 3] (n = 3) occurs at 3, so propose what follows it, not what "
+            "follows the earlier [3] (n = 1)"
+        ),
+    ),
+    (
+        [5, 2, 3, 8, 2, 3, 6, 2, 3],
+        2,
+        2,
+        100,
+        2,
+        [8, 2],
+        "of the occurrences of the suffix [2, 3], the earliest (at 1) wins, not the latest (at 4)",
+    ),
+    (
+        [1, 1, 1, 1],
+        1,
+        3,
+        100,
+        3,
+        [1],
+        "an occurrence may overlap the suffix: [1, 1, 1] at 0 ends before the last token, and only one token follows it",
+    ),
+    (
+        [7, 3, 9, 2, 3],
+        1,
+        2,
+        100,
+        2,
+        [9, 2],
+        "the suffix itself is no occurrence: [2, 3] (n = 2) occurs nowhere else, so n = 1 ([3] at 1) proposes",
+    ),
     ([1, 2, 3], 1, 3, 100, 5, [], "nothing matches: no drafts"),
     ([1, 2, 1, 2], 2, 2, 100, 5, [1, 2], "fewer than k tokens follow the occurrence: propose those"),
     ([1, 2, 7, 7, 1, 2], 2, 2, 8, 5, [7, 7], "max_model_len 8 and 6 tokens: at most 2 drafts"),
@@ -54,8 +88,10 @@ PROPOSER_EXAMPLES = [
 
 
 def propose_args(tokens, min_ngram, max_ngram, max_model_len, k):
-    return (f"find_longest_matched_ngram_and_propose_tokens({tokens}, min_ngram={min_ngram}, "
-            f"max_ngram={max_ngram}, max_model_len={max_model_len}, k={k})")
+    return (
+        f"find_longest_matched_ngram_and_propose_tokens({tokens}, min_ngram={min_ngram}, "
+        f"max_ngram={max_ngram}, max_model_len={max_model_len}, k={k})"
+    )
 
 
 def check_proposer_examples(impl):
@@ -64,7 +100,9 @@ def check_proposer_examples(impl):
         assert got == expected, f"{rule}: {propose_args(tokens, lo, hi, room, k)} returns {expected}, yours {got}"
     proposer = impl.NgramProposer(SpeculativeConfig(2, prompt_lookup_min=2, prompt_lookup_max=3), 100)
     got = proposer.propose([1, 2, 3, 4, 1, 2, 3])
-    assert got == [4, 1], f"NgramProposer(min 2, max 3, k 2).propose([1, 2, 3, 4, 1, 2, 3]) proposes [4, 1], yours {got}"
+    assert got == [4, 1], (
+        f"NgramProposer(min 2, max 3, k 2).propose([1, 2, 3, 4, 1, 2, 3]) proposes [4, 1], yours {got}"
+    )
 
 
 @pytest.mark.task("13.1", "find_longest_matched_ngram_and_propose_tokens: the longest n, its earliest occurrence")
@@ -75,10 +113,21 @@ def test_proposer(impl):
 
 
 def check_proposer_matches_the_engine(impl):
-    @settings(max_examples=300, deadline=None, database=None, derandomize=True, report_multiple_bugs=False,
-              suppress_health_check=list(HealthCheck))
-    @given(tokens=st.lists(st.integers(0, 3), max_size=40), lo=st.integers(1, 4), span=st.integers(0, 3),
-           k=st.integers(0, 6), room=st.integers(-2, 8))
+    @settings(
+        max_examples=300,
+        deadline=None,
+        database=None,
+        derandomize=True,
+        report_multiple_bugs=False,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(
+        tokens=st.lists(st.integers(0, 3), max_size=40),
+        lo=st.integers(1, 4),
+        span=st.integers(0, 3),
+        k=st.integers(0, 6),
+        room=st.integers(-2, 8),
+    )
     def matches(tokens, lo, span, k, room):
         one_proposal(impl, tokens, lo, span, k, room)
 
@@ -91,7 +140,8 @@ def one_proposal(impl, tokens, lo, span, k, room):
     got = impl.find_longest_matched_ngram_and_propose_tokens(list(tokens), *args[1:])
     assert got == expected, (
         f"{propose_args(*args)}: the engine's rule (the longest n in [min_ngram, max_ngram] whose suffix occurs "
-        f"earlier, its earliest occurrence, at most k tokens, none past max_model_len) proposes {expected}, yours {got}")
+        f"earlier, its earliest occurrence, at most k tokens, none past max_model_len) proposes {expected}, yours {got}"
+    )
 
 
 # ---- 13.2: greedy rows ----------------------------------------------------------------------------------------
@@ -103,13 +153,31 @@ def peaked(best: list[int], vocab: int = 8) -> torch.Tensor:
 
 
 GREEDY_EXAMPLES = [  # (argmax per row, drafts per request, expected, the rule it shows)
-    ([3, 5, 6, 1], [[3, 5, 6]], [[3, 5, 6, 1]], "every draft equals its row's argmax: all accepted, then the bonus "
-                                                 "token, the last row's argmax"),
-    ([3, 5, 6, 1], [[3, 4, 6]], [[3, 5]], "the second draft (4) is not row 1's argmax (5): accept [3], then emit 5 "
-                                           "and stop, even though the third draft equals its row's argmax"),
+    (
+        [3, 5, 6, 1],
+        [[3, 5, 6]],
+        [[3, 5, 6, 1]],
+        "every draft equals its row's argmax: all accepted, then the bonus token, the last row's argmax",
+    ),
+    (
+        [3, 5, 6, 1],
+        [[3, 4, 6]],
+        [[3, 5]],
+        (
+            "the second draft (4) is not row 1's argmax (5): accept [3], then emit 5 "
+            "and stop, even though the third draft equals its row's argmax"
+        ),
+    ),
     ([3, 5, 6, 1], [[2, 5, 6]], [[3]], "the first draft is wrong: nothing accepted, row 0's argmax emitted"),
-    ([3, 5, 6], [[2], []], [[3], [6]], "rows are laid out request after request: the first request has 2 rows, the "
-                                       "second (no drafts) 1 row, its argmax"),
+    (
+        [3, 5, 6],
+        [[2], []],
+        [[3], [6]],
+        (
+            "rows are laid out request after request: the first request has 2 rows, the "
+            "second (no drafts) 1 row, its argmax"
+        ),
+    ),
     ([4], [[]], [[4]], "a request without drafts gets its one row's argmax"),
 ]
 
@@ -123,9 +191,12 @@ def test_greedy_rows(impl):
 
 def check_greedy_examples(impl):
     for best, drafts, expected, rule in GREEDY_EXAMPLES:
-        got = impl.rejection_sample(peaked(best), [list(d) for d in drafts], [GREEDY] * len(drafts), [None] * len(drafts))
-        assert got == expected, (f"{rule}: rows' argmax {best}, drafts {drafts}, greedy: expected {expected}, "
-                                 f"yours {got}")
+        got = impl.rejection_sample(
+            peaked(best), [list(d) for d in drafts], [GREEDY] * len(drafts), [None] * len(drafts)
+        )
+        assert got == expected, (
+            f"{rule}: rows' argmax {best}, drafts {drafts}, greedy: expected {expected}, yours {got}"
+        )
 
 
 def check_greedy_matches_the_engine(impl):
@@ -142,29 +213,36 @@ def check_greedy_matches_the_engine(impl):
             drafts.append([argmax[row + i] if rng.random() < 0.75 else rng.randrange(vocab) for i in range(n)])
             row += n + 1
         expected = engine_rejection_sample(logits, drafts, [GREEDY] * len(drafts), [None] * len(drafts))
-        got = impl.rejection_sample(logits.clone(), [list(d) for d in drafts], [GREEDY] * len(drafts),
-                                    [None] * len(drafts))
+        got = impl.rejection_sample(
+            logits.clone(), [list(d) for d in drafts], [GREEDY] * len(drafts), [None] * len(drafts)
+        )
         per_request, row = [], 0
         for n in lengths:
-            per_request.append(argmax[row:row + n + 1])
+            per_request.append(argmax[row : row + n + 1])
             row += n + 1
         assert got == expected, (
             f"case {case}: {len(drafts)} greedy requests with drafts {drafts}, their rows' argmax {per_request} "
             f"(rows request after request, len(drafts) + 1 each): each request emits its drafts up to the first that "
             f"differs from its row's argmax, then that row's argmax (or, all accepted, the last row's): expected "
-            f"{expected}, yours {got}")
+            f"{expected}, yours {got}"
+        )
 
 
 # ---- 13.3: sampled rows ---------------------------------------------------------------------------------------
-SAMPLED = [SamplingParams(temperature=1.0), SamplingParams(temperature=0.7, top_k=3),
-           SamplingParams(temperature=1.3, top_p=0.7)]
+SAMPLED = [
+    SamplingParams(temperature=1.0),
+    SamplingParams(temperature=0.7, top_k=3),
+    SamplingParams(temperature=1.3, top_p=0.7),
+]
 
 
 def describe(p: SamplingParams) -> str:
     return f"temperature {p.temperature}, top_k {p.top_k}, top_p {p.top_p}"
 
 
-@pytest.mark.task("13.3", "rejection_sample, sampled rows: accept with probability p(draft), else draw from p without it")
+@pytest.mark.task(
+    "13.3", "rejection_sample, sampled rows: accept with probability p(draft), else draw from p without it"
+)
 def test_sampled_rows(impl):
     """The rules every output obeys, the request's own generator, then the distribution of the tokens emitted."""
     check_sampled_rules(impl)
@@ -180,16 +258,25 @@ def check_own_generators(impl):
     runs = []
     for global_seed in (0, 1):
         torch.manual_seed(global_seed)
-        runs.append([impl.rejection_sample(logits.clone(), [list(d) for d in drafts], params,
-                                           [torch.Generator().manual_seed(seed + r) for r in range(3)])
-                     for seed in range(20)])
+        runs.append(
+            [
+                impl.rejection_sample(
+                    logits.clone(),
+                    [list(d) for d in drafts],
+                    params,
+                    [torch.Generator().manual_seed(seed + r) for r in range(3)],
+                )
+                for seed in range(20)
+            ]
+        )
     if runs[0] != runs[1]:
         first, then = next((a, b) for a, b in zip(*runs) if a != b)
         raise AssertionError(
             "three sampled requests (drafts [1, 2, 3], [4, 5], none) verified 20 times with generators seeded 0..22, "
             "once after torch.manual_seed(0) and once after torch.manual_seed(1), gave different tokens: every random "
             "number of request r must come from generators[r] (torch.rand((), generator=gen), draw(probs, gen)), so "
-            f"that a seeded request is reproducible; the same seeds gave {first}, then {then}")
+            f"that a seeded request is reproducible; the same seeds gave {first}, then {then}"
+        )
 
 
 def check_drafts_accepted_independently(impl):
@@ -201,7 +288,8 @@ def check_drafts_accepted_independently(impl):
     assert abs(both - 0.25) < 5 * math.sqrt(0.25 * 0.75 / n) + 0.005, (
         f"{n} verify steps of one request, drafts [0, 0], every row's p = [0.5, 0.5]: the first draft is accepted "
         f"with probability 0.5 and then the second, independently, with 0.5, so both a quarter of the time; yours "
-        f"{both:.3f} (a new u = torch.rand((), generator=gen) for every draft, not one per request)")
+        f"{both:.3f} (a new u = torch.rand((), generator=gen) for every draft, not one per request)"
+    )
 
 
 def check_sampled_rules(impl):
@@ -213,8 +301,12 @@ def check_sampled_rules(impl):
         lengths = [rng.randrange(0, 4) for _ in range(rng.randrange(1, 4))]
         logits = torch.randn(sum(lengths) + len(lengths), vocab, generator=gen) * 2
         drafts = [[rng.randrange(vocab) for _ in range(n)] for n in lengths]
-        got = impl.rejection_sample(logits.clone(), [list(d) for d in drafts], [params] * len(drafts),
-                                    [torch.Generator().manual_seed(case)] * len(drafts))
+        got = impl.rejection_sample(
+            logits.clone(),
+            [list(d) for d in drafts],
+            [params] * len(drafts),
+            [torch.Generator().manual_seed(case)] * len(drafts),
+        )
         where = f"case {case}: {describe(params)}, drafts {drafts}"
         assert isinstance(got, list) and len(got) == len(drafts), f"{where}: one list of tokens per request, got {got}"
         row = 0
@@ -222,17 +314,20 @@ def check_sampled_rules(impl):
             assert 1 <= len(out) <= len(d) + 1, f"{where}: request {r} emits 1 to {len(d) + 1} tokens, yours {out}"
             accepted = len(out) - 1
             assert out[:accepted] == d[:accepted], (
-                f"{where}: request {r}'s output is an accepted prefix of its drafts then one token; yours {out}")
+                f"{where}: request {r}'s output is an accepted prefix of its drafts then one token; yours {out}"
+            )
             for i, token in enumerate(out):
                 p = target_probs(logits[row + i], params)
                 assert float(p[token]) > 0, (
                     f"{where}: request {r} emits {token} at position {i}, which has probability 0 under row "
                     f"{row + i}'s tempered, top-k/top-p filtered distribution (a draft of probability 0 is never "
-                    f"accepted, and the token drawn after is drawn from that distribution); yours {out}")
+                    f"accepted, and the token drawn after is drawn from that distribution); yours {out}"
+                )
             if accepted < len(d):
                 assert out[-1] != d[accepted], (
                     f"{where}: request {r} rejected draft {d[accepted]} at position {accepted} yet emitted it there: on "
-                    f"a rejection the token is drawn from max(0, p - q) renormalized, p without the draft; yours {out}")
+                    f"a rejection the token is drawn from max(0, p - q) renormalized, p without the draft; yours {out}"
+                )
             row += len(d) + 1
     # A draft of probability 1 (top_k = 1 keeps only the argmax) is always accepted.
     logits = torch.randn(4, 8, generator=gen)
@@ -240,8 +335,10 @@ def check_sampled_rules(impl):
     one = SamplingParams(temperature=1.0, top_k=1)
     for seed in range(50):
         got = impl.rejection_sample(logits.clone(), [best[:3]], [one], [torch.Generator().manual_seed(seed)])
-        assert got == [best], (f"top_k = 1 gives each row's argmax probability 1: the drafts {best[:3]} (the argmax of "
-                               f"rows 0..2) are always accepted, then the bonus {best[3]}; yours {got}")
+        assert got == [best], (
+            f"top_k = 1 gives each row's argmax probability 1: the drafts {best[:3]} (the argmax of "
+            f"rows 0..2) are always accepted, then the bonus {best[3]}; yours {got}"
+        )
 
 
 def within_noise(counts: Counter, probs: torch.Tensor, n: int) -> list[str]:
@@ -271,13 +368,15 @@ def check_sampled_distribution(impl):
                 f"{describe(params)}, draft {draft} (probability {float(p0[draft]):.3f}), {n} verify steps of one "
                 f"request, row 0's logits {[round(x, 2) for x in logits[0].tolist()]}: the first token emitted must "
                 f"be distributed as row 0's filtered softmax p (accept the draft with probability p(draft), else draw "
-                f"from p without the draft); off by more than sampling noise: {'; '.join(far)}")
+                f"from p without the draft); off by more than sampling noise: {'; '.join(far)}"
+            )
             bonus = [run[1] for run in runs if len(run) == 2]
             if len(bonus) > 1000:
                 far = within_noise(Counter(bonus), target_probs(logits[1], params), len(bonus))
                 assert not far, (
                     f"{describe(params)}, draft {draft}: after the draft is accepted the bonus token is drawn from the "
-                    f"next row's (row 1's) filtered softmax; off by more than sampling noise: {'; '.join(far)}")
+                    f"next row's (row 1's) filtered softmax; off by more than sampling noise: {'; '.join(far)}"
+                )
 
 
 # ---- 13.4 and 13.5: the scheduler's speculative pieces ---------------------------------------------------------
@@ -297,8 +396,13 @@ def new_scheduler(impl, task, **cfg):
 
 def decoding(s, rid="a", prompt=(1, 2, 3, 4, 5), max_tokens=20, eos=0, ignore_eos=False):
     """A request past its prefill with one sampled token (9): num_computed_tokens = num_tokens - 1."""
-    request = Request(rid, list(prompt), sampling_params=SamplingParams(max_tokens=max_tokens, ignore_eos=ignore_eos),
-                      eos_token_id=eos, block_hasher=get_request_block_hasher(BS))
+    request = Request(
+        rid,
+        list(prompt),
+        sampling_params=SamplingParams(max_tokens=max_tokens, ignore_eos=ignore_eos),
+        eos_token_id=eos,
+        block_hasher=get_request_block_hasher(BS),
+    )
     s.add_request(request)
     request.status = RequestStatus.RUNNING
     request.append_output_token_ids(9)
@@ -328,29 +432,37 @@ def check_scheduled_drafts_examples(impl):
     scheduled = {"a": 4, "b": 3, "c": 1, "p": 4}
     got = s.scheduled_spec_decode_tokens(dict(scheduled))
     expected = {"a": [7, 7, 7], "b": [6, 6]}
-    setup = ("requests a, b, c, d decoding (num_computed_tokens = num_tokens - 1) with drafts [7, 7, 7, 7, 7], [6, 6], "
-             "[5, 5, 5], [4, 4], and a 10-token prompt p at 4 computed tokens with drafts [3, 3]; scheduled "
-             f"{scheduled}")
+    setup = (
+        "requests a, b, c, d decoding (num_computed_tokens = num_tokens - 1) with drafts [7, 7, 7, 7, 7], [6, 6], "
+        "[5, 5, 5], [4, 4], and a 10-token prompt p at 4 computed tokens with drafts [3, 3]; scheduled "
+        f"{scheduled}"
+    )
     assert isinstance(got, dict) and got == expected, (
         f"{setup}: a request verifies the drafts among its scheduled tokens past num_tokens (a: 4 - 1 = 3 of its 5; "
-        f"b: both; c: none, so no entry; a prompt chunk: none): expected {expected}, yours {got}")
+        f"b: both; c: none, so no entry; a prompt chunk: none): expected {expected}, yours {got}"
+    )
     cleared = {r.request_id: r.spec_token_ids for r in (a, b, c, prompt)}
     assert all(v == [] for v in cleared.values()), (
         f"{setup}: every scheduled request's drafts are used up (spec_token_ids = []), verified or not: the engine "
-        f"proposes anew after the step; yours leaves {cleared}")
+        f"proposes anew after the step; yours leaves {cleared}"
+    )
     assert d.spec_token_ids == [4, 4], (
-        f"{setup}: request d was not scheduled, so its drafts stay for a later step: [4, 4], yours {d.spec_token_ids}")
+        f"{setup}: request d was not scheduled, so its drafts stay for a later step: [4, 4], yours {d.spec_token_ids}"
+    )
 
     # Through schedule(): a budget of 6 tokens cuts request a's 8 drafts to 5.
     s = new_scheduler(impl, "13.4", max_num_batched_tokens=6)
-    a = Request("a", [1, 2, 3, 4, 5], sampling_params=SamplingParams(max_tokens=20), block_hasher=get_request_block_hasher(BS))
+    a = Request(
+        "a", [1, 2, 3, 4, 5], sampling_params=SamplingParams(max_tokens=20), block_hasher=get_request_block_hasher(BS)
+    )
     s.add_request(a)
     s.update_from_output(s.schedule(), ModelRunnerOutput({"a": [9]}))
     s.update_draft_token_ids({"a": [7] * 8})
     so = s.schedule()
     assert so.scheduled_spec_decode_tokens == {"a": [7] * 5}, (
         f"a decoding request with 8 drafts and a budget of 6 tokens: the step schedules its last token and 5 drafts, "
-        f"and verifies those 5: expected {{'a': [7, 7, 7, 7, 7]}}, yours {so.scheduled_spec_decode_tokens}")
+        f"and verifies those 5: expected {{'a': [7, 7, 7, 7, 7]}}, yours {so.scheduled_spec_decode_tokens}"
+    )
     assert a.spec_token_ids == [], f"the scheduled request's drafts are used up; yours leaves {a.spec_token_ids}"
 
 
@@ -359,16 +471,29 @@ def replay(impl, task, workload):
     yours = scheduler_for(impl, task)
 
     def build(mine: bool) -> Scheduler:
-        return (yours if mine else Scheduler)(scheduler_config(cfg), KVCacheManager(BS, cfg["num_blocks"], cfg["caching"]))
+        return (yours if mine else Scheduler)(
+            scheduler_config(cfg), KVCacheManager(BS, cfg["num_blocks"], cfg["caching"])
+        )
 
     mine = "scheduled_spec_decode_tokens" if task == "13.4" else "_update_request_with_output"
-    replay_workload(build, cfg, ops, BS, f"{cfg['num_blocks'] - 1} usable blocks of {BS} tokens; your {mine} "
-                                         f"with the engine's {ENGINE_PIECE[task]}")
+    replay_workload(
+        build,
+        cfg,
+        ops,
+        BS,
+        f"{cfg['num_blocks'] - 1} usable blocks of {BS} tokens; your {mine} with the engine's {ENGINE_PIECE[task]}",
+    )
 
 
 def replay_with_drafts(impl, task):
-    @settings(max_examples=300, deadline=None, database=None, derandomize=True, report_multiple_bugs=False,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=300,
+        deadline=None,
+        database=None,
+        derandomize=True,
+        report_multiple_bugs=False,
+        suppress_health_check=list(HealthCheck),
+    )
     @given(workload=scheduler_workloads(num_speculative_tokens=st.sampled_from([1, 2, 4])))
     def matches(workload):
         replay(impl, task, workload)
@@ -392,13 +517,31 @@ UPDATE_EXAMPLES = [  # (drafts, tokens emitted, request kwargs, output added, st
     ([7, 8, 9], [7, 6], {}, [7, 6], None, "1 of 3 drafts accepted, then the recovered token: 2 drafts rolled back"),
     ([7, 8, 9], [6], {}, [6], None, "no draft accepted: all 3 rolled back"),
     ([], [4], {}, [4], None, "a plain decode step (no drafts): nothing rolled back"),
-    ([5, 0, 5], [5, 0, 5, 4], {}, [5, 0], RequestStatus.FINISHED_STOPPED,
-     "EOS (0) is the second token: the request stops there and the tokens after it are dropped"),
+    (
+        [5, 0, 5],
+        [5, 0, 5, 4],
+        {},
+        [5, 0],
+        RequestStatus.FINISHED_STOPPED,
+        "EOS (0) is the second token: the request stops there and the tokens after it are dropped",
+    ),
     ([5, 0, 5], [5, 0, 5, 4], {"ignore_eos": True}, [5, 0, 5, 4], None, "ignore_eos: EOS does not stop the request"),
-    ([5, 5], [5, 5, 5], {"max_tokens": 3}, [5, 5], RequestStatus.FINISHED_LENGTH_CAPPED,
-     "max_tokens 3 with 1 output token: the request stops after 2 more, the third is dropped"),
-    ([5, 5, 5], [5, 5, 5, 5], {"max_model_len": 8}, [5, 5], RequestStatus.FINISHED_LENGTH_CAPPED,
-     "max_model_len 8 and 6 tokens: the request stops at 8 tokens, the rest are dropped"),
+    (
+        [5, 5],
+        [5, 5, 5],
+        {"max_tokens": 3},
+        [5, 5],
+        RequestStatus.FINISHED_LENGTH_CAPPED,
+        "max_tokens 3 with 1 output token: the request stops after 2 more, the third is dropped",
+    ),
+    (
+        [5, 5, 5],
+        [5, 5, 5, 5],
+        {"max_model_len": 8},
+        [5, 5],
+        RequestStatus.FINISHED_LENGTH_CAPPED,
+        "max_model_len 8 and 6 tokens: the request stops at 8 tokens, the rest are dropped",
+    ),
     ([0, 5], [6], {}, [6], None, "a rejected draft that was EOS is no stop: only emitted tokens are checked"),
 ]
 
@@ -414,25 +557,32 @@ def test_update_request_with_output(impl):
 def check_update_examples(impl):
     for drafts, new, kw, added, status, rule in UPDATE_EXAMPLES:
         request, got, before = verify_step(impl, drafts, new, **kw)
-        where = (f"{rule} (a request of 5 prompt tokens and output {before}, num_computed_tokens 5 before the step and "
-                 f"{5 + 1 + len(drafts)} on entry, having verified drafts {drafts}, then given the tokens {new}"
-                 f"{', ' + str(kw) if kw else ''})")
-        assert request.output_token_ids == before + added, \
+        where = (
+            f"{rule} (a request of 5 prompt tokens and output {before}, num_computed_tokens 5 before the step and "
+            f"{5 + 1 + len(drafts)} on entry, having verified drafts {drafts}, then given the tokens {new}"
+            f"{', ' + str(kw) if kw else ''})"
+        )
+        assert request.output_token_ids == before + added, (
             f"{where}: its output becomes {before + added}, yours {request.output_token_ids}"
+        )
         assert got == status, f"{where}: returns {status}, yours {got}"
         assert request.num_computed_tokens == request.num_tokens - 1, (
             f"{where}: num_computed_tokens covers every token but the last, whose KV the next step computes "
             f"({request.num_tokens - 1}), so the rejected drafts' slots (and those of tokens dropped at a stop) are "
-            f"given back; yours {request.num_computed_tokens}")
-
-
+            f"given back; yours {request.num_computed_tokens}"
+        )
 
 
 # ---- 13.6: in the engine --------------------------------------------------------------------------------------
 TINY = LlamaForCausalLM.random(LlamaConfig.tiny(vocab_size=16), seed=0, std=0.2)
 SPEC = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 3}
-PROMPTS = [[3, 4, 5, 6] * 4, [3, 4, 5, 6] * 3 + [7, 8], [7, 8, 7, 8, 9] * 3, [10, 11, 12, 10, 11] * 2 + [13],
-           [3, 4, 5, 6] * 4]
+PROMPTS = [
+    [3, 4, 5, 6] * 4,
+    [3, 4, 5, 6] * 3 + [7, 8],
+    [7, 8, 7, 8, 9] * 3,
+    [10, 11, 12, 10, 11] * 2 + [13],
+    [3, 4, 5, 6] * 4,
+]
 
 
 def check_cached_blocks(engine, hasher, step):
@@ -444,27 +594,40 @@ def check_cached_blocks(engine, hasher, step):
         num_cached = manager.num_cached_block[req_id]
         assert num_cached * BS <= request.num_tokens, (
             f"step {step}: request {req_id} has {num_cached} cached blocks ({num_cached * BS} tokens) but only "
-            f"{request.num_tokens} verified tokens: a block holding a draft was cached")
+            f"{request.num_tokens} verified tokens: a block holding a draft was cached"
+        )
         verified = Request("check", request.all_token_ids, block_hasher=hasher).block_hashes
         for i, block in enumerate(manager.req_to_blocks[req_id][:num_cached]):
             assert block.block_hash is None or block.block_hash == make_block_hash_with_group_id(verified[i], 0), (
                 f"step {step}: request {req_id}'s cached block {i} does not hold the hash of its verified tokens "
-                f"{request.all_token_ids[i * BS:(i + 1) * BS]}: it was cached with a token that is not the request's")
+                f"{request.all_token_ids[i * BS : (i + 1) * BS]}: it was cached with a token that is not the request's"
+            )
         assert request.num_computed_tokens < request.num_tokens, (
             f"step {step}: request {req_id} has num_computed_tokens {request.num_computed_tokens} but "
             f"{request.num_tokens} verified tokens: after a step it covers every token but the last, rejected "
-            f"drafts rolled back")
+            f"drafts rolled back"
+        )
 
 
 def serve(seams, spec, **kwargs):
     """Greedy tokens of PROMPTS, twice (the second time with prefix hits), checking the cached blocks every step."""
-    llm = LLM(TINY, block_size=BS, num_gpu_blocks_override=48, max_num_seqs=4, progress=False,
-              speculative_config=spec, **seams, **kwargs)
+    llm = LLM(
+        TINY,
+        block_size=BS,
+        num_gpu_blocks_override=48,
+        max_num_seqs=4,
+        progress=False,
+        speculative_config=spec,
+        **seams,
+        **kwargs,
+    )
     engine, hasher = llm.engine, get_request_block_hasher(BS)
     outputs, step = [], 0
     for _ in range(2):
-        ids = [engine.add_request(p, SamplingParams(temperature=0, max_tokens=16 + 3 * i, ignore_eos=True))
-               for i, p in enumerate(PROMPTS)]
+        ids = [
+            engine.add_request(p, SamplingParams(temperature=0, max_tokens=16 + 3 * i, ignore_eos=True))
+            for i, p in enumerate(PROMPTS)
+        ]
         done = {}
         while engine.has_unfinished_requests():
             step += 1
@@ -476,20 +639,26 @@ def serve(seams, spec, **kwargs):
                 raise AssertionError(
                     f"with {kwargs or 'a roomy budget'}, step {step}: the engine raised {type(error).__name__}: {error} "
                     f"(a verify step gets len(drafts) + 1 rows of logits per request, the drafts your "
-                    f"scheduled_spec_decode_tokens returned: are they cut to the tokens scheduled?)") from error
+                    f"scheduled_spec_decode_tokens returned: are they cut to the tokens scheduled?)"
+                ) from error
             done.update((o.request_id, o.outputs[0].token_ids) for o in outs)
             check_cached_blocks(engine, hasher, step)
         outputs.append([done[r] for r in ids])
     pool = engine.kv_cache_manager.block_pool
     assert pool.get_num_free_blocks() == pool.num_gpu_blocks - 1, (
         f"with {kwargs or 'a roomy budget'}: every block is back in the pool once every request has finished "
-        f"({pool.num_gpu_blocks - 1} free), yours leaves {pool.get_num_free_blocks()}")
+        f"({pool.num_gpu_blocks - 1} free), yours leaves {pool.get_num_free_blocks()}"
+    )
     return outputs, llm.get_stats()
 
 
 @pytest.mark.task("13.6", "in the engine: the tokens of speculation off, no rejected draft cached, no leak")
 def test_your_parts_serve_with_speculation(impl):
-    seams = dict(proposer_cls=impl.NgramProposer, rejection_sampler=impl.rejection_sample, scheduler_cls=impl.Scheduler)
+    seams = {
+        "proposer_cls": impl.NgramProposer,
+        "rejection_sampler": impl.rejection_sample,
+        "scheduler_cls": impl.Scheduler,
+    }
     plain, _ = serve({}, None)
     for kwargs in ({}, {"max_num_batched_tokens": 6}):  # a roomy budget, then chunked prompts and drafts cut
         got, stats = serve(seams, SPEC, **kwargs)
@@ -497,8 +666,10 @@ def test_your_parts_serve_with_speculation(impl):
             for i, (m, w) in enumerate(zip(mine, want)):
                 assert m == w, (
                     f"with {kwargs or 'a roomy budget'}, {'the first run' if run == 0 else 'the second run (prefix hits)'}, "
-                    f"prompt {PROMPTS[i]}: greedy tokens with speculation must equal those without, {w}; yours {m}")
+                    f"prompt {PROMPTS[i]}: greedy tokens with speculation must equal those without, {w}; yours {m}"
+                )
         assert 0 < stats.num_accepted_tokens < stats.num_draft_tokens, (
             f"with {kwargs or 'a roomy budget'}: these repetitive prompts give drafts, some accepted and some rejected "
             f"(the engine's own parts accept part of them); yours: {stats.num_draft_tokens} drafts, "
-            f"{stats.num_accepted_tokens} accepted")
+            f"{stats.num_accepted_tokens} accepted"
+        )

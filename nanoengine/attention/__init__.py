@@ -22,8 +22,8 @@ class AttentionContext(Protocol):
     def __call__(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor: ...
 
 
-from nanoengine.attention.backend import AttentionBackend, AttentionMetadata, TorchBackend  # noqa: E402
-from nanoengine.attention.contiguous import ContiguousKVCache  # noqa: E402
+from nanoengine.attention.backend import AttentionBackend, AttentionMetadata, TorchBackend
+from nanoengine.attention.contiguous import ContiguousKVCache
 
 BACKENDS = ("torch", "triton")
 
@@ -49,5 +49,12 @@ def get_backend(name: str) -> AttentionBackend:
     raise ValueError(f"Unknown attention_backend {name!r}; choose one of {BACKENDS}.")
 
 
-__all__ = ["AttentionBackend", "AttentionContext", "AttentionMetadata", "ContiguousKVCache", "TorchBackend", "get_backend",
-           "triton_available"]
+__all__ = [
+    "AttentionBackend",
+    "AttentionContext",
+    "AttentionMetadata",
+    "ContiguousKVCache",
+    "TorchBackend",
+    "get_backend",
+    "triton_available",
+]

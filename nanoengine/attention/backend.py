@@ -58,8 +58,14 @@ class AttentionBackend(Protocol):
         """Write k, v ([T, Hkv, D]) into the caches at slot_mapping ([T]); skip slots of -1."""
 
     def decode(
-        self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-        block_tables: torch.Tensor, seq_lens: torch.Tensor, scale: float, num_common_prefix_blocks: int = 0,
+        self,
+        q: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        block_tables: torch.Tensor,
+        seq_lens: torch.Tensor,
+        scale: float,
+        num_common_prefix_blocks: int = 0,
         **sliding_window: int,
     ) -> torch.Tensor:
         """One query per request: q [B, Hq, D] attends to all seq_lens[b] cached tokens -> [B, Hq, D]
@@ -67,8 +73,15 @@ class AttentionBackend(Protocol):
         leading blocks are the same for every request."""
 
     def prefill(
-        self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
-        query_start_loc: torch.Tensor, seq_lens: torch.Tensor, max_query_len: int, scale: float,
+        self,
+        q: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        block_tables: torch.Tensor,
+        query_start_loc: torch.Tensor,
+        seq_lens: torch.Tensor,
+        max_query_len: int,
+        scale: float,
         **sliding_window: int,
     ) -> torch.Tensor:
         """Chunks of new tokens (already stored) attend causally to their cached prefix and to
@@ -99,12 +112,15 @@ class KernelBackend:
 
 def _full_attention_only(name: str, window: dict) -> None:
     if window:
-        raise ValueError(f"The {name} kernels serve full attention only, and this model has sliding-window layers: "
-                         "serve it with attention_backend='torch' or 'triton'.")
+        raise ValueError(
+            f"The {name} kernels serve full attention only, and this model has sliding-window layers: "
+            "serve it with attention_backend='torch' or 'triton'."
+        )
 
 
-def decode_step_bytes(seq_lens: list[int], num_heads: int, num_kv_heads: int, head_dim: int, elt: int,
-                      table_width: int) -> int:
+def decode_step_bytes(
+    seq_lens: list[int], num_heads: int, num_kv_heads: int, head_dim: int, elt: int, table_width: int
+) -> int:
     """Bytes one decode step must move: K and V of every context token, q in and o out, the int32
     block tables and seq_lens. bench/attention.py divides this by the measured time to report bandwidth."""
     batch = len(seq_lens)
@@ -134,8 +150,9 @@ class TorchBackend:
         k_cache.view(-1, *k_cache.shape[2:])[slots] = k[valid].to(k_cache.dtype)
         v_cache.view(-1, *v_cache.shape[2:])[slots] = v[valid].to(v_cache.dtype)
 
-    def decode(self, q, k_cache, v_cache, block_tables, seq_lens, scale, num_common_prefix_blocks=0,
-               sliding_window=None):
+    def decode(
+        self, q, k_cache, v_cache, block_tables, seq_lens, scale, num_common_prefix_blocks=0, sliding_window=None
+    ):
         if sliding_window is None and num_common_prefix_blocks and q.shape[0] > 1:
             return self._cascade_decode(q, k_cache, v_cache, block_tables, seq_lens, scale, num_common_prefix_blocks)
         keys, values, mask = gather_padded(k_cache, v_cache, block_tables, seq_lens)
@@ -166,8 +183,9 @@ class TorchBackend:
         out = o1 * (lse1 - lse).exp()[..., None] + o2 * (lse2 - lse).exp()[..., None]
         return out.reshape(b, hq, d).to(q.dtype)
 
-    def prefill(self, q, k_cache, v_cache, block_tables, query_start_loc, seq_lens, max_query_len, scale,
-                sliding_window=None):
+    def prefill(
+        self, q, k_cache, v_cache, block_tables, query_start_loc, seq_lens, max_query_len, scale, sliding_window=None
+    ):
         out = torch.empty_like(q)
         starts = query_start_loc.tolist()
         for i, seq_len in enumerate(seq_lens.tolist()):

@@ -42,8 +42,9 @@ class ContiguousKVCache:
         window = self.windows[layer_idx]
         mask = None if t == 1 and window is None else causal_mask(t, start + t, window, q.device)
         causal = mask is None and t > 1  # no cached prefix: the top-left causal mask is the same one
-        out = F.scaled_dot_product_attention(q.transpose(0, 1), keys, values, attn_mask=mask, is_causal=causal,
-                                             enable_gqa=True)
+        out = F.scaled_dot_product_attention(
+            q.transpose(0, 1), keys, values, attn_mask=mask, is_causal=causal, enable_gqa=True
+        )
         return out.transpose(0, 1)
 
     def advance(self, num_new_tokens: int) -> None:

@@ -22,8 +22,16 @@ class PagedKVCache:
     each with that group's block tables and slot mapping; `metadata` is group 0's.
     """
 
-    def __init__(self, config: LlamaConfig, num_blocks: int, block_size: int, backend: AttentionBackend,
-                 device="cpu", dtype=torch.float32, groups: list[KVCacheGroupSpec] | None = None):
+    def __init__(
+        self,
+        config: LlamaConfig,
+        num_blocks: int,
+        block_size: int,
+        backend: AttentionBackend,
+        device="cpu",
+        dtype=torch.float32,
+        groups: list[KVCacheGroupSpec] | None = None,
+    ):
         self.groups = groups or kv_cache_groups(config)
         shape = (num_blocks, block_size, config.num_key_value_heads, config.head_dim)
         num_slots = num_layer_slots(self.groups)
@@ -36,10 +44,12 @@ class PagedKVCache:
                 self.layer_group[layer], self.layer_slot[layer] = group_id, slot
         self.num_blocks, self.block_size = num_blocks, block_size
         self.backend = backend
-        self.scale = config.head_dim ** -0.5
+        self.scale = config.head_dim**-0.5
         # Only sliding layers pass a window, so a full-attention backend needs no such argument.
-        self.windows = [{} if config.window(i) is None else {"sliding_window": config.window(i)}
-                        for i in range(config.num_hidden_layers)]
+        self.windows = [
+            {} if config.window(i) is None else {"sliding_window": config.window(i)}
+            for i in range(config.num_hidden_layers)
+        ]
         self.group_metadata: list[AttentionMetadata] = []
 
     @property
@@ -64,17 +74,20 @@ class PagedKVCache:
         if nd:
             out[:nd] = be.decode(q[:nd], kc, vc, md.block_tables[:nd], md.seq_lens[:nd], self.scale, shared, **window)
         qsl = md.query_start_loc[nd:] - nd
-        out[nd:] = be.prefill(q[nd:], kc, vc, md.block_tables[nd:], qsl, md.seq_lens[nd:], md.max_query_len,
-                              self.scale, **window)
+        out[nd:] = be.prefill(
+            q[nd:], kc, vc, md.block_tables[nd:], qsl, md.seq_lens[nd:], md.max_query_len, self.scale, **window
+        )
         return out
 
     @staticmethod
-    def bytes_per_block(config: LlamaConfig, block_size: int, dtype: torch.dtype,
-                        groups: list[KVCacheGroupSpec] | None = None) -> int:
+    def bytes_per_block(
+        config: LlamaConfig, block_size: int, dtype: torch.dtype, groups: list[KVCacheGroupSpec] | None = None
+    ) -> int:
         """One block id's memory: block_size tokens in every layer slot (all layers, for one group).
         groups: the model's KV cache groups, where the caller has them already."""
-        per_token_per_layer = config.kv_bytes_per_token(torch.empty((), dtype=dtype).element_size()) // \
-            config.num_hidden_layers
+        per_token_per_layer = (
+            config.kv_bytes_per_token(torch.empty((), dtype=dtype).element_size()) // config.num_hidden_layers
+        )
         return block_size * num_layer_slots(groups or kv_cache_groups(config)) * per_token_per_layer
 
 

@@ -55,7 +55,7 @@ def _release(v: str) -> tuple[int, ...]:
 
 _ensure_runnable()
 
-from nanoengine.attention.triton_kernels import paged_decode, paged_prefill, store_kvcache  # noqa: E402
+from nanoengine.attention.triton_kernels import paged_decode, paged_prefill, store_kvcache
 
 
 class TritonBackend:
@@ -75,13 +75,32 @@ class TritonBackend:
     def store_kvcache(self, k, v, k_cache, v_cache, slot_mapping):
         store_kvcache(k, v, k_cache, v_cache, slot_mapping)
 
-    def decode(self, q, k_cache, v_cache, block_tables, seq_lens, scale, num_common_prefix_blocks=0,
-               sliding_window=None):
+    def decode(
+        self, q, k_cache, v_cache, block_tables, seq_lens, scale, num_common_prefix_blocks=0, sliding_window=None
+    ):
         # The kernel reads each request's blocks in place, so a shared prefix needs no special path.
-        return paged_decode(q, k_cache, v_cache, block_tables, seq_lens, scale, num_splits=self.decode_splits,
-                            sliding_window=sliding_window)
+        return paged_decode(
+            q,
+            k_cache,
+            v_cache,
+            block_tables,
+            seq_lens,
+            scale,
+            num_splits=self.decode_splits,
+            sliding_window=sliding_window,
+        )
 
-    def prefill(self, q, k_cache, v_cache, block_tables, query_start_loc, seq_lens, max_query_len, scale,
-                sliding_window=None):
-        return paged_prefill(q, k_cache, v_cache, block_tables, query_start_loc, seq_lens, max_query_len, scale,
-                             sliding_window=sliding_window)
+    def prefill(
+        self, q, k_cache, v_cache, block_tables, query_start_loc, seq_lens, max_query_len, scale, sliding_window=None
+    ):
+        return paged_prefill(
+            q,
+            k_cache,
+            v_cache,
+            block_tables,
+            query_start_loc,
+            seq_lens,
+            max_query_len,
+            scale,
+            sliding_window=sliding_window,
+        )

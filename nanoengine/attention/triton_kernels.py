@@ -54,11 +54,25 @@ MAX_SPLITS = 32
 
 @triton.jit
 def _store_kernel(
-    k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, slot_ptr,
-    s_kt, s_kh, s_vt, s_vh,
-    s_kcb, s_kct, s_kch, s_vcb, s_vct, s_vch,
+    k_ptr,
+    v_ptr,
+    k_cache_ptr,
+    v_cache_ptr,
+    slot_ptr,
+    s_kt,
+    s_kh,
+    s_vt,
+    s_vh,
+    s_kcb,
+    s_kct,
+    s_kch,
+    s_vcb,
+    s_vct,
+    s_vch,
     num_kv_heads,
-    HEADS_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
+    HEADS_PAD: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
 ):
     """One program per new token: copy its K and V rows ([Hkv, D]) to the slot; slot -1 is skipped."""
     t = tl.program_id(0).to(tl.int64)
@@ -90,8 +104,9 @@ def _row_ptrs(base, rows, HEAD_DIM: tl.constexpr):
 
 
 @triton.jit
-def _load_kv_tile(cache_ptr, table_ptr, n, n_mask, kv_head, s_b, s_t, s_h, HEAD_DIM: tl.constexpr,
-                  BLOCK_SIZE: tl.constexpr):
+def _load_kv_tile(
+    cache_ptr, table_ptr, n, n_mask, kv_head, s_b, s_t, s_h, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr
+):
     """K or V rows of token positions n ([BLOCK_N]) of one request: a [BLOCK_N, HEAD_DIM] tile.
 
     A tile may span several cache blocks; each token looks up its own block id. Masked tokens read
@@ -121,12 +136,37 @@ def _online_softmax_step(q, k, v, mask, m_i, l_i, acc, qk_scale, DOT_PRECISION: 
 
 @triton.jit
 def _decode_kernel(
-    q_ptr, k_cache_ptr, v_cache_ptr, table_ptr, seq_lens_ptr, out_ptr, part_m_ptr, part_l_ptr,
-    qk_scale, tokens_per_split, window,
-    s_qb, s_qh, s_ob, s_oh, s_ps, s_bt,
-    s_kb, s_kt, s_kh, s_vb, s_vt, s_vh,
-    GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
-    BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, SLIDING: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    q_ptr,
+    k_cache_ptr,
+    v_cache_ptr,
+    table_ptr,
+    seq_lens_ptr,
+    out_ptr,
+    part_m_ptr,
+    part_l_ptr,
+    qk_scale,
+    tokens_per_split,
+    window,
+    s_qb,
+    s_qh,
+    s_ob,
+    s_oh,
+    s_ps,
+    s_bt,
+    s_kb,
+    s_kt,
+    s_kh,
+    s_vb,
+    s_vt,
+    s_vh,
+    GROUP: tl.constexpr,
+    GROUP_PAD: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    SPLIT: tl.constexpr,
+    SLIDING: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
 ):
     """Program (seq, kv_head, split): all GROUP query heads of one KV head over one range of tokens.
 
@@ -182,8 +222,15 @@ def _decode_kernel(
 
 @triton.jit
 def _reduce_splits_kernel(
-    part_acc_ptr, part_m_ptr, part_l_ptr, out_ptr, num_splits, s_ob, s_oh,
-    HEAD_DIM: tl.constexpr, SPLITS_PAD: tl.constexpr,
+    part_acc_ptr,
+    part_m_ptr,
+    part_l_ptr,
+    out_ptr,
+    num_splits,
+    s_ob,
+    s_oh,
+    HEAD_DIM: tl.constexpr,
+    SPLITS_PAD: tl.constexpr,
 ):
     """Program (seq, q_head): merge the split partials, rescaling each by exp2(m_split - m_max).
 
@@ -209,11 +256,33 @@ def _reduce_splits_kernel(
 
 @triton.jit
 def _prefill_kernel(
-    q_ptr, k_cache_ptr, v_cache_ptr, table_ptr, query_start_loc_ptr, seq_lens_ptr, out_ptr, qk_scale, window,
-    s_qt, s_qh, s_ot, s_oh, s_bt,
-    s_kb, s_kt, s_kh, s_vb, s_vt, s_vh,
-    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SLIDING: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    q_ptr,
+    k_cache_ptr,
+    v_cache_ptr,
+    table_ptr,
+    query_start_loc_ptr,
+    seq_lens_ptr,
+    out_ptr,
+    qk_scale,
+    window,
+    s_qt,
+    s_qh,
+    s_ot,
+    s_oh,
+    s_bt,
+    s_kb,
+    s_kt,
+    s_kh,
+    s_vb,
+    s_vt,
+    s_vh,
+    GROUP: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    SLIDING: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
 ):
     """Program (request, query tile, q_head): BLOCK_M new tokens attend causally over the cache.
 
@@ -260,8 +329,11 @@ def _prefill_kernel(
         m_i, l_i, acc = _online_softmax_step(q, k, v, causal, m_i, l_i, acc, qk_scale, DOT_PRECISION)
 
     out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
-    tl.store(_row_ptrs(out_ptr, tokens * s_ot + head * s_oh, HEAD_DIM),
-             out.to(out_ptr.dtype.element_ty), mask=i_mask[:, None])
+    tl.store(
+        _row_ptrs(out_ptr, tokens * s_ot + head * s_oh, HEAD_DIM),
+        out.to(out_ptr.dtype.element_ty),
+        mask=i_mask[:, None],
+    )
 
 
 def prefill_num_warps(head_dim: int) -> int:
@@ -307,8 +379,9 @@ def _rows_aligned(x: torch.Tensor) -> bool:
 
 
 def _check_cache(k_cache: torch.Tensor, v_cache: torch.Tensor) -> None:
-    assert k_cache.shape == v_cache.shape and _rows_aligned(k_cache) and _rows_aligned(v_cache), \
+    assert k_cache.shape == v_cache.shape and _rows_aligned(k_cache) and _rows_aligned(v_cache), (
         "caches need a contiguous last dim and 16-byte aligned rows"
+    )
     block_size, head_dim = k_cache.shape[1], k_cache.shape[3]
     assert is_pow2(block_size, 8), "block_size must be a power of two >= 8"
     assert is_pow2(head_dim, 16), "head_dim must be a power of two >= 16"
@@ -318,8 +391,9 @@ def _aligned(x: torch.Tensor) -> torch.Tensor:
     return x if _rows_aligned(x) else x.clone(memory_format=torch.contiguous_format)
 
 
-def store_kvcache(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                  slot_mapping: torch.Tensor) -> None:
+def store_kvcache(
+    k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slot_mapping: torch.Tensor
+) -> None:
     """Write k, v ([T, Hkv, D]) at flat slots slot_mapping ([T]) of the caches; slots of -1 are skipped."""
     _check_cache(k_cache, v_cache)
     num_tokens, num_kv_heads, head_dim = k.shape
@@ -327,11 +401,21 @@ def store_kvcache(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cac
         return
     k, v = _aligned(k), _aligned(v)
     _store_kernel[(num_tokens,)](
-        k, v, k_cache, v_cache, slot_mapping,
-        k.stride(0), k.stride(1), v.stride(0), v.stride(1),
-        *k_cache.stride()[:3], *v_cache.stride()[:3],
+        k,
+        v,
+        k_cache,
+        v_cache,
+        slot_mapping,
+        k.stride(0),
+        k.stride(1),
+        v.stride(0),
+        v.stride(1),
+        *k_cache.stride()[:3],
+        *v_cache.stride()[:3],
         num_kv_heads,
-        HEADS_PAD=triton.next_power_of_2(num_kv_heads), HEAD_DIM=head_dim, BLOCK_SIZE=k_cache.shape[1],
+        HEADS_PAD=triton.next_power_of_2(num_kv_heads),
+        HEAD_DIM=head_dim,
+        BLOCK_SIZE=k_cache.shape[1],
     )
 
 
@@ -359,9 +443,18 @@ def default_num_splits(q: torch.Tensor, k_cache: torch.Tensor, block_tables: tor
     return choose_num_splits(q.shape[0], k_cache.shape[2], block_tables.shape[1] * k_cache.shape[1], num_sms)
 
 
-def paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
-                 seq_lens: torch.Tensor, scale: float, *, num_splits: int | None = None,
-                 block_n: int | None = None, sliding_window: int | None = None) -> torch.Tensor:
+def paged_decode(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float,
+    *,
+    num_splits: int | None = None,
+    block_n: int | None = None,
+    sliding_window: int | None = None,
+) -> torch.Tensor:
     """One query token per request: q [B, Hq, D] over its seq_lens[b] cached tokens -> [B, Hq, D]
     (over the last sliding_window of them, when given).
 
@@ -394,27 +487,66 @@ def paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, 
         part_m = part_l = dst = out
         s_b, s_h, s_s = out.stride(0), out.stride(1), 0
     _decode_kernel[(num_seqs, num_kv_heads, num_splits)](
-        q, k_cache, v_cache, block_tables, seq_lens, dst, part_m, part_l,
-        scale * math.log2(math.e), tokens_per_split, _window(sliding_window),
-        q.stride(0), q.stride(1), s_b, s_h, s_s, block_tables.stride(0),
-        *k_cache.stride()[:3], *v_cache.stride()[:3],
-        GROUP=group, GROUP_PAD=max(DOT_MIN, triton.next_power_of_2(group)), HEAD_DIM=head_dim,
-        BLOCK_SIZE=block_size, BLOCK_N=block_n, SPLIT=split, SLIDING=sliding_window is not None,
+        q,
+        k_cache,
+        v_cache,
+        block_tables,
+        seq_lens,
+        dst,
+        part_m,
+        part_l,
+        scale * math.log2(math.e),
+        tokens_per_split,
+        _window(sliding_window),
+        q.stride(0),
+        q.stride(1),
+        s_b,
+        s_h,
+        s_s,
+        block_tables.stride(0),
+        *k_cache.stride()[:3],
+        *v_cache.stride()[:3],
+        GROUP=group,
+        GROUP_PAD=max(DOT_MIN, triton.next_power_of_2(group)),
+        HEAD_DIM=head_dim,
+        BLOCK_SIZE=block_size,
+        BLOCK_N=block_n,
+        SPLIT=split,
+        SLIDING=sliding_window is not None,
         DOT_PRECISION=_dot_precision(q.dtype),
-        num_warps=NUM_WARPS, num_stages=NUM_STAGES,
+        num_warps=NUM_WARPS,
+        num_stages=NUM_STAGES,
     )
     if split:
         _reduce_splits_kernel[(num_seqs, num_heads)](
-            part_acc, part_m, part_l, out, num_splits, out.stride(0), out.stride(1),
-            HEAD_DIM=head_dim, SPLITS_PAD=triton.next_power_of_2(num_splits), num_warps=NUM_WARPS,
+            part_acc,
+            part_m,
+            part_l,
+            out,
+            num_splits,
+            out.stride(0),
+            out.stride(1),
+            HEAD_DIM=head_dim,
+            SPLITS_PAD=triton.next_power_of_2(num_splits),
+            num_warps=NUM_WARPS,
         )
     return out
 
 
-def paged_prefill(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
-                  query_start_loc: torch.Tensor, seq_lens: torch.Tensor, max_query_len: int, scale: float, *,
-                  block_m: int | None = None, block_n: int | None = None,
-                  sliding_window: int | None = None) -> torch.Tensor:
+def paged_prefill(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    seq_lens: torch.Tensor,
+    max_query_len: int,
+    scale: float,
+    *,
+    block_m: int | None = None,
+    block_n: int | None = None,
+    sliding_window: int | None = None,
+) -> torch.Tensor:
     """Chunks of new tokens (already stored) attend causally to their cached prefix and themselves.
 
     q [T, Hq, D] -> [T, Hq, D]; request i owns rows query_start_loc[i]:query_start_loc[i+1] and has
@@ -433,10 +565,30 @@ def paged_prefill(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
         return out
     group = num_heads // k_cache.shape[2]
     _prefill_kernel[(num_reqs, triton.cdiv(max_query_len, block_m), num_heads)](
-        q, k_cache, v_cache, block_tables, query_start_loc, seq_lens, out, scale * math.log2(math.e),
-        _window(sliding_window), q.stride(0), q.stride(1), out.stride(0), out.stride(1), block_tables.stride(0),
-        *k_cache.stride()[:3], *v_cache.stride()[:3],
-        GROUP=group, HEAD_DIM=head_dim, BLOCK_SIZE=k_cache.shape[1], BLOCK_M=block_m, BLOCK_N=block_n,
-        SLIDING=sliding_window is not None, DOT_PRECISION=_dot_precision(q.dtype), num_warps=prefill_num_warps(head_dim), num_stages=NUM_STAGES,
+        q,
+        k_cache,
+        v_cache,
+        block_tables,
+        query_start_loc,
+        seq_lens,
+        out,
+        scale * math.log2(math.e),
+        _window(sliding_window),
+        q.stride(0),
+        q.stride(1),
+        out.stride(0),
+        out.stride(1),
+        block_tables.stride(0),
+        *k_cache.stride()[:3],
+        *v_cache.stride()[:3],
+        GROUP=group,
+        HEAD_DIM=head_dim,
+        BLOCK_SIZE=k_cache.shape[1],
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        SLIDING=sliding_window is not None,
+        DOT_PRECISION=_dot_precision(q.dtype),
+        num_warps=prefill_num_warps(head_dim),
+        num_stages=NUM_STAGES,
     )
     return out

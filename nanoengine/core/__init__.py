@@ -12,7 +12,6 @@ from .kv_cache_coordinator import (
     get_kv_cache_coordinator,
 )
 from .kv_cache_manager import KVCacheBlocks, KVCacheManager, KVCacheManagerInterface, PrefixCacheStats
-from .single_type_kv_cache_manager import FullAttentionManager, SingleTypeKVCacheManager, SlidingWindowManager
 from .kv_cache_utils import (
     DEFAULT_HASH_SEED,
     HASH_ALGOS,
@@ -34,8 +33,12 @@ from .kv_cache_utils import (
     xxhash_128,
 )
 from .kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KVCacheEvent
+from .single_type_kv_cache_manager import FullAttentionManager, SingleTypeKVCacheManager, SlidingWindowManager
 
 __all__ = [
+    "DEFAULT_HASH_SEED",
+    "HASH_ALGOS",
+    "NONE_HASH",
     "AllBlocksCleared",
     "BlockHash",
     "BlockHashToBlockMap",
@@ -44,28 +47,25 @@ __all__ = [
     "BlockRemoved",
     "BlockStored",
     "BlockTokensHasher",
-    "DEFAULT_HASH_SEED",
     "FreeBlockQueue",
     "FreeKVCacheBlockQueue",
     "FullAttentionManager",
-    "HASH_ALGOS",
     "HashFn",
     "HybridKVCacheCoordinator",
     "KVCacheBlock",
-    "KVCacheCoordinator",
     "KVCacheBlocks",
+    "KVCacheCoordinator",
     "KVCacheEvent",
     "KVCacheManager",
     "KVCacheManagerInterface",
-    "NONE_HASH",
     "PrefixCacheStats",
     "SingleTypeKVCacheManager",
     "SlidingWindowManager",
     "UnitaryKVCacheCoordinator",
     "encode_extra_keys",
     "generate_block_hash_extra_keys",
-    "get_kv_cache_coordinator",
     "get_hash_fn_by_name",
+    "get_kv_cache_coordinator",
     "get_request_block_hasher",
     "hash_block_tokens",
     "make_block_hash_with_group_id",

@@ -90,8 +90,13 @@ class BlockPoolInterface(Protocol):
     ) -> KVCacheBlock | None: ...
     def touch(self, blocks: Iterable[KVCacheBlock]) -> None: ...
     def cache_full_blocks(
-        self, request: Any, blocks: Sequence[KVCacheBlock], num_cached_blocks: int,
-        num_full_blocks: int, block_size: int, kv_cache_group_id: int = 0,
+        self,
+        request: Any,
+        blocks: Sequence[KVCacheBlock],
+        num_cached_blocks: int,
+        num_full_blocks: int,
+        block_size: int,
+        kv_cache_group_id: int = 0,
     ) -> None: ...
     def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock]) -> None: ...
     def get_new_blocks(self, num_blocks: int) -> list[KVCacheBlock]: ...
@@ -130,10 +135,7 @@ class BlockPool:
         free_queue_cls: type[FreeBlockQueue] = FreeKVCacheBlockQueue,
     ) -> None:
         if num_gpu_blocks < 1:
-            raise ValueError(
-                f"num_gpu_blocks must be at least 1 (block 0 is the null block), "
-                f"got {num_gpu_blocks}."
-            )
+            raise ValueError(f"num_gpu_blocks must be at least 1 (block 0 is the null block), got {num_gpu_blocks}.")
         self.num_gpu_blocks = num_gpu_blocks
         self.enable_caching = enable_caching
         # Tokens per entry of request.block_hashes; None trusts every caller.
@@ -147,9 +149,7 @@ class BlockPool:
         self.enable_kv_cache_events = enable_kv_cache_events
         self.kv_event_queue: list[KVCacheEvent] = []
         # block_id -> token ids, only when collisions are checked.
-        self.cached_token_ids: dict[int, tuple[int, ...]] | None = (
-            {} if check_hash_collisions else None
-        )
+        self.cached_token_ids: dict[int, tuple[int, ...]] | None = {} if check_hash_collisions else None
         self.num_collisions = 0
 
     def get_cached_block(
@@ -168,10 +168,7 @@ class BlockPool:
         if self.cached_token_ids is None:
             return self.cached_block_hash_to_block.get_one_block(block_hash)
         if token_ids is None:
-            raise ValueError(
-                "This pool checks hash collisions: pass the block's token ids "
-                "to get_cached_block."
-            )
+            raise ValueError("This pool checks hash collisions: pass the block's token ids to get_cached_block.")
         blocks = self.cached_block_hash_to_block.get_blocks(block_hash)
         wanted = tuple(token_ids)
         for block in blocks:
@@ -201,9 +198,7 @@ class BlockPool:
             return
         new_blocks = blocks[num_cached_blocks:num_full_blocks]
         new_hashes = request.block_hashes[num_cached_blocks:num_full_blocks]
-        self._check_cacheable(
-            request, new_blocks, new_hashes, num_cached_blocks, num_full_blocks, block_size
-        )
+        self._check_cacheable(request, new_blocks, new_hashes, num_cached_blocks, num_full_blocks, block_size)
         parent = request.block_hashes[num_cached_blocks - 1] if num_cached_blocks else None
         new_hashes = [make_block_hash_with_group_id(h, kv_cache_group_id) for h in new_hashes]
         parent = parent and make_block_hash_with_group_id(parent, kv_cache_group_id)
@@ -213,14 +208,10 @@ class BlockPool:
             insert(block_hash, block)
         if self.cached_token_ids is None and not self.enable_kv_cache_events:
             return
-        token_ids = request.all_token_ids[
-            num_cached_blocks * block_size : num_full_blocks * block_size
-        ]
+        token_ids = request.all_token_ids[num_cached_blocks * block_size : num_full_blocks * block_size]
         if self.cached_token_ids is not None:
             for i, block in enumerate(new_blocks):
-                self.cached_token_ids[block.block_id] = tuple(
-                    token_ids[i * block_size : (i + 1) * block_size]
-                )
+                self.cached_token_ids[block.block_id] = tuple(token_ids[i * block_size : (i + 1) * block_size])
         if self.enable_kv_cache_events:
             self.kv_event_queue.append(
                 BlockStored(

@@ -30,27 +30,37 @@ class KVCacheCoordinator:
     its window are the null block), so one token count names the same blocks in every group.
     """
 
-    def __init__(self, groups: Sequence[KVCacheGroupSpec], block_pool: BlockPoolInterface, block_size: int,
-                 use_eagle: bool = False,
-                 full_attention_manager_cls: type[FullAttentionManager] = FullAttentionManager,
-                 sliding_window_manager_cls: type[SlidingWindowManager] = SlidingWindowManager) -> None:
+    def __init__(
+        self,
+        groups: Sequence[KVCacheGroupSpec],
+        block_pool: BlockPoolInterface,
+        block_size: int,
+        use_eagle: bool = False,
+        full_attention_manager_cls: type[FullAttentionManager] = FullAttentionManager,
+        sliding_window_manager_cls: type[SlidingWindowManager] = SlidingWindowManager,
+    ) -> None:
         self.block_pool = block_pool
         self.block_size = block_size
         self.use_eagle = use_eagle
         self.single_type_managers: tuple[SingleTypeKVCacheManager, ...] = tuple(
             (full_attention_manager_cls if g.sliding_window is None else sliding_window_manager_cls)(
-                g, block_pool, block_size, group_id, use_eagle)
+                g, block_pool, block_size, group_id, use_eagle
+            )
             for group_id, g in enumerate(groups)
         )
 
-    def get_num_blocks_to_allocate(self, request_id: str, num_tokens: int, new_computed_blocks: BlocksPerGroup,
-                                   num_computed_tokens: int) -> int:
+    def get_num_blocks_to_allocate(
+        self, request_id: str, num_tokens: int, new_computed_blocks: BlocksPerGroup, num_computed_tokens: int
+    ) -> int:
         """Free blocks the request needs in all groups together to have slots for num_tokens tokens."""
-        return sum(m.get_num_blocks_to_allocate(request_id, num_tokens, hits, num_computed_tokens)
-                   for m, hits in zip(self.single_type_managers, new_computed_blocks, strict=True))
+        return sum(
+            m.get_num_blocks_to_allocate(request_id, num_tokens, hits, num_computed_tokens)
+            for m, hits in zip(self.single_type_managers, new_computed_blocks, strict=True)
+        )
 
-    def allocate_new_computed_blocks(self, request_id: str, new_computed_blocks: BlocksPerGroup,
-                                     num_computed_tokens: int) -> None:
+    def allocate_new_computed_blocks(
+        self, request_id: str, new_computed_blocks: BlocksPerGroup, num_computed_tokens: int
+    ) -> None:
         # Every group takes its hits before any group takes a new block: a hit that sits free in the
         # queue would otherwise be evicted by another group's new blocks and then written twice.
         for manager, hits in zip(self.single_type_managers, new_computed_blocks, strict=True):
@@ -74,8 +84,9 @@ class KVCacheCoordinator:
     def get_blocks(self, request_id: str) -> tuple[list[KVCacheBlock], ...]:
         return tuple(m.req_to_blocks.get(request_id, []) for m in self.single_type_managers)
 
-    def find_longest_cache_hit(self, block_hashes: list[BlockHash], max_length: int,
-                               token_ids: Sequence[int] | None = None) -> tuple[tuple[list[KVCacheBlock], ...], int]:
+    def find_longest_cache_hit(
+        self, block_hashes: list[BlockHash], max_length: int, token_ids: Sequence[int] | None = None
+    ) -> tuple[tuple[list[KVCacheBlock], ...], int]:
         """The longest hit of at most max_length tokens every group can serve: one list per group, and its
         length in tokens. token_ids, the request's, come only for a pool that checks hash collisions, which
         KVCacheManager allows for one full-attention group."""
@@ -147,8 +158,9 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
         return tuple(blocks[:num_blocks] for blocks in hits), num_blocks * self.block_size
 
 
-def get_kv_cache_coordinator(groups: Sequence[KVCacheGroupSpec], block_pool: BlockPoolInterface, block_size: int,
-                             **kwargs) -> KVCacheCoordinator:
+def get_kv_cache_coordinator(
+    groups: Sequence[KVCacheGroupSpec], block_pool: BlockPoolInterface, block_size: int, **kwargs
+) -> KVCacheCoordinator:
     """vLLM's factory of the same name. vLLM also has a coordinator for caching off; here KVCacheManager skips the
     lookup itself then (prefix_cache_lookup_enabled), and the pool names no block."""
     cls = UnitaryKVCacheCoordinator if len(groups) == 1 else HybridKVCacheCoordinator

@@ -59,8 +59,6 @@ class PrefixCacheStats:
         return self.hits / self.queries if self.queries else 0.0
 
 
-
-
 @dataclass(slots=True)
 class KVCacheBlocks:
     """What KVCacheManager hands the scheduler: blocks[g][i] is group g's block for tokens
@@ -96,8 +94,12 @@ class KVCacheManagerInterface(Protocol):
     def record_prefix_cache_stats(self, request: Request, num_hit_tokens: int) -> None: ...
     def make_prefix_cache_stats(self) -> PrefixCacheStats | None: ...
     def allocate_slots(
-        self, request: Request, num_new_tokens: int, num_new_computed_tokens: int = 0,
-        new_computed_blocks: KVCacheBlocks | None = None, num_lookahead_tokens: int = 0,
+        self,
+        request: Request,
+        num_new_tokens: int,
+        num_new_computed_tokens: int = 0,
+        new_computed_blocks: KVCacheBlocks | None = None,
+        num_lookahead_tokens: int = 0,
         full_sequence_must_fit: bool = False,
     ) -> KVCacheBlocks | None: ...
     def free(self, request: Request) -> None: ...
@@ -150,7 +152,10 @@ class KVCacheManager:
             raise ValueError("check_hash_collisions serves a model of one full-attention KV cache group only.")
         self.prefix_cache_stats = PrefixCacheStats() if log_stats else None
         self.coordinator = get_kv_cache_coordinator(
-            self.kv_cache_groups, self.block_pool, block_size, use_eagle=use_eagle,
+            self.kv_cache_groups,
+            self.block_pool,
+            block_size,
+            use_eagle=use_eagle,
             full_attention_manager_cls=full_attention_manager_cls,
             sliding_window_manager_cls=sliding_window_manager_cls,
         )
@@ -221,8 +226,9 @@ class KVCacheManager:
         fit now: the scheduler admits a request only then, as vLLM 0.33's
         scheduler_reserve_full_isl does.
         """
-        self._check_allocation(request, num_new_tokens, num_new_computed_tokens, new_computed_blocks,
-                               num_lookahead_tokens)
+        self._check_allocation(
+            request, num_new_tokens, num_new_computed_tokens, new_computed_blocks, num_lookahead_tokens
+        )
         request_id = request.request_id
         hits = (new_computed_blocks or self.empty_kv_cache_blocks).blocks
         num_computed = request.num_computed_tokens + num_new_computed_tokens
@@ -239,11 +245,19 @@ class KVCacheManager:
         return KVCacheBlocks(new_blocks)
 
     def _fits(self, request_id: str, num_tokens: int, hits, num_computed: int) -> bool:
-        return self.coordinator.get_num_blocks_to_allocate(request_id, num_tokens, hits, num_computed) <= \
-            self.block_pool.get_num_free_blocks()
+        return (
+            self.coordinator.get_num_blocks_to_allocate(request_id, num_tokens, hits, num_computed)
+            <= self.block_pool.get_num_free_blocks()
+        )
 
-    def _check_allocation(self, request: Request, num_new_tokens: int, num_new_computed_tokens: int,
-                          new_computed_blocks: KVCacheBlocks | None, num_lookahead_tokens: int) -> None:
+    def _check_allocation(
+        self,
+        request: Request,
+        num_new_tokens: int,
+        num_new_computed_tokens: int,
+        new_computed_blocks: KVCacheBlocks | None,
+        num_lookahead_tokens: int,
+    ) -> None:
         """Raise, before anything changes, on an allocate_slots call that cannot be right."""
         if min(num_new_tokens, num_new_computed_tokens, num_lookahead_tokens) < 0:
             raise ValueError(
@@ -263,8 +277,9 @@ class KVCacheManager:
                 f"Request {request_id!r} already holds blocks; cache hits can only "
                 "be added when it is admitted (free it first if it was preempted)."
             )
-        num_tokens_to_cache = min(request.num_computed_tokens + num_new_computed_tokens + num_new_tokens,
-                                  request.num_tokens)
+        num_tokens_to_cache = min(
+            request.num_computed_tokens + num_new_computed_tokens + num_new_tokens, request.num_tokens
+        )
         if self.enable_caching and len(request.block_hashes) < num_tokens_to_cache // self.block_size:
             raise ValueError(
                 f"Request {request_id!r} lacks block hashes for its full blocks; "

@@ -13,6 +13,7 @@ its *_cbor options hash canonical CBOR instead.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import struct
 from collections.abc import Callable, Sequence
@@ -55,14 +56,11 @@ def get_hash_fn_by_name(name: str) -> HashFn:
         return _HASH_FUNCTIONS[name]
     except KeyError:
         raise ValueError(
-            f"Unknown prefix caching hash algorithm {name!r}; "
-            f"choose one of {sorted(_HASH_FUNCTIONS)}."
+            f"Unknown prefix caching hash algorithm {name!r}; choose one of {sorted(_HASH_FUNCTIONS)}."
         ) from None
 
 
-def make_none_hash(
-    hash_fn: HashFn = xxhash_128, hash_seed: str | None = DEFAULT_HASH_SEED
-) -> BlockHash:
+def make_none_hash(hash_fn: HashFn = xxhash_128, hash_seed: str | None = DEFAULT_HASH_SEED) -> BlockHash:
     """The parent hash of a request's first block.
 
     hash_seed=None draws a random root, as vLLM does for xxhash without
@@ -90,6 +88,7 @@ def make_block_hash_with_group_id(block_hash: BlockHash, kv_cache_group_id: int)
         return block_hash
     return BlockHash(block_hash + kv_cache_group_id.to_bytes(4, "big"))
 
+
 _U32 = struct.Struct("<I")
 _token_structs: dict[int, struct.Struct] = {}
 
@@ -104,10 +103,7 @@ def _pack_tokens(token_ids: Sequence[int]) -> bytes:
     try:
         return packer.pack(n, *token_ids)
     except struct.error:
-        raise ValueError(
-            "Token ids must be integers in [0, 2**32); got "
-            f"{list(token_ids)!r}."
-        ) from None
+        raise ValueError(f"Token ids must be integers in [0, 2**32); got {list(token_ids)!r}.") from None
 
 
 def _encode_key(key: Any) -> bytes:
@@ -121,8 +117,7 @@ def _encode_key(key: Any) -> bytes:
         tag, payload = b"t", encode_extra_keys(key)
     else:
         raise TypeError(
-            f"Extra hash keys must be str, bytes, int or tuples of them; "
-            f"got {type(key).__name__}: {key!r}."
+            f"Extra hash keys must be str, bytes, int or tuples of them; got {type(key).__name__}: {key!r}."
         )
     return tag + _U32.pack(len(payload)) + payload
 
@@ -160,9 +155,7 @@ class HashableRequest(Protocol):
     def all_token_ids(self) -> Sequence[int]: ...
 
 
-def generate_block_hash_extra_keys(
-    request: HashableRequest, start_token_idx: int
-) -> tuple[Any, ...] | None:
+def generate_block_hash_extra_keys(request: HashableRequest, start_token_idx: int) -> tuple[Any, ...] | None:
     """Extra keys of the block starting at start_token_idx.
 
     The LoRA name goes on every block. The salt goes on the first block only:
@@ -210,6 +203,7 @@ def get_request_block_hasher(
         raise ValueError(f"block_size must be positive, got {block_size}.")
     root = make_none_hash(hash_fn) if none_hash is None else none_hash
     if hash_block is None:
+
         def hash_block(parent, tokens, extra_keys):
             return hash_block_tokens(parent, tokens, extra_keys, hash_fn)
 
@@ -253,9 +247,7 @@ class KVCacheBlock:
     @block_hash.setter
     def block_hash(self, block_hash: BlockHash) -> None:
         if self._block_hash is not None:
-            raise ValueError(
-                f"Block {self.block_id} already has a hash; reset_hash() it first."
-            )
+            raise ValueError(f"Block {self.block_id} already has a hash; reset_hash() it first.")
         self._block_hash = block_hash
 
     def reset_hash(self) -> None:
@@ -310,7 +302,7 @@ class FreeKVCacheBlockQueue:
         self.fake_free_list_head = KVCacheBlock(block_id=-1)
         self.fake_free_list_tail = KVCacheBlock(block_id=-1)
         chain = [self.fake_free_list_head, *blocks, self.fake_free_list_tail]
-        for prev, nxt in zip(chain, chain[1:]):
+        for prev, nxt in itertools.pairwise(chain):
             prev.next_free_block = nxt
             nxt.prev_free_block = prev
 
@@ -367,9 +359,7 @@ class FreeKVCacheBlockQueue:
         head = self.fake_free_list_head
         self._insert_n(blocks, head, head.next_free_block)
 
-    def _insert_n(
-        self, blocks: Sequence[KVCacheBlock], prev: KVCacheBlock, nxt: KVCacheBlock
-    ) -> None:
+    def _insert_n(self, blocks: Sequence[KVCacheBlock], prev: KVCacheBlock, nxt: KVCacheBlock) -> None:
         # Chain the blocks between two adjacent nodes (a sentinel at one end).
         for block in blocks:
             block.prev_free_block = prev

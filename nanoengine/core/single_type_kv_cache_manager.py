@@ -11,8 +11,9 @@ from collections.abc import Sequence
 from itertools import islice
 from typing import TYPE_CHECKING
 
-from .block_pool import BlockPoolInterface
 from nanoengine.kv_cache_interface import KVCacheGroupSpec
+
+from .block_pool import BlockPoolInterface
 from .kv_cache_utils import BlockHash, KVCacheBlock
 
 if TYPE_CHECKING:
@@ -27,8 +28,14 @@ class SingleTypeKVCacheManager:
     the same number of entries; the first num_cached_block[r] entries are cached or null.
     """
 
-    def __init__(self, spec: KVCacheGroupSpec, block_pool: BlockPoolInterface, block_size: int,
-                 kv_cache_group_id: int, use_eagle: bool = False) -> None:
+    def __init__(
+        self,
+        spec: KVCacheGroupSpec,
+        block_pool: BlockPoolInterface,
+        block_size: int,
+        kv_cache_group_id: int,
+        use_eagle: bool = False,
+    ) -> None:
         self.spec = spec
         self.block_pool = block_pool
         self.block_size = block_size
@@ -42,8 +49,9 @@ class SingleTypeKVCacheManager:
         """Leading tokens that no query from num_computed_tokens on can see (none, for full attention)."""
         return 0
 
-    def get_num_blocks_to_allocate(self, request_id: str, num_tokens: int,
-                                   new_computed_blocks: list[KVCacheBlock], num_computed_tokens: int) -> int:
+    def get_num_blocks_to_allocate(
+        self, request_id: str, num_tokens: int, new_computed_blocks: list[KVCacheBlock], num_computed_tokens: int
+    ) -> int:
         """Free blocks this group needs so that the request has slots for num_tokens tokens.
 
         A hit on a free cached block leaves the free queue when taken, so it counts like a new
@@ -58,8 +66,9 @@ class SingleTypeKVCacheManager:
         num_new = max(num_required - len(new_computed_blocks), 0)  # the hits' slots, nulls included
         return num_new + sum(b.ref_cnt == 0 and not b.is_null for b in kept_hits)
 
-    def allocate_new_computed_blocks(self, request_id: str, new_computed_blocks: list[KVCacheBlock],
-                                     num_computed_tokens: int) -> None:
+    def allocate_new_computed_blocks(
+        self, request_id: str, new_computed_blocks: list[KVCacheBlock], num_computed_tokens: int
+    ) -> None:
         """Take an admitted request's hits: null blocks where the window has already moved on."""
         if request_id in self.num_cached_block:
             return
@@ -80,8 +89,14 @@ class SingleTypeKVCacheManager:
         request_id = request.request_id
         num_cached, num_full = self.num_cached_block[request_id], num_tokens // self.block_size
         if num_cached < num_full:
-            self.block_pool.cache_full_blocks(request, self.req_to_blocks[request_id], num_cached, num_full,
-                                              self.block_size, kv_cache_group_id=self.kv_cache_group_id)
+            self.block_pool.cache_full_blocks(
+                request,
+                self.req_to_blocks[request_id],
+                num_cached,
+                num_full,
+                self.block_size,
+                kv_cache_group_id=self.kv_cache_group_id,
+            )
             self.num_cached_block[request_id] = num_full
 
     def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
@@ -95,8 +110,9 @@ class SingleTypeKVCacheManager:
         self.req_to_blocks.pop(request_id, None)
         self.num_cached_block.pop(request_id, None)
 
-    def get_cached_blocks(self, block_hash: BlockHash, group_ids: list[int],
-                          token_ids: Sequence[int] | None = None) -> list[KVCacheBlock] | None:
+    def get_cached_blocks(
+        self, block_hash: BlockHash, group_ids: list[int], token_ids: Sequence[int] | None = None
+    ) -> list[KVCacheBlock] | None:
         """The block cached under block_hash in each of group_ids, or None unless every group has one.
         token_ids, the block's tokens, are needed only by a pool that checks hash collisions."""
         blocks = []
@@ -107,8 +123,9 @@ class SingleTypeKVCacheManager:
             blocks.append(block)
         return blocks
 
-    def find_longest_cache_hit(self, block_hashes: list[BlockHash], max_length: int,
-                               group_ids: list[int]) -> tuple[list[KVCacheBlock], ...]:
+    def find_longest_cache_hit(
+        self, block_hashes: list[BlockHash], max_length: int, group_ids: list[int]
+    ) -> tuple[list[KVCacheBlock], ...]:
         """The longest hit of at most max_length tokens that every group in group_ids (all of this
         manager's attention type) can serve: one list of blocks per group, all the same length."""
         raise NotImplementedError
@@ -122,7 +139,7 @@ class FullAttentionManager(SingleTypeKVCacheManager):
         hits: tuple[list[KVCacheBlock], ...] = tuple([] for _ in group_ids)
         size = self.block_size
         for i, block_hash in enumerate(islice(block_hashes, max_length // size)):
-            tokens = None if token_ids is None else token_ids[i * size:(i + 1) * size]
+            tokens = None if token_ids is None else token_ids[i * size : (i + 1) * size]
             blocks = self.get_cached_blocks(block_hash, group_ids, tokens)
             if blocks is None:
                 break

@@ -17,7 +17,7 @@ class IncrementalDetokenizer:
     Invariant: `text == tokenizer.decode(ids[:num_tokens])` for the ids passed so far.
     """
 
-    __slots__ = ("_tok", "_stream", "_pieces", "num_chars", "num_tokens")
+    __slots__ = ("_pieces", "_stream", "_tok", "num_chars", "num_tokens")
 
     def __init__(self, tokenizer: Tokenizer):
         self._tok = tokenizer._tok
@@ -28,7 +28,7 @@ class IncrementalDetokenizer:
 
     def update(self, token_ids: list[int]) -> str:
         """Decode the ids past the ones already seen (token_ids only grows); return the new text."""
-        return "".join([self.step(t) for t in token_ids[self.num_tokens:]])
+        return "".join([self.step(t) for t in token_ids[self.num_tokens :]])
 
     def step(self, token_id: int) -> str:
         """Decode one more id; return its text ("" while a character's bytes are still incomplete)."""

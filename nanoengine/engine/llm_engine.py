@@ -8,23 +8,35 @@ from __future__ import annotations
 
 import itertools
 import time
-from dataclasses import dataclass
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Protocol
 
-from nanoengine.core import (BlockTokensHasher, KVCacheManagerInterface, PrefixCacheStats,
-                             get_hash_fn_by_name, get_request_block_hasher)
-from nanoengine.errors import EngineStalledError
-from nanoengine.worker.model_runner import ModelRunner
-from nanoengine.outputs import (CompletionOutput, Logprob, ModelRunnerOutput, PromptLogprobs, RequestMetrics, RequestOutput,
-                                SampleLogprobs)
-from nanoengine.request import Request, RequestStatus
-from nanoengine.sampling_params import SamplingParams
+from nanoengine.core import (
+    BlockTokensHasher,
+    KVCacheManagerInterface,
+    PrefixCacheStats,
+    get_hash_fn_by_name,
+    get_request_block_hasher,
+)
 from nanoengine.core.sched.interface import SchedulerInterface
 from nanoengine.core.sched.output import SchedulerOutput
 from nanoengine.engine.detokenizer import IncrementalDetokenizer
+from nanoengine.errors import EngineStalledError
 from nanoengine.model.tokenizer import Tokenizer
+from nanoengine.outputs import (
+    CompletionOutput,
+    Logprob,
+    ModelRunnerOutput,
+    PromptLogprobs,
+    RequestMetrics,
+    RequestOutput,
+    SampleLogprobs,
+)
+from nanoengine.request import Request, RequestStatus
+from nanoengine.sampling_params import SamplingParams
 from nanoengine.spec_decode.ngram_proposer import NgramProposer
+from nanoengine.worker.model_runner import ModelRunner
 
 _FINISH_REASONS = {
     RequestStatus.FINISHED_STOPPED: "stop",
@@ -93,11 +105,17 @@ class StepObserver(Protocol):
     on_step runs at the end with the step's finished outputs and its prefix-cache lookups.
     """
 
-    def on_schedule(self, scheduler: SchedulerInterface, scheduler_output: SchedulerOutput,
-                    running_before: tuple[str, ...]) -> None: ...
+    def on_schedule(
+        self, scheduler: SchedulerInterface, scheduler_output: SchedulerOutput, running_before: tuple[str, ...]
+    ) -> None: ...
 
-    def on_step(self, scheduler_output: SchedulerOutput, finished: list[RequestOutput],
-                prefix_cache_stats: PrefixCacheStats | None, seconds: float) -> None: ...
+    def on_step(
+        self,
+        scheduler_output: SchedulerOutput,
+        finished: list[RequestOutput],
+        prefix_cache_stats: PrefixCacheStats | None,
+        seconds: float,
+    ) -> None: ...
 
 
 class LLMEngine:
@@ -111,9 +129,15 @@ class LLMEngine:
     schedules k placeholder drafts (-1) and the worker fills in the real ones on the device. The scheduler holds
     no proposing code."""
 
-    def __init__(self, runner: ModelRunner, scheduler: SchedulerInterface, tokenizer: Tokenizer | None,
-                 hash_algo: str = "xxhash", hash_block_tokens: BlockTokensHasher | None = None,
-                 proposer: NgramProposer | None = None):
+    def __init__(
+        self,
+        runner: ModelRunner,
+        scheduler: SchedulerInterface,
+        tokenizer: Tokenizer | None,
+        hash_algo: str = "xxhash",
+        hash_block_tokens: BlockTokensHasher | None = None,
+        proposer: NgramProposer | None = None,
+    ):
         self.runner, self.scheduler, self.tokenizer = runner, scheduler, tokenizer
         self.proposer = proposer
         self.runner_drafts = getattr(runner, "drafter", None) is not None  # a draft model proposes in the runner
@@ -130,12 +154,23 @@ class LLMEngine:
         self.stage: str | None = None
         self._ids = itertools.count()
 
-    def add_request(self, prompt_token_ids: list[int], params: SamplingParams, prompt: str | None = None,
-                    priority: int = 0, cache_salt: str | None = None) -> str:
+    def add_request(
+        self,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        prompt: str | None = None,
+        priority: int = 0,
+        cache_salt: str | None = None,
+    ) -> str:
         req_id = str(next(self._ids))
         request = Request(
-            req_id, prompt_token_ids, sampling_params=params, eos_token_id=self.tokenizer.eos_token_id if self.tokenizer else None,
-            block_hasher=self.block_hasher, cache_salt=cache_salt, priority=priority,
+            req_id,
+            prompt_token_ids,
+            sampling_params=params,
+            eos_token_id=self.tokenizer.eos_token_id if self.tokenizer else None,
+            block_hasher=self.block_hasher,
+            cache_salt=cache_salt,
+            priority=priority,
             arrival_time=time.perf_counter(),
         )
         detokenizer = IncrementalDetokenizer(self.tokenizer) if self.tokenizer else None
@@ -298,7 +333,7 @@ class LLMEngine:
             if detokenizer is not None:
                 detokenizer.update(request.output_token_ids)
             return False
-        for token in request.output_token_ids[detokenizer.num_tokens:]:
+        for token in request.output_token_ids[detokenizer.num_tokens :]:
             if (new := detokenizer.step(token)) and self._match_stop(state, new, stops):
                 state.num_token_ids = detokenizer.num_tokens
                 break
@@ -319,16 +354,23 @@ class LLMEngine:
 
     def _finish(self, request: Request, now: float) -> RequestOutput:
         state = self.outputs.pop(request.request_id)
-        token_ids = request.output_token_ids[:state.num_token_ids]
-        logprobs = None if state.logprobs is None else state.logprobs[:len(token_ids)]
+        token_ids = request.output_token_ids[: state.num_token_ids]
+        logprobs = None if state.logprobs is None else state.logprobs[: len(token_ids)]
         completion = CompletionOutput(
-            index=0, text=state.text, token_ids=token_ids, logprobs=logprobs,
+            index=0,
+            text=state.text,
+            token_ids=token_ids,
+            logprobs=logprobs,
             cumulative_logprob=None if logprobs is None else sum(e[t].logprob for e, t in zip(logprobs, token_ids)),
-            finish_reason=state.finish_reason or _FINISH_REASONS[request.status], stop_reason=state.stop_reason,
+            finish_reason=state.finish_reason or _FINISH_REASONS[request.status],
+            stop_reason=state.stop_reason,
         )
         return RequestOutput(
-            request_id=request.request_id, prompt=state.prompt, prompt_token_ids=request.prompt_token_ids,
-            outputs=[completion], num_cached_tokens=max(request.num_cached_tokens, 0),
+            request_id=request.request_id,
+            prompt=state.prompt,
+            prompt_token_ids=request.prompt_token_ids,
+            outputs=[completion],
+            num_cached_tokens=max(request.num_cached_tokens, 0),
             metrics=RequestMetrics(request.arrival_time, state.first_token_time or now, now),
             prompt_logprobs=state.prompt_logprobs,
         )

@@ -17,6 +17,7 @@ import torch
 from nanoengine.attention import BACKENDS, AttentionBackend, get_backend, triton_available
 from nanoengine.attention.backend import is_pow2
 from nanoengine.attention.paged import PagedKVCache, kv_cache_groups
+from nanoengine.config import SpeculativeConfig
 from nanoengine.core import (
     HASH_ALGOS,
     BlockPool,
@@ -29,12 +30,8 @@ from nanoengine.core import (
     KVCacheManagerInterface,
     SlidingWindowManager,
 )
-from nanoengine.config import SpeculativeConfig
-from nanoengine.sample.rejection_sampler import rejection_sample
-from nanoengine.spec_decode.draft_model import DraftModelProposer
-from nanoengine.spec_decode.eagle import EagleProposer
-from nanoengine.spec_decode.ngram_proposer import NgramProposer
-from nanoengine.worker.cuda_graphs import DecodeGraphs
+from nanoengine.core.sched.interface import SchedulerInterface
+from nanoengine.core.sched.scheduler import Scheduler, SchedulerConfig
 from nanoengine.engine.llm_engine import EngineStats, LLMEngine
 from nanoengine.errors import (
     InvalidEngineArgumentError,
@@ -47,14 +44,17 @@ from nanoengine.errors import (
 from nanoengine.model import LlamaForCausalLM
 from nanoengine.model.llama_eagle import EagleLlamaForCausalLM
 from nanoengine.model.loader import read_config, read_weights, unpacked_folder
-from nanoengine.worker.block_table import BlockTable, BlockTableInterface
-from nanoengine.worker.model_runner import ModelRunner
-from nanoengine.outputs import RequestMetrics, RequestOutput
-from nanoengine.sampling_params import SamplingParams
-from nanoengine.core.sched.scheduler import Scheduler, SchedulerConfig
-from nanoengine.core.sched.interface import SchedulerInterface
 from nanoengine.model.tokenizer import Tokenizer
+from nanoengine.outputs import RequestMetrics, RequestOutput
+from nanoengine.sample.rejection_sampler import rejection_sample
+from nanoengine.sampling_params import SamplingParams
+from nanoengine.spec_decode.draft_model import DraftModelProposer
+from nanoengine.spec_decode.eagle import EagleProposer
+from nanoengine.spec_decode.ngram_proposer import NgramProposer
 from nanoengine.validation import check_bool, check_choice, check_int, check_optional_str, check_real
+from nanoengine.worker.block_table import BlockTable, BlockTableInterface
+from nanoengine.worker.cuda_graphs import DecodeGraphs
+from nanoengine.worker.model_runner import ModelRunner
 
 logger = logging.getLogger("nanoengine")
 
@@ -107,8 +107,11 @@ def merge_samples(samples: list[RequestOutput]) -> RequestOutput:
     return dataclasses.replace(
         first,
         outputs=[dataclasses.replace(s.outputs[0], index=i) for i, s in enumerate(samples)],
-        metrics=RequestMetrics(min(t.arrival_time for t in times), min(t.first_token_time for t in times),
-                               max(t.finish_time for t in times)),
+        metrics=RequestMetrics(
+            min(t.arrival_time for t in times),
+            min(t.first_token_time for t in times),
+            max(t.finish_time for t in times),
+        ),
     )
 
 
@@ -122,13 +125,28 @@ def _device_memory(device: torch.device) -> int:
         return 2**62
 
 
-_SEAMS = ("hash_block_tokens", "block_pool", "free_queue_cls", "full_attention_manager_cls", "kv_cache_manager_cls",
-          "scheduler_cls", "block_table_cls", "sliding_window_manager_cls", "proposer_cls", "rejection_sampler")
+_SEAMS = (
+    "hash_block_tokens",
+    "block_pool",
+    "free_queue_cls",
+    "full_attention_manager_cls",
+    "kv_cache_manager_cls",
+    "scheduler_cls",
+    "block_table_cls",
+    "sliding_window_manager_cls",
+    "proposer_cls",
+    "rejection_sampler",
+)
 # The seams with a default part, which None (like leaving the argument out) also takes.
-_SEAM_DEFAULTS = {"kv_cache_manager_cls": KVCacheManager, "scheduler_cls": Scheduler, "block_table_cls": BlockTable,
-                  "full_attention_manager_cls": FullAttentionManager,
-                  "sliding_window_manager_cls": SlidingWindowManager, "proposer_cls": NgramProposer,
-                  "rejection_sampler": rejection_sample}
+_SEAM_DEFAULTS = {
+    "kv_cache_manager_cls": KVCacheManager,
+    "scheduler_cls": Scheduler,
+    "block_table_cls": BlockTable,
+    "full_attention_manager_cls": FullAttentionManager,
+    "sliding_window_manager_cls": SlidingWindowManager,
+    "proposer_cls": NgramProposer,
+    "rejection_sampler": rejection_sample,
+}
 # The single-type manager seams: subclasses of the engine's class, since the coordinator builds them itself.
 _MANAGER_SEAMS = ("full_attention_manager_cls", "sliding_window_manager_cls")
 _FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
@@ -150,14 +168,18 @@ def _build(name: str | None, factory, protocol, call: str, *args, **kwargs):
     except Exception as exc:
         raise InvalidEngineArgumentError(
             f"{name}={reprlib.repr(factory)} failed when called as {name}{call}: {type(exc).__name__}: {exc}",
-            parameter=name, value=factory) from exc
+            parameter=name,
+            value=factory,
+        ) from exc
     members = {m for m in vars(protocol) if not m.startswith("_")} | set(protocol.__annotations__) if protocol else ()
     missing = sorted(m for m in members if not hasattr(part, m))
     if missing:
         raise InvalidEngineArgumentError(
             f"{name} gave a {type(part).__name__}, which lacks {', '.join(missing)} ({protocol.__name__}). Implement "
             "them, or subclass the engine's own part and override only what you change.",
-            parameter=name, value=factory)
+            parameter=name,
+            value=factory,
+        )
     return part
 
 
@@ -171,7 +193,10 @@ def _check_pool_names_groups(pool) -> None:
                 f"block_pool gave a {type(pool).__name__} whose {method} takes no kv_cache_group_id, and this model has "
                 "sliding-window layers, so several KV cache groups share the pool. Name each block by "
                 "make_block_hash_with_group_id(block_hash, kv_cache_group_id) (BlockPoolInterface), or leave "
-                "block_pool out for this model.", parameter="block_pool", value=pool)
+                "block_pool out for this model.",
+                parameter="block_pool",
+                value=pool,
+            )
 
 
 def _check_engine_args(args: dict) -> None:
@@ -179,29 +204,45 @@ def _check_engine_args(args: dict) -> None:
     err = InvalidEngineArgumentError
     model = args["model"]
     if model is not None and not isinstance(model, (str, os.PathLike, LlamaForCausalLM)):
-        raise err(f"model must be a GGUF path, a LlamaForCausalLM or None (the embedded SmolLM2), got a "
-                  f"{type(model).__name__}.", parameter="model", value=model)
+        raise err(
+            f"model must be a GGUF path, a LlamaForCausalLM or None (the embedded SmolLM2), got a "
+            f"{type(model).__name__}.",
+            parameter="model",
+            value=model,
+        )
     device = args["device"]
     if not (isinstance(device, str) and device == "auto"):
         try:
             device = torch.device(device)
         except (RuntimeError, TypeError):
-            raise err(f"device must be 'auto', 'cpu' or 'cuda' (or a torch.device), got {device!r}.",
-                      parameter="device", value=device) from None
+            raise err(
+                f"device must be 'auto', 'cpu' or 'cuda' (or a torch.device), got {device!r}.",
+                parameter="device",
+                value=device,
+            ) from None
         if device.type == "cuda" and not torch.cuda.is_available():
-            raise err(f"device={args['device']!r} asks for CUDA, which this machine does not have. Use 'cpu' or "
-                      "'auto'.", parameter="device", value=args["device"])
+            raise err(
+                f"device={args['device']!r} asks for CUDA, which this machine does not have. Use 'cpu' or 'auto'.",
+                parameter="device",
+                value=args["device"],
+            )
     if args["dtype"] is not None and not any(args["dtype"] is d for d in _FLOAT_DTYPES):
-        raise err(f"dtype must be None (the device's default) or one of {_FLOAT_DTYPES}, got {args['dtype']!r}.",
-                  parameter="dtype", value=args["dtype"])
+        raise err(
+            f"dtype must be None (the device's default) or one of {_FLOAT_DTYPES}, got {args['dtype']!r}.",
+            parameter="dtype",
+            value=args["dtype"],
+        )
     if args["dtype"] is torch.bfloat16 and not isinstance(model, LlamaForCausalLM):
         device = resolve_device(args["device"])
         if not bf16_supported(device):
             # vLLM's CudaPlatform.check_if_supports_dtype refuses it the same way.
             major, minor = torch.cuda.get_device_capability(device)
-            raise err(f"dtype=torch.bfloat16 needs compute capability 8.0 (Ampere) or newer; this GPU has "
-                      f"{major}.{minor}. Use dtype=torch.float16, or None for the device's default.",
-                      parameter="dtype", value=args["dtype"])
+            raise err(
+                f"dtype=torch.bfloat16 needs compute capability 8.0 (Ampere) or newer; this GPU has "
+                f"{major}.{minor}. Use dtype=torch.float16, or None for the device's default.",
+                parameter="dtype",
+                value=args["dtype"],
+            )
     for name in ("enable_prefix_caching", "enforce_eager", "progress", "long_prefill_token_threshold_adaptive"):
         check_bool(err, name, args[name])
     check_int(err, "block_size", args["block_size"], low=1, hint="16 is vLLM's default.")
@@ -219,15 +260,20 @@ def _check_engine_args(args: dict) -> None:
     backend = args["attention_backend"]
     if backend is not None and not isinstance(backend, str):
         if not all(callable(getattr(backend, op, None)) for op in ("store_kvcache", "decode", "prefill")):
-            raise err("attention_backend must be 'torch', 'triton' or an AttentionBackend (store_kvcache, decode "
-                      f"and prefill), got a {type(backend).__name__}.", parameter="attention_backend", value=backend)
+            raise err(
+                "attention_backend must be 'torch', 'triton' or an AttentionBackend (store_kvcache, decode "
+                f"and prefill), got a {type(backend).__name__}.",
+                parameter="attention_backend",
+                value=backend,
+            )
     elif backend is not None:
         check_choice(err, "attention_backend", backend, BACKENDS)
     for name in _SEAMS:
         if args[name] is not None and not callable(args[name]):
-            what = {"hash_block_tokens": "a function (parent_hash, token_ids, extra_keys)",
-                    "rejection_sampler": "a function (logits, draft_token_ids, params, generators)"}.get(
-                name, "a class (or a factory) to build the part from; pass the class itself, not an instance")
+            what = {
+                "hash_block_tokens": "a function (parent_hash, token_ids, extra_keys)",
+                "rejection_sampler": "a function (logits, draft_token_ids, params, generators)",
+            }.get(name, "a class (or a factory) to build the part from; pass the class itself, not an instance")
             raise err(f"{name} must be {what}, got a {type(args[name]).__name__}.", parameter=name, value=args[name])
     for name in _MANAGER_SEAMS:
         cls, base = args[name], _SEAM_DEFAULTS[name]
@@ -362,12 +408,18 @@ class LLM:
         if self.backend.name == "triton" and not is_pow2(block_size, 8):
             raise InvalidEngineArgumentError(
                 f"block_size must be a power of two >= 8 for the Triton kernels, got {block_size}. Use 8, 16 or 32, "
-                "or attention_backend='torch', which takes any block size.", parameter="block_size", value=block_size)
+                "or attention_backend='torch', which takes any block size.",
+                parameter="block_size",
+                value=block_size,
+            )
         limit = self.config.max_position_embeddings
         if max_model_len is not None and max_model_len > limit:
             raise InvalidEngineArgumentError(
                 f"max_model_len={max_model_len} exceeds the model's {limit} positions (max_position_embeddings); "
-                f"give at most {limit}, or None for the model's own.", parameter="max_model_len", value=max_model_len)
+                f"give at most {limit}, or None for the model's own.",
+                parameter="max_model_len",
+                value=max_model_len,
+            )
         self.max_model_len = max_model_len or limit
         self.draft_model = self._load_draft_model(progress)
         # Computed once here and passed to the paged cache, the KV cache manager and (through the cache) the runner.
@@ -379,80 +431,162 @@ class LLM:
             raise InvalidEngineArgumentError(
                 f'speculative_config["method"]="{self.speculative_config.method}" serves full-attention models only: '
                 "the draft's KV follows the target's one block table. Use a target and a draft without sliding "
-                "windows, or n-gram drafts.", parameter="speculative_config", value=speculative_config)
+                "windows, or n-gram drafts.",
+                parameter="speculative_config",
+                value=speculative_config,
+            )
         num_blocks = self._num_kv_blocks(kv_cache_memory_bytes, gpu_memory_utilization, num_gpu_blocks_override)
         self._check_fits(num_blocks, kv_cache_memory_bytes, num_gpu_blocks_override)
         self.kv_cache = PagedKVCache(self.config, num_blocks, block_size, self.backend, self.device, self.dtype, groups)
         # A factory of two arguments (chapter 09's policies) still works when no queue is given.
         queue = {} if free_queue_cls is None else {"free_queue_cls": free_queue_cls}
         if hash_block_tokens is not None:  # one block named first: a key the prefix cache can use
-            name = _build("hash_block_tokens", hash_block_tokens, None, "(None, token_ids, None)",
-                          None, tuple(range(block_size)), None)
+            name = _build(
+                "hash_block_tokens",
+                hash_block_tokens,
+                None,
+                "(None, token_ids, None)",
+                None,
+                tuple(range(block_size)),
+                None,
+            )
             if name is None or not isinstance(name, Hashable):
                 raise InvalidEngineArgumentError(
                     f"hash_block_tokens returned {reprlib.repr(name)} for a block; it must return the block's name, "
-                    "a hashable value such as bytes.", parameter="hash_block_tokens", value=hash_block_tokens)
+                    "a hashable value such as bytes.",
+                    parameter="hash_block_tokens",
+                    value=hash_block_tokens,
+                )
         if free_queue_cls:  # a queue of two blocks first, so that a broken queue is named as such
             _build("free_queue_cls", free_queue_cls, FreeBlockQueue, "(blocks)", [KVCacheBlock(0), KVCacheBlock(1)])
-        pool = _build("block_pool" if block_pool else None, block_pool or BlockPool, BlockPoolInterface,
-                      "(num_blocks, enable_caching)", num_blocks, enable_prefix_caching, **queue)
+        pool = _build(
+            "block_pool" if block_pool else None,
+            block_pool or BlockPool,
+            BlockPoolInterface,
+            "(num_blocks, enable_caching)",
+            num_blocks,
+            enable_prefix_caching,
+            **queue,
+        )
         if len(groups) > 1 and block_pool is not None:
             _check_pool_names_groups(pool)
         # An EAGLE head's KV at a position depends on the next token, so a prefix hit drops its last block.
         eagle = {"use_eagle": True} if self.speculative_config and self.speculative_config.use_eagle() else {}
-        if eagle and full_attention_manager_cls.find_longest_cache_hit is not FullAttentionManager.find_longest_cache_hit:
+        if (
+            eagle
+            and full_attention_manager_cls.find_longest_cache_hit is not FullAttentionManager.find_longest_cache_hit
+        ):
             raise InvalidEngineArgumentError(
                 f"{full_attention_manager_cls.__name__}.find_longest_cache_hit is not the engine's, and EAGLE drafts "
                 "need it to drop the last hit block when self.use_eagle is set, which chapter 06's contract leaves "
                 'out. With speculative_config["method"]="eagle", leave full_attention_manager_cls out (with '
                 "nanocourse.my_llm, give full_attention_manager_cls=None).",
-                parameter="full_attention_manager_cls", value=full_attention_manager_cls)
-        kv_manager = _build(_given("kv_cache_manager_cls", kv_cache_manager_cls), kv_cache_manager_cls,
-                            KVCacheManagerInterface, "(block_size, block_pool, kv_cache_groups=..., ...)", block_size,
-                            pool, kv_cache_groups=groups, full_attention_manager_cls=full_attention_manager_cls,
-                            sliding_window_manager_cls=sliding_window_manager_cls, **eagle)
+                parameter="full_attention_manager_cls",
+                value=full_attention_manager_cls,
+            )
+        kv_manager = _build(
+            _given("kv_cache_manager_cls", kv_cache_manager_cls),
+            kv_cache_manager_cls,
+            KVCacheManagerInterface,
+            "(block_size, block_pool, kv_cache_groups=..., ...)",
+            block_size,
+            pool,
+            kv_cache_groups=groups,
+            full_attention_manager_cls=full_attention_manager_cls,
+            sliding_window_manager_cls=sliding_window_manager_cls,
+            **eagle,
+        )
         lookahead = self.speculative_config.num_lookahead_tokens if self.speculative_config else 0
-        config = SchedulerConfig(max_num_batched_tokens, max_num_seqs, long_prefill_token_threshold,
-                                 scheduling_policy, self.max_model_len, long_prefill_token_threshold_adaptive, lookahead)
-        scheduler = _build(_given("scheduler_cls", scheduler_cls), scheduler_cls, SchedulerInterface,
-                           "(SchedulerConfig, kv_cache_manager)", config, kv_manager)
-        _build(_given("block_table_cls", block_table_cls), block_table_cls, BlockTableInterface, "(block_size)", block_size)
+        config = SchedulerConfig(
+            max_num_batched_tokens,
+            max_num_seqs,
+            long_prefill_token_threshold,
+            scheduling_policy,
+            self.max_model_len,
+            long_prefill_token_threshold_adaptive,
+            lookahead,
+        )
+        scheduler = _build(
+            _given("scheduler_cls", scheduler_cls),
+            scheduler_cls,
+            SchedulerInterface,
+            "(SchedulerConfig, kv_cache_manager)",
+            config,
+            kv_manager,
+        )
+        _build(
+            _given("block_table_cls", block_table_cls), block_table_cls, BlockTableInterface, "(block_size)", block_size
+        )
         # Captured for full attention only, a model with windows runs its steps eagerly; and without an EAGLE head,
         # which needs the hidden states a replay does not give.
         graphs = None
-        if not (enforce_eager or hybrid or eagle) and self.device.type == "cuda" and getattr(self.backend, "supports_cuda_graphs", False):
+        if (
+            not (enforce_eager or hybrid or eagle)
+            and self.device.type == "cuda"
+            and getattr(self.backend, "supports_cuda_graphs", False)
+        ):
             graphs = DecodeGraphs(self.model, self.kv_cache, max_num_seqs, self.max_model_len)
-        drafter = None if self.draft_model is None else (EagleProposer if eagle else DraftModelProposer)(
-            self.draft_model, PagedKVCache(self.draft_model.config, num_blocks, block_size, self.backend, self.device,
-                                           self.dtype), self.speculative_config, self.max_model_len)
-        runner = ModelRunner(self.model, self.kv_cache, self.device, block_table_cls, graphs, rejection_sampler, drafter)
+        drafter = (
+            None
+            if self.draft_model is None
+            else (EagleProposer if eagle else DraftModelProposer)(
+                self.draft_model,
+                PagedKVCache(self.draft_model.config, num_blocks, block_size, self.backend, self.device, self.dtype),
+                self.speculative_config,
+                self.max_model_len,
+            )
+        )
+        runner = ModelRunner(
+            self.model, self.kv_cache, self.device, block_table_cls, graphs, rejection_sampler, drafter
+        )
         proposer = None
         if self.speculative_config is not None:
             if not callable(getattr(scheduler, "update_draft_token_ids", None)):
                 raise InvalidEngineArgumentError(
                     f"speculative_config needs a scheduler that takes drafts (update_draft_token_ids); "
                     f"{type(scheduler).__name__} has none. Subclass core.sched.scheduler.Scheduler, or leave "
-                    "speculative_config out.", parameter="speculative_config", value=speculative_config)
+                    "speculative_config out.",
+                    parameter="speculative_config",
+                    value=speculative_config,
+                )
         if self.speculative_config is not None and drafter is None:
-            proposer = _build(_given("proposer_cls", proposer_cls), proposer_cls, None,
-                              "(SpeculativeConfig, max_model_len)", self.speculative_config, self.max_model_len)
+            proposer = _build(
+                _given("proposer_cls", proposer_cls),
+                proposer_cls,
+                None,
+                "(SpeculativeConfig, max_model_len)",
+                self.speculative_config,
+                self.max_model_len,
+            )
         self.engine = LLMEngine(runner, scheduler, self.tokenizer, hash_algo, hash_block_tokens, proposer)
         self._unclaimed: dict[str, RequestOutput] = {}  # finished requests whose call has not collected them
         # The parts given through seams, by class (or hash function's code), to name one that raises.
-        given = {"scheduler_cls": type(scheduler), "kv_cache_manager_cls": type(kv_manager),
-                 "block_table_cls": block_table_cls, "sliding_window_manager_cls": sliding_window_manager_cls,
-                 "full_attention_manager_cls": full_attention_manager_cls,
-                 "block_pool": block_pool and type(pool), "free_queue_cls": free_queue_cls,
-                 "attention_backend": None if isinstance(backend, str) else type(self.backend),
-                 "hash_block_tokens": getattr(hash_block_tokens, "__code__", type(hash_block_tokens)),
-                 "proposer_cls": proposer_cls if proposer else None,
-                 "rejection_sampler": getattr(rejection_sampler, "__code__", type(rejection_sampler))}
-        self._parts = {part: name for name, part in given.items()
-                       if part is not None and part is not _SEAM_DEFAULTS.get(name) and part is not type(None)}
+        given = {
+            "scheduler_cls": type(scheduler),
+            "kv_cache_manager_cls": type(kv_manager),
+            "block_table_cls": block_table_cls,
+            "sliding_window_manager_cls": sliding_window_manager_cls,
+            "full_attention_manager_cls": full_attention_manager_cls,
+            "block_pool": block_pool and type(pool),
+            "free_queue_cls": free_queue_cls,
+            "attention_backend": None if isinstance(backend, str) else type(self.backend),
+            "hash_block_tokens": getattr(hash_block_tokens, "__code__", type(hash_block_tokens)),
+            "proposer_cls": proposer_cls if proposer else None,
+            "rejection_sampler": getattr(rejection_sampler, "__code__", type(rejection_sampler)),
+        }
+        self._parts = {
+            part: name
+            for name, part in given.items()
+            if part is not None and part is not _SEAM_DEFAULTS.get(name) and part is not type(None)
+        }
         logger.info(
             "KV cache: %d blocks x %d tokens = %d tokens (%.0f MiB), %s backend on %s",
-            num_blocks - 1, block_size, (num_blocks - 1) * block_size,
-            num_blocks * self._bytes_per_block / 2**20, self.backend.name, self.device,
+            num_blocks - 1,
+            block_size,
+            (num_blocks - 1) * block_size,
+            num_blocks * self._bytes_per_block / 2**20,
+            self.backend.name,
+            self.device,
         )
 
     def _check_windows(self, groups, block_size) -> None:
@@ -479,20 +613,25 @@ class LLM:
             return None
 
         def refuse(message: str) -> InvalidEngineArgumentError:
-            return InvalidEngineArgumentError(f'speculative_config["model"]: {message}', parameter="speculative_config",
-                                              value=spec.model)
+            return InvalidEngineArgumentError(
+                f'speculative_config["model"]: {message}', parameter="speculative_config", value=spec.model
+            )
 
         if spec.use_eagle():
             if not isinstance(spec.model, EagleLlamaForCausalLM) or spec.model.target is not self.model:
-                raise refuse("an EAGLE head must be an EagleLlamaForCausalLM built on this LLM's model, e.g. "
-                             "EagleLlamaForCausalLM.random(llm.model); nanoengine reads no EAGLE checkpoint, got "
-                             f"{reprlib.repr(spec.model)}.")
+                raise refuse(
+                    "an EAGLE head must be an EagleLlamaForCausalLM built on this LLM's model, e.g. "
+                    "EagleLlamaForCausalLM.random(llm.model); nanoengine reads no EAGLE checkpoint, got "
+                    f"{reprlib.repr(spec.model)}."
+                )
             return spec.model
         if isinstance(spec.model, LlamaForCausalLM):
             draft, weight = spec.model, next(spec.model.parameters())
             if (weight.device.type, weight.dtype) != (self.device.type, self.dtype):
-                raise refuse(f"the draft model is on {weight.device} in {weight.dtype}, the target on {self.device} in "
-                             f"{self.dtype}; move it with .to(device, dtype) first.")
+                raise refuse(
+                    f"the draft model is on {weight.device} in {weight.dtype}, the target on {self.device} in "
+                    f"{self.dtype}; move it with .to(device, dtype) first."
+                )
         elif isinstance(spec.model, (str, os.PathLike)):
             try:
                 _, folder = unpacked_folder(spec.model, progress)
@@ -502,13 +641,17 @@ class LLM:
         else:
             raise refuse(f"expected a GGUF path or a LlamaForCausalLM, got a {type(spec.model).__name__}.")
         if draft.config.vocab_size != self.config.vocab_size:
-            raise refuse(f"the draft's vocabulary has {draft.config.vocab_size} tokens and the target's "
-                         f"{self.config.vocab_size}; a draft must share the target's tokenizer (vLLM refuses it "
-                         "too unless use_heterogeneous_vocab=True).")
+            raise refuse(
+                f"the draft's vocabulary has {draft.config.vocab_size} tokens and the target's "
+                f"{self.config.vocab_size}; a draft must share the target's tokenizer (vLLM refuses it "
+                "too unless use_heterogeneous_vocab=True)."
+            )
         if draft.config.max_position_embeddings < self.max_model_len:
-            raise refuse(f"the draft has {draft.config.max_position_embeddings} positions, fewer than "
-                         f"max_model_len={self.max_model_len}; give max_model_len <= "
-                         f"{draft.config.max_position_embeddings}.")
+            raise refuse(
+                f"the draft has {draft.config.max_position_embeddings} positions, fewer than "
+                f"max_model_len={self.max_model_len}; give max_model_len <= "
+                f"{draft.config.max_position_embeddings}."
+            )
         return draft
 
     @property
@@ -545,7 +688,9 @@ class LLM:
             raise InvalidEngineArgumentError(
                 f"The KV pool would take {size / 2**30:.1f} GiB ({num_blocks} blocks), more than the "
                 f"{memory / 2**30:.1f} GiB of memory {self.device} has. Give a smaller {name}.",
-                parameter=name, value=override if override is not None else budget)
+                parameter=name,
+                value=override if override is not None else budget,
+            )
 
     @property
     def num_kv_tokens(self) -> int:
@@ -579,8 +724,13 @@ class LLM:
         with _Call(self) as call:
             # n > 1: n child requests per prompt; the first to be scheduled caches the prompt's full
             # blocks and the others hit them, so the prompt is held once (vLLM v1 fans out the same way).
-            ids = [[call.add(tokens, p.child(i), prompt=text, priority=priority, cache_salt=cache_salt)
-                    for i in range(p.n)] for (text, tokens), p in zip(batch, params)]
+            ids = [
+                [
+                    call.add(tokens, p.child(i), prompt=text, priority=priority, cache_salt=cache_salt)
+                    for i in range(p.n)
+                ]
+                for (text, tokens), p in zip(batch, params)
+            ]
             with tqdm(total=sum(map(len, ids)), desc="Generating", unit="req", disable=not progress) as bar:
                 while call.pending:
                     bar.update(len(call.step()))
@@ -595,12 +745,20 @@ class LLM:
             raise InvalidRequestError("This LLM was built from a model without a tokenizer; it has no chat template.")
         if isinstance(messages, str):
             messages = [{"role": "user", "content": messages}]
-        if not (isinstance(messages, (list, tuple)) and messages and all(
+        if not (
+            isinstance(messages, (list, tuple))
+            and messages
+            and all(
                 isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
-                for m in messages)):
+                for m in messages
+            )
+        ):
             raise InvalidRequestError(
                 'messages must be a string or a non-empty list of {"role": str, "content": str} dicts, got '
-                f"{reprlib.repr(messages)}.", parameter="messages", value=messages)
+                f"{reprlib.repr(messages)}.",
+                parameter="messages",
+                value=messages,
+            )
         return self.tokenizer.apply_chat_template(list(messages))
 
     def stream(self, prompt: str, sampling_params: SamplingParams | None = None) -> Iterator[str]:
@@ -609,13 +767,18 @@ class LLM:
         The arguments are checked now; the request is queued when the first piece is asked for, and
         aborted if the loop stops early (break, close(), or the generator dropped)."""
         if not isinstance(prompt, str):
-            raise InvalidRequestError(f"stream() takes one prompt string, got {type(prompt).__name__}; use generate() "
-                                      "for several prompts or token ids.", parameter="prompt", value=prompt)
-        (text, tokens), = self._prepare(prompt, None)
-        params, = self._params_per_prompt(sampling_params, 1)
+            raise InvalidRequestError(
+                f"stream() takes one prompt string, got {type(prompt).__name__}; use generate() "
+                "for several prompts or token ids.",
+                parameter="prompt",
+                value=prompt,
+            )
+        ((text, tokens),) = self._prepare(prompt, None)
+        (params,) = self._params_per_prompt(sampling_params, 1)
         if params.n != 1:
-            raise InvalidRequestError("stream() yields one completion; use generate() for n > 1.", parameter="n",
-                                      value=params.n)
+            raise InvalidRequestError(
+                "stream() yields one completion; use generate() for n > 1.", parameter="n", value=params.n
+            )
         return self._stream(text, tokens, params)
 
     def _stream(self, text: str, tokens: list[int], params: SamplingParams) -> Iterator[str]:
@@ -626,7 +789,7 @@ class LLM:
                 call.step()
                 current = call.done[req_id].text if req_id in call.done else self.engine.outputs[req_id].text
                 if len(current) > len(emitted):
-                    yield current[len(emitted):]
+                    yield current[len(emitted) :]
                     emitted = current
 
     def _failure_note(self, exc: BaseException, num_aborted: int) -> str:
@@ -636,8 +799,10 @@ class LLM:
         where = f" in step {self.engine.stats.num_steps + 1}'s {stage} stage" if stage else ""
         culprit = self._culprit(exc)
         part = f" It came from {culprit[1]}, your part plugged in as LLM({culprit[0]}=...)." if culprit else ""
-        return (f"nanoengine: {what}{where}.{part} This call's {num_aborted} unfinished request(s) were aborted and "
-                "their KV blocks freed; the engine is ready for the next call.")
+        return (
+            f"nanoengine: {what}{where}.{part} This call's {num_aborted} unfinished request(s) were aborted and "
+            "their KV blocks freed; the engine is ready for the next call."
+        )
 
     def _culprit(self, exc: BaseException) -> tuple[str, str] | None:
         """(seam argument, Class.method) of the innermost frame of a part given through a seam, preferring
@@ -664,12 +829,18 @@ class LLM:
     def _params_per_prompt(self, sampling_params, n: int) -> list[SamplingParams]:
         if sampling_params is None or isinstance(sampling_params, SamplingParams):
             params = [sampling_params or SamplingParams()] * n
-        elif isinstance(sampling_params, (list, tuple)) and len(sampling_params) == n and all(
-                isinstance(p, SamplingParams) for p in sampling_params):
+        elif (
+            isinstance(sampling_params, (list, tuple))
+            and len(sampling_params) == n
+            and all(isinstance(p, SamplingParams) for p in sampling_params)
+        ):
             params = list(sampling_params)
         else:
-            raise InvalidRequestError(f"Pass one SamplingParams, or a list of {n} (one per prompt).",
-                                      parameter="sampling_params", value=sampling_params)
+            raise InvalidRequestError(
+                f"Pass one SamplingParams, or a list of {n} (one per prompt).",
+                parameter="sampling_params",
+                value=sampling_params,
+            )
         # replace() checks every field again, so a field changed after construction is caught too.
         params = [dataclasses.replace(p) for p in params]
         cap = self.config.vocab_size if self.max_logprobs == -1 else self.max_logprobs
@@ -680,7 +851,10 @@ class LLM:
                     raise InvalidRequestError(
                         f"{name}={k} asks for more than max_logprobs={self.max_logprobs} logprobs a token. Ask for at "
                         f"most {cap}, or raise the cap with LLM(max_logprobs=...) (-1: the whole vocabulary, as in "
-                        "vLLM).", parameter=name, value=k)
+                        "vLLM).",
+                        parameter=name,
+                        value=k,
+                    )
         return params
 
     def _prepare(self, prompts, prompt_token_ids) -> list[tuple[str | None, list[int]]]:
@@ -688,19 +862,27 @@ class LLM:
             raise InvalidRequestError("Pass exactly one of prompts (text) or prompt_token_ids.")
         if prompts is not None:
             if self.tokenizer is None:
-                raise InvalidRequestError("This LLM was built from a model without a tokenizer; pass prompt_token_ids=.")
+                raise InvalidRequestError(
+                    "This LLM was built from a model without a tokenizer; pass prompt_token_ids=."
+                )
             prompts = [prompts] if isinstance(prompts, str) else prompts
             if not isinstance(prompts, (list, tuple)) or not all(isinstance(p, str) for p in prompts):
                 raise InvalidRequestError(
                     "prompts must all be strings (one string or a list of them); pass token ids separately via "
-                    "prompt_token_ids=.", parameter="prompts", value=prompts)
+                    "prompt_token_ids=.",
+                    parameter="prompts",
+                    value=prompts,
+                )
             for p in prompts:
                 try:
                     p.encode("utf-8")
                 except UnicodeEncodeError as exc:  # a lone surrogate, which no tokenizer can take
                     raise InvalidRequestError(
                         f"A prompt is not valid Unicode text ({exc.reason} at character {exc.start}); remove or "
-                        "replace that character.", parameter="prompts", value=p) from None
+                        "replace that character.",
+                        parameter="prompts",
+                        value=p,
+                    ) from None
             batch = [(p, self.tokenizer.encode(p)) for p in prompts]
         else:
             batch = [(None, ids) for ids in _token_id_lists(prompt_token_ids)]
@@ -738,13 +920,15 @@ def _token_id_lists(prompt_token_ids) -> list[list[int]]:
     if hasattr(prompt_token_ids, "tolist"):  # a numpy array or a torch tensor of ids
         prompt_token_ids = prompt_token_ids.tolist()
     if not isinstance(prompt_token_ids, (list, tuple)):
-        raise InvalidRequestError(f"{mix}; got a {type(prompt_token_ids).__name__}.", parameter="prompt_token_ids",
-                                  value=prompt_token_ids)
+        raise InvalidRequestError(
+            f"{mix}; got a {type(prompt_token_ids).__name__}.", parameter="prompt_token_ids", value=prompt_token_ids
+        )
     ids = list(prompt_token_ids)
     nested = [ids] if all(map(_is_token_id, ids)) else ids
     if not all(isinstance(x, (list, tuple)) for x in nested):
-        raise InvalidRequestError(f"{mix}; got {reprlib.repr(prompt_token_ids)}.", parameter="prompt_token_ids",
-                                  value=prompt_token_ids)
+        raise InvalidRequestError(
+            f"{mix}; got {reprlib.repr(prompt_token_ids)}.", parameter="prompt_token_ids", value=prompt_token_ids
+        )
     return [[int(t) if _is_token_id(t) else t for t in x] for x in nested]
 
 
@@ -775,7 +959,8 @@ class _Call:
             raise RequestAbortedError(
                 f"Request {min(lost)} was aborted while this stream was paused: "
                 "a step of another call failed, and a failed step aborts every request it may have left "
-                "half-computed. Start the stream again.")
+                "half-computed. Start the stream again."
+            )
         if running:
             unclaimed.update((o.request_id, o) for o in self.engine.step())
         mine = [unclaimed.pop(i) for i in self.pending & unclaimed.keys()]

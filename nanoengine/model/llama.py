@@ -18,7 +18,6 @@ from torch import nn
 from nanoengine.attention import AttentionContext
 from nanoengine.config import LlamaConfig
 
-
 # F.linear on a CPU calls MKL's fp32 GEMM; on the AMD CPU CI runs on it is 2-3x slower than oneDNN's, which
 # also gains from the weight being packed once into its blocked layout (bench/gemm.py). vLLM's CPU backend
 # makes the same choice (dispatch_cpu_unquantized_gemm).
@@ -140,8 +139,9 @@ class LlamaModel(nn.Module):
         # Built without its random init, which loading or LlamaForCausalLM.random overwrites: under
         # from_state_dict's torch.device("meta") that init (like a RoPE table) imports torch._dynamo, 1.4 s of
         # every process's first LLM().
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size,
-                                         _weight=torch.empty(config.vocab_size, config.hidden_size))
+        self.embed_tokens = nn.Embedding(
+            config.vocab_size, config.hidden_size, _weight=torch.empty(config.vocab_size, config.hidden_size)
+        )
         # Built by LlamaForCausalLM._finish, in fp32 on the device the model runs on.
         self.rotary_emb: RotaryEmbedding | None = None
         self.layers = nn.ModuleList(LlamaDecoderLayer(config, i) for i in range(config.num_hidden_layers))
@@ -202,7 +202,7 @@ class LlamaForCausalLM(nn.Module):
         fill_random_(model, seed, std)
         return model._finish(device, dtype)
 
-    def _finish(self, device, dtype) -> "LlamaForCausalLM":
+    def _finish(self, device, dtype) -> LlamaForCausalLM:
         self.model.rotary_emb = finish_(self, device, dtype)
         return self
 

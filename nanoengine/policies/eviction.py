@@ -38,8 +38,9 @@ class SegmentedFreeQueue:
     demoted or handed out (its content is about to be overwritten).
     """
 
-    def __init__(self, blocks: Sequence[KVCacheBlock], protected_cap: int | None = None,
-                 reuse_window: int | None = None) -> None:
+    def __init__(
+        self, blocks: Sequence[KVCacheBlock], protected_cap: int | None = None, reuse_window: int | None = None
+    ) -> None:
         # Each segment is an intrusive list: remove() stays O(1) whatever segment a block is in.
         self.fresh = FreeKVCacheBlockQueue(list(blocks))
         self.probation = FreeKVCacheBlockQueue([])
@@ -142,14 +143,21 @@ class FrequencyAwareBlockPool(BlockPool):
 
     free_block_queue: SegmentedFreeQueue
 
-    def __init__(self, num_gpu_blocks: int, enable_caching: bool, *args: Any, protected_fraction: float = 0.5,
-                 reuse_window: int | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        num_gpu_blocks: int,
+        enable_caching: bool,
+        *args: Any,
+        protected_fraction: float = 0.5,
+        reuse_window: int | None = None,
+        **kwargs: Any,
+    ) -> None:
         """BlockPool's arguments (free_queue_cls excepted), plus the two bounds on protection."""
         if not 0.0 <= protected_fraction <= 1.0:
             raise ValueError(f"protected_fraction must be in [0, 1], got {protected_fraction}.")
         usable = max(num_gpu_blocks - 1, 0)
         cap, window = int(protected_fraction * usable), usable if reuse_window is None else reuse_window
-        queue = lambda blocks: SegmentedFreeQueue(blocks, cap, window)  # noqa: E731
+        queue = lambda blocks: SegmentedFreeQueue(blocks, cap, window)
         super().__init__(num_gpu_blocks, enable_caching, *args, free_queue_cls=queue, **kwargs)
 
     def touch(self, blocks: Iterable[KVCacheBlock]) -> None:

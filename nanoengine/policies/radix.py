@@ -27,7 +27,7 @@ class RadixNode:
     first token of their key, so siblings never start with the same token.
     """
 
-    __slots__ = ("key", "children")
+    __slots__ = ("children", "key")
 
     def __init__(self, key: tuple[int, ...] = ()) -> None:
         self.key = key

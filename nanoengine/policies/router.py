@@ -141,8 +141,9 @@ class ReplicaCluster:
             plan.append(replica)
         return plan
 
-    def serve_wave(self, prompts: Sequence[Sequence[int]], params: Any,
-                   salts: Sequence[str | None] | None = None) -> list[Routed]:
+    def serve_wave(
+        self, prompts: Sequence[Sequence[int]], params: Any, salts: Sequence[str | None] | None = None
+    ) -> list[Routed]:
         """Route and run one wave; results come back in input order."""
         salts = list(salts) if salts is not None else [None] * len(prompts)
         plan = self.place(prompts, salts)
@@ -155,8 +156,9 @@ class ReplicaCluster:
         return [Routed(plan[i], outputs[i]) for i in range(len(prompts))]
 
 
-def run_requests(engine: Any, prompts: Sequence[Sequence[int]], params: Any,
-                 salts: Sequence[str | None] | None = None) -> list[Any]:
+def run_requests(
+    engine: Any, prompts: Sequence[Sequence[int]], params: Any, salts: Sequence[str | None] | None = None
+) -> list[Any]:
     """Add the requests to an LLMEngine together and step it until they finish; outputs in order.
 
     Unlike LLM.generate this passes each request's cache_salt through.

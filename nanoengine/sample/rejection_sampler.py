@@ -14,8 +14,12 @@ from nanoengine.sample.sampler import draw, target_probs
 from nanoengine.sampling_params import SamplingParams
 
 
-def rejection_sample(logits: torch.Tensor, draft_token_ids: list[list[int]], params: list[SamplingParams],
-                     generators: list[torch.Generator | None]) -> list[list[int]]:
+def rejection_sample(
+    logits: torch.Tensor,
+    draft_token_ids: list[list[int]],
+    params: list[SamplingParams],
+    generators: list[torch.Generator | None],
+) -> list[list[int]]:
     """logits: [sum(len(d) + 1 for d in draft_token_ids), V] fp32, request after request. Returns, per
     request, its accepted drafts then the recovered token (at the first rejection) or the bonus token (all
     accepted). A request without drafts gets one token, drawn exactly as sampler.sample draws it."""
@@ -31,7 +35,7 @@ def rejection_sample(logits: torch.Tensor, draft_token_ids: list[list[int]], par
 def _greedy(drafts: list[int], argmax: list[int]) -> list[int]:
     """Accept the longest prefix of drafts equal to the argmax, then the argmax where they part (or after)."""
     accepted = next((i for i, (d, t) in enumerate(zip(drafts, argmax)) if d != t), len(drafts))
-    return argmax[:accepted + 1]
+    return argmax[: accepted + 1]
 
 
 def _random(logits: torch.Tensor, drafts: list[int], params: SamplingParams, gen: torch.Generator | None) -> list[int]:

@@ -69,11 +69,12 @@ class DraftModelProposer:
         end = min(r.num_slots, len(r.token_ids)) if r.sampled else r.start + r.num_scheduled
         full = r.sampled and end == len(r.token_ids)
         num = min(self.k, r.num_left, self.max_model_len - end, r.num_slots - end + 1) if full else 0
-        return r.token_ids[r.start:end], None, num
+        return r.token_ids[r.start : end], None, num
 
     @torch.inference_mode()
-    def propose(self, prepare_inputs: Callable, requests: list[DraftRequest],
-                hidden_states: torch.Tensor | None = None) -> dict[str, list[int]]:
+    def propose(
+        self, prepare_inputs: Callable, requests: list[DraftRequest], hidden_states: torch.Tensor | None = None
+    ) -> dict[str, list[int]]:
         """Write the drafter's KV for the step (first_pass), then draft for each request that gets drafts: the
         greedy token after its last position, then after each draft in turn, one pass a draft."""
         entries, num_drafts = [], {}
@@ -98,8 +99,9 @@ class DraftModelProposer:
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, hidden_states: torch.Tensor | None):
         return self.model(input_ids, positions, self.kv_cache)
 
-    def _step(self, prepare_inputs: Callable, batch: Batch, drafts: dict[str, tuple[int, ...]],
-              hidden_in: torch.Tensor | None):
+    def _step(
+        self, prepare_inputs: Callable, batch: Batch, drafts: dict[str, tuple[int, ...]], hidden_in: torch.Tensor | None
+    ):
         """One forward pass of the drafter over batch. Each request in drafts gets the greedy token after its
         last row appended; returns them, and (for a drafter that reads hidden states) that row's output."""
         input_ids, positions, metadata, starts = prepare_inputs(batch)

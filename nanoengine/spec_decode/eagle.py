@@ -35,7 +35,7 @@ class EagleProposer(DraftModelProposer):
         else through the first token of the prompt's next chunk. Drafts: pass j writes KV at the new token's
         position + j - 1, so one lookahead slot fewer than a draft model's is needed."""
         end = len(r.token_ids) if r.sampled else r.start + r.num_scheduled + 1
-        tokens = r.token_ids[r.start + 1:end]
+        tokens = r.token_ids[r.start + 1 : end]
         num = min(self.k, r.num_left, self.max_model_len - end, r.num_slots - end + 2) if r.sampled else 0
         return tokens, range(r.row, r.row + len(tokens)), num
 

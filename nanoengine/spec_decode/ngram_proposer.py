@@ -14,8 +14,9 @@ from collections.abc import Sequence
 from nanoengine.config import SpeculativeConfig
 
 
-def find_longest_matched_ngram_and_propose_tokens(tokens: Sequence[int], min_ngram: int, max_ngram: int,
-                                                  max_model_len: int, k: int) -> list[int]:
+def find_longest_matched_ngram_and_propose_tokens(
+    tokens: Sequence[int], min_ngram: int, max_ngram: int, max_model_len: int, k: int
+) -> list[int]:
     """vLLM's _find_longest_matched_ngram_and_propose_tokens, in plain Python.
 
     The rule: the longest n in [min_ngram, max_ngram] whose last-n-token suffix occurs earlier in `tokens`
@@ -29,10 +30,10 @@ def find_longest_matched_ngram_and_propose_tokens(tokens: Sequence[int], min_ngr
         return []
     tokens = list(tokens)
     for n in range(min(max_ngram, total - 1), min_ngram - 1, -1):
-        suffix, first = tokens[total - n:], tokens[total - n]
+        suffix, first = tokens[total - n :], tokens[total - n]
         for start in range(total - n):  # start + n <= total - 1: the match ends before the last token
-            if tokens[start] == first and tokens[start:start + n] == suffix:
-                return tokens[start + n:start + n + k]
+            if tokens[start] == first and tokens[start : start + n] == suffix:
+                return tokens[start + n : start + n + k]
     return []
 
 
@@ -53,5 +54,4 @@ class NgramProposer:
 
     def propose(self, token_ids: Sequence[int], k: int | None = None) -> list[int]:
         """Drafts for a request whose verified tokens are token_ids; at most k (default: the config's)."""
-        return self.rule(
-            token_ids, self.min_n, self.max_n, self.max_model_len, self.k if k is None else min(k, self.k))
+        return self.rule(token_ids, self.min_n, self.max_n, self.max_model_len, self.k if k is None else min(k, self.k))

@@ -55,9 +55,13 @@ class DecodeGraphs:
 
     def _capture(self, model, kv_cache, size, max_model_len, pool):
         kv_cache.metadata = AttentionMetadata(
-            slot_mapping=self.slot_mapping[:size], query_start_loc=self.query_start_loc[: size + 1],
-            seq_lens=self.seq_lens[:size], block_tables=self.block_tables[:size],
-            max_query_len=1, max_seq_len=max_model_len, num_decodes=size,
+            slot_mapping=self.slot_mapping[:size],
+            query_start_loc=self.query_start_loc[: size + 1],
+            seq_lens=self.seq_lens[:size],
+            block_tables=self.block_tables[:size],
+            max_query_len=1,
+            max_seq_len=max_model_len,
+            num_decodes=size,
         )
 
         def step():
@@ -72,8 +76,7 @@ class DecodeGraphs:
         return graph, logits
 
     def can_replay(self, md: AttentionMetadata, num_reqs: int) -> bool:
-        return (md.num_decodes == num_reqs <= self.sizes[-1]
-                and md.block_tables.shape[1] <= self.block_tables.shape[1])
+        return md.num_decodes == num_reqs <= self.sizes[-1] and md.block_tables.shape[1] <= self.block_tables.shape[1]
 
     def replay(self, input_ids: torch.Tensor, positions: torch.Tensor, md: AttentionMetadata) -> torch.Tensor:
         """Logits [n, vocab] of a pure-decode step of n requests (see can_replay)."""

@@ -19,16 +19,16 @@ import torch
 
 from nanoengine.attention.backend import AttentionMetadata
 from nanoengine.attention.paged import PagedKVCache
-from nanoengine.worker.block_table import BlockTable, BlockTableInterface, MultiGroupBlockTable
-from nanoengine.worker.cuda_graphs import DecodeGraphs
-from nanoengine.model import LlamaForCausalLM
+from nanoengine.core.sched.output import SchedulerOutput
 from nanoengine.errors import InvalidRequestError
+from nanoengine.model import LlamaForCausalLM
 from nanoengine.outputs import Logprob, ModelRunnerOutput
 from nanoengine.sample.rejection_sampler import rejection_sample
 from nanoengine.sample.sampler import compute_logprobs, make_generator, sample
 from nanoengine.sampling_params import SamplingParams
-from nanoengine.core.sched.output import SchedulerOutput
 from nanoengine.spec_decode.draft_model import Batch, DraftModelProposer, DraftRequest
+from nanoengine.worker.block_table import BlockTable, BlockTableInterface, MultiGroupBlockTable
+from nanoengine.worker.cuda_graphs import DecodeGraphs
 
 
 @dataclass(slots=True)
@@ -48,9 +48,16 @@ class CachedRequestState:
 
 
 class ModelRunner:
-    def __init__(self, model: LlamaForCausalLM, kv_cache: PagedKVCache, device: torch.device,
-                 block_table_cls: type[BlockTableInterface] = BlockTable, cuda_graphs: DecodeGraphs | None = None,
-                 rejection_sampler=rejection_sample, drafter: DraftModelProposer | None = None):
+    def __init__(
+        self,
+        model: LlamaForCausalLM,
+        kv_cache: PagedKVCache,
+        device: torch.device,
+        block_table_cls: type[BlockTableInterface] = BlockTable,
+        cuda_graphs: DecodeGraphs | None = None,
+        rejection_sampler=rejection_sample,
+        drafter: DraftModelProposer | None = None,
+    ):
         self.model, self.kv_cache, self.device = model, kv_cache, device
         # A draft model runs after each forward pass, over the same blocks (None: no drafts, or n-gram ones
         # that the engine proposes between steps).
@@ -125,18 +132,20 @@ class ModelRunner:
             for req_id, c, tokens in batch:
                 slots += table.compute_slot_mapping(req_id, c, len(tokens))
             tables = table.get_block_tables(order)
-            metadata.append(AttentionMetadata(
-                slot_mapping=torch.tensor(slots, dtype=torch.int64, device=dev),
-                query_start_loc=query_start_loc,
-                seq_lens=seq_lens_t,
-                block_tables=torch.tensor(tables, dtype=torch.int32, device=dev),
-                max_query_len=max(lengths),
-                max_seq_len=max(seq_lens),
-                num_decodes=num_decodes,
-                # Cascade attention serves full attention only: under a window the shared prefix is partly
-                # out of sight. (vLLM 0.33 removed cascade attention and reports no common prefix for any group.)
-                num_common_prefix_blocks=0 if group.sliding_window else _common_prefix(tables[:num_decodes]),
-            ))
+            metadata.append(
+                AttentionMetadata(
+                    slot_mapping=torch.tensor(slots, dtype=torch.int64, device=dev),
+                    query_start_loc=query_start_loc,
+                    seq_lens=seq_lens_t,
+                    block_tables=torch.tensor(tables, dtype=torch.int32, device=dev),
+                    max_query_len=max(lengths),
+                    max_seq_len=max(seq_lens),
+                    num_decodes=num_decodes,
+                    # Cascade attention serves full attention only: under a window the shared prefix is partly
+                    # out of sight. (vLLM 0.33 removed cascade attention and reports no common prefix for any group.)
+                    num_common_prefix_blocks=0 if group.sliding_window else _common_prefix(tables[:num_decodes]),
+                )
+            )
         ids = torch.tensor(input_ids, dtype=torch.int64, device=dev)
         return ids, torch.tensor(positions, dtype=torch.int64, device=dev), metadata, starts
 
@@ -180,8 +189,9 @@ class ModelRunner:
             self._sample(output, done, spec, starts, row_logits)
         if self.drafter is not None:
             hidden_states = None if graphs else hidden  # a drafter that reads them runs with the graphs off
-            self._draft_token_ids = self.drafter.propose(self._prepare_inputs, self._draft_requests(batch, starts, done),
-                                                         hidden_states)
+            self._draft_token_ids = self.drafter.propose(
+                self._prepare_inputs, self._draft_requests(batch, starts, done), hidden_states
+            )
         return output
 
     def _draft_requests(self, batch: Batch, starts: list[int], done) -> list[DraftRequest]:
@@ -191,8 +201,18 @@ class ModelRunner:
         for (req_id, start, tokens), row in zip(batch, starts):
             state = self.requests[req_id]
             num_left = state.sampling_params.max_tokens - (len(state.token_ids) - state.num_prompt_tokens) - 1
-            requests.append(DraftRequest(req_id, start, len(tokens), row, state.token_ids, req_id in sampled,
-                                         self._num_slots(req_id), num_left))
+            requests.append(
+                DraftRequest(
+                    req_id,
+                    start,
+                    len(tokens),
+                    row,
+                    state.token_ids,
+                    req_id in sampled,
+                    self._num_slots(req_id),
+                    num_left,
+                )
+            )
         return requests
 
     def _num_slots(self, req_id: str) -> int:
@@ -204,7 +224,9 @@ class ModelRunner:
         """Sample (or with drafts, verify) the next tokens of the requests in done, (row index, state) each."""
         drafts = [spec.get(s.req_id, []) for _, s in done]
         # k + 1 rows for k drafts: the logits after the last verified token and after each draft.
-        logits = row_logits([r for (i, _), d in zip(done, drafts) for r in range(starts[i + 1] - 1 - len(d), starts[i + 1])])
+        logits = row_logits(
+            [r for (i, _), d in zip(done, drafts) for r in range(starts[i + 1] - 1 - len(d), starts[i + 1])]
+        )
         params, generators = [s.sampling_params for _, s in done], [self.generators[s.req_id] for _, s in done]
         if spec:  # a step without drafts samples exactly as decoding without speculation does
             token_lists = self.rejection_sampler(logits, drafts, params, generators)
@@ -226,12 +248,19 @@ class ModelRunner:
     def _sample_logprobs(logits, firsts, done, token_lists) -> dict[str, list[dict[int, Logprob]]]:
         """For the requests that ask: one entry per emitted token, from the row that predicted it (a request's
         rows start at firsts[j] in logits)."""
-        picked = [(j, firsts[j] + t, token) for j, (_, s) in enumerate(done) if s.sampling_params.logprobs is not None
-                  for t, token in enumerate(token_lists[j])]
+        picked = [
+            (j, firsts[j] + t, token)
+            for j, (_, s) in enumerate(done)
+            if s.sampling_params.logprobs is not None
+            for t, token in enumerate(token_lists[j])
+        ]
         if not picked:
             return {}
-        entries = compute_logprobs(logits[[row for _, row, _ in picked]], [token for *_, token in picked],
-                                   [done[j][1].sampling_params.logprobs for j, _, _ in picked])
+        entries = compute_logprobs(
+            logits[[row for _, row, _ in picked]],
+            [token for *_, token in picked],
+            [done[j][1].sampling_params.logprobs for j, _, _ in picked],
+        )
         out: dict[str, list[dict[int, Logprob]]] = {}
         for (j, _, _), entry in zip(picked, entries):
             out.setdefault(done[j][1].req_id, []).append(entry)

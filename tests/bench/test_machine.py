@@ -10,8 +10,11 @@ from bench.machine import machine_info
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 # Scripts that write results but measure no CPU: the GPU's name is their machine, or they compile for named targets.
-NOT_CPU = {"attention.py": "records the GPU's name", "kernels_offline.py": "compiles for named GPU targets",
-           "notebooks_cuda.py": "runs nbval on a GPU and keeps its log"}
+NOT_CPU = {
+    "attention.py": "records the GPU's name",
+    "kernels_offline.py": "compiles for named GPU targets",
+    "notebooks_cuda.py": "runs nbval on a GPU and keeps its log",
+}
 
 
 def test_machine_info_names_the_cpu_its_cores_and_vector_extensions():
@@ -20,9 +23,10 @@ def test_machine_info_names_the_cpu_its_cores_and_vector_extensions():
     assert {"platform", "python", "torch_cpu_capability"} <= machine.keys()
 
 
-@pytest.mark.parametrize("script", sorted(p.name for p in BENCH.glob("*.py")
-                                          if "results" in p.read_text() and p.name not in NOT_CPU))
+@pytest.mark.parametrize(
+    "script", sorted(p.name for p in BENCH.glob("*.py") if "results" in p.read_text() and p.name not in NOT_CPU)
+)
 def test_every_cpu_benchmark_records_machine_info(script):
     tree = ast.parse((BENCH / script).read_text())
     calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "machine_info"]
-    assert calls, f"bench/{script} writes results without recording machine_info() under \"machine\""
+    assert calls, f'bench/{script} writes results without recording machine_info() under "machine"'

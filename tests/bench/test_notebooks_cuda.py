@@ -4,8 +4,10 @@ pass itself runs on a lent GPU; its log is bench/results/notebooks_cuda_<gpu>.tx
 from bench.notebooks_cuda import rerun_code, startup_deaths
 
 # The -rfE summary of the H200 run in which notebook 06's kernel died before it answered kernel_info.
-DIED = ["ERROR notebooks/06_prefix_caching.ipynb::Cell 0 - RuntimeError: Kernel died b...\n",
-        "ERROR notebooks/06_prefix_caching.ipynb::Cell 3 - RuntimeError: Kernel died b...\n"]
+DIED = [
+    "ERROR notebooks/06_prefix_caching.ipynb::Cell 0 - RuntimeError: Kernel died b...\n",
+    "ERROR notebooks/06_prefix_caching.ipynb::Cell 3 - RuntimeError: Kernel died b...\n",
+]
 CELL_FAILED = ["FAILED notebooks/02_paging.ipynb::Cell 4\n"]
 
 

@@ -14,7 +14,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from driver import REPO, LabServer, copy_checkout, find_chromium, open_lab  # noqa: E402
+from driver import REPO, LabServer, copy_checkout, find_chromium, open_lab
 
 SHOTS = os.environ.get("NANOENGINE_SHOTS", os.path.join("build", "browser"))
 
@@ -57,10 +57,12 @@ def shots():
 
 def recorded_seconds(notebook: Path) -> float:
     """How long the notebook's cells took in its stored run (the execution times nbconvert records)."""
+
     def seconds(cell):
         times = cell.get("metadata", {}).get("execution", {})
         start, end = times.get("iopub.execute_input"), times.get("shell.execute_reply")
         return (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds() if start and end else 0.0
+
     return sum(map(seconds, json.loads(notebook.read_text())["cells"]))
 
 
@@ -68,8 +70,11 @@ def pytest_collection_modifyitems(items):
     """The longest notebook first, the rest as collected. In chapter order it came last, and its worker ran it alone
     for 40 s while the other's core stood idle. Only the longest moves: two heavy notebooks at once slow each
     other down (decoding on this CPU is bound by memory), so the others keep the order that pairs heavy with light."""
-    notebooks = {item: REPO / "notebooks" / item.callspec.params["notebook"] for item in items
-                 if hasattr(item, "callspec") and "notebook" in item.callspec.params}
+    notebooks = {
+        item: REPO / "notebooks" / item.callspec.params["notebook"]
+        for item in items
+        if hasattr(item, "callspec") and "notebook" in item.callspec.params
+    }
     if notebooks:
         longest = max(notebooks, key=lambda item: recorded_seconds(notebooks[item]))
         items.remove(longest)

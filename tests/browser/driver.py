@@ -33,8 +33,12 @@ SETTINGS = {
     "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
     "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false"},
 }
-CHROMIUM_PATHS = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome",
-                  "/Applications/Google Chrome.app/Contents/MacOS/Google Chrome")
+CHROMIUM_PATHS = (
+    "/usr/bin/chromium",
+    "/usr/bin/chromium-browser",
+    "/usr/bin/google-chrome",
+    "/Applications/Google Chrome.app/Contents/MacOS/Google Chrome",
+)
 
 
 def find_chromium() -> str | None:
@@ -45,8 +49,9 @@ def find_chromium() -> str | None:
 
 def copy_checkout(dest: Path) -> Path:
     """Tracked and untracked-but-not-ignored files of the checkout, as they are now."""
-    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO,
-                            capture_output=True, text=True, check=True).stdout.split("\0")
+    listed = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.split("\0")
     for name in filter(None, listed):
         src = REPO / name
         if src.is_file():
@@ -76,11 +81,24 @@ class LabServer:
         for name, value in SETTINGS.items():
             (settings / name).parent.mkdir(parents=True, exist_ok=True)
             (settings / name).write_text(json.dumps(value))
-        env = dict(os.environ, PYTHONPATH=str(self.root), JUPYTER_CONFIG_DIR=str(self.scratch / "config"),
-                   JUPYTER_RUNTIME_DIR=str(self.scratch / "runtime"))
-        cmd = [sys.executable, "-m", "jupyterlab", f"--notebook-dir={self.root / 'notebooks'}", "--no-browser",
-               "--ip=127.0.0.1", f"--port={self.port}", f"--IdentityProvider.token={self.token}",
-               f"--LabApp.user_settings_dir={settings}", "--LabApp.expose_app_in_browser=True"]
+        env = dict(
+            os.environ,
+            PYTHONPATH=str(self.root),
+            JUPYTER_CONFIG_DIR=str(self.scratch / "config"),
+            JUPYTER_RUNTIME_DIR=str(self.scratch / "runtime"),
+        )
+        cmd = [
+            sys.executable,
+            "-m",
+            "jupyterlab",
+            f"--notebook-dir={self.root / 'notebooks'}",
+            "--no-browser",
+            "--ip=127.0.0.1",
+            f"--port={self.port}",
+            f"--IdentityProvider.token={self.token}",
+            f"--LabApp.user_settings_dir={settings}",
+            "--LabApp.expose_app_in_browser=True",
+        ]
         if os.geteuid() == 0:
             cmd.append("--allow-root")
         self.log = self.scratch / "jupyterlab.log"
@@ -108,8 +126,9 @@ class LabServer:
         return f"http://127.0.0.1:{self.port}/lab?token={self.token}"
 
     def api(self, method: str, path: str):
-        request = urllib.request.Request(f"http://127.0.0.1:{self.port}/api/{path}", method=method,
-                                         headers={"Authorization": f"token {self.token}"})
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{self.port}/api/{path}", method=method, headers={"Authorization": f"token {self.token}"}
+        )
         with urllib.request.urlopen(request, timeout=10) as response:
             body = response.read()
         return json.loads(body) if body else None
@@ -172,18 +191,22 @@ class NotebookPage:
 
     def open(self, timeout_ms: int = 90_000) -> NotebookPage:
         """The command a double click in the file browser runs: the notebook in a new tab, with a kernel."""
-        self.page.evaluate("(path) => { window.jupyterapp.commands.execute('docmanager:open', {path}); }",
-                           self.notebook)
+        self.page.evaluate(
+            "(path) => { window.jupyterapp.commands.execute('docmanager:open', {path}); }", self.notebook
+        )
         self.page.wait_for_function(
             f"() => {_MODEL}?.context?.path === {json.dumps(self.notebook)} && {_KERNEL}?.status === 'idle'",
-            timeout=timeout_ms)
+            timeout=timeout_ms,
+        )
         self.kernel_id = self.page.evaluate(f"() => {_KERNEL}.id")
         return self
 
     def menu(self, menu: str, item: str) -> None:
         """Click a menu of the menu bar, then one of its items, as a learner does."""
         self.page.locator("li.lm-MenuBar-item", has_text=menu).click()
-        self.page.locator(".lm-Menu-itemLabel", has_text=item).filter(has_text=re.compile(f"^{re.escape(item)}$")).click()
+        self.page.locator(".lm-Menu-itemLabel", has_text=item).filter(
+            has_text=re.compile(f"^{re.escape(item)}$")
+        ).click()
 
     def run_all(self, timeout_s: float = 300.0) -> None:
         """Run > Run All Cells, then wait until the kernel has been busy and the queue is drained (the
@@ -198,7 +221,10 @@ class NotebookPage:
         """Until no cell waits or runs ([*]) and the kernel is idle: the queue is drained."""
         self.page.wait_for_function(
             f"""() => {_KERNEL}?.status === 'idle' && ![...document.querySelectorAll('.jp-InputPrompt')]
-                      .some(p => p.textContent.includes('*'))""", timeout=timeout_s * 1000, polling=500)
+                      .some(p => p.textContent.includes('*'))""",
+            timeout=timeout_s * 1000,
+            polling=500,
+        )
 
     def run_cell(self, index: int, timeout_s: float = 120.0) -> None:
         """Select cell `index` (0-based, all cells) and run it from the Run menu."""
@@ -207,7 +233,8 @@ class NotebookPage:
         self.menu("Run", "Run Selected Cell")
         self.page.wait_for_function(
             f"() => {_MODEL}.content.model.cells.get({index}).executionCount !== {json.dumps(before)}",
-            timeout=timeout_s * 1000)
+            timeout=timeout_s * 1000,
+        )
         self.wait_until_idle(timeout_s)
 
     def cells(self) -> list[dict]:
@@ -222,12 +249,17 @@ class NotebookPage:
         return "".join("".join(o.get("text", "")) + "".join(o.get("data", {}).get("text/plain", "")) for o in out)
 
     def errors(self) -> list[str]:
-        return [f"cell {i}: {o['ename']}: {o['evalue']}" for i, cell in enumerate(self.cells())
-                for o in cell["outputs"] if o["output_type"] == "error"]
+        return [
+            f"cell {i}: {o['ename']}: {o['evalue']}"
+            for i, cell in enumerate(self.cells())
+            for o in cell["outputs"]
+            if o["output_type"] == "error"
+        ]
 
     def widgets(self) -> list[Widget]:
         """Tag every widget output's view in the DOM and return them in notebook order."""
-        tagged = self.page.evaluate(f"""(mime) => {{
+        tagged = self.page.evaluate(
+            f"""(mime) => {{
             const found = [];
             {_MODEL}.content.widgets.forEach((cell, i) => {{
                 if (cell.model.type !== 'code') return;
@@ -239,7 +271,9 @@ class NotebookPage:
                     found.push([i, j, tag, (o.data['text/plain'] || '').split(':')[0]]);
                 }});
             }});
-            return found; }}""", WIDGET_MIME)
+            return found; }}""",
+            WIDGET_MIME,
+        )
         return [Widget(i, j, f'[data-nbtest-widget="{tag}"]', label) for i, j, tag, label in tagged]
 
     def images(self) -> list[tuple[int, bool]]:
@@ -257,11 +291,14 @@ class NotebookPage:
         """Close the tab without a save prompt (a Run All leaves it unsaved), then shut its kernel down."""
         if self.page.locator(".jp-Dialog").count():
             self.page.keyboard.press("Escape")
-        self.page.evaluate(f"""(path) => {{
+        self.page.evaluate(
+            f"""(path) => {{
             const panel = {_MODEL};
             if (panel?.context?.path !== path) return;
             panel.context.model.dirty = false;
-            panel.dispose(); }}""", self.notebook)
+            panel.dispose(); }}""",
+            self.notebook,
+        )
         for event, listener in self._listeners.items():
             self.page.remove_listener(event, listener)
         if self.kernel_id:
@@ -331,7 +368,8 @@ def interact(page, widget: Widget, timeout_s: float = 60.0) -> str:
     deadline = time.monotonic() + timeout_s
     while view.inner_html() == before:
         if time.monotonic() > deadline:
-            raise AssertionError(f"{widget.label} (cell {widget.cell}): {did}, and the view did not change "
-                                 f"in {timeout_s:.0f} s")
+            raise AssertionError(
+                f"{widget.label} (cell {widget.cell}): {did}, and the view did not change in {timeout_s:.0f} s"
+            )
         time.sleep(0.25)
     return did

@@ -11,19 +11,21 @@ import re
 import subprocess
 
 import pytest
-
 from driver import REPO, NotebookPage
+
 from nanocourse import cloud
 from nanocourse.my_engine import PARTS
 
 
 def committed_stub(module: str) -> str:
-    return subprocess.run(["git", "show", f"HEAD:exercises/{module}.py"], cwd=REPO, capture_output=True,
-                          text=True, check=True).stdout
+    return subprocess.run(
+        ["git", "show", f"HEAD:exercises/{module}.py"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout
 
 
 def with_function_solved(stub: str, solution: str, name: str) -> str:
     """The stub file with one function's body replaced by the worked solution's."""
+
     def span(source):
         node = next(n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name == name)
         return node.lineno - 1, node.end_lineno
@@ -71,8 +73,10 @@ def test_chapter_04_grades_and_runs_the_learners_hash_after_an_edit(lab, page, e
         assert "✓ 04.1 " in card and "✗ 04.2 " in card, card
         nb.run_cell(mine)
         assert "with your hash: second request reused 64 cached tokens" in nb.output_text(mine)
-        assert page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.id") \
-            == nb.kernel_id, "the kernel was restarted"
+        assert (
+            page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.id")
+            == nb.kernel_id
+        ), "the kernel was restarted"
         assert nb.errors() == []
 
 

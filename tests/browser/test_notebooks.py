@@ -9,7 +9,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from driver import REPO, NotebookPage, interact, live_view_problem
 
 NOTEBOOKS = sorted(p.name for p in (REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -36,7 +35,8 @@ def test_notebook_runs_live_in_jupyterlab(notebook, lab, page, shots):
                 continue
             actions.append(f"cell {widget.cell} {widget.label}: {interact(page, widget)}")
             page.locator(widget.selector).screenshot(
-                path=os.path.join(shots, f"{Path(notebook).stem}_cell{widget.cell:02d}_{widget.label}.png"))
+                path=os.path.join(shots, f"{Path(notebook).stem}_cell{widget.cell:02d}_{widget.label}.png")
+            )
         assert problems == []
         assert nb.console_errors == [], "browser console errors"
         print("\n".join(actions))
@@ -47,17 +47,26 @@ def test_a_widget_whose_front_end_is_missing_fails_the_check(lab, page):
     not, and a click that changes nothing fails the interaction check."""
     import nbformat
 
-    cells = [nbformat.v4.new_code_cell(
-        "import ipywidgets as widgets\n"
-        "from traitlets import Unicode\n\n\n"
-        "class Unregistered(widgets.DOMWidget):\n"
-        "    _model_module = Unicode('no-such-front-end').tag(sync=True)\n"
-        "    _model_name = Unicode('NoSuchModel').tag(sync=True)\n"
-        "    _view_module = Unicode('no-such-front-end').tag(sync=True)\n"
-        "    _view_name = Unicode('NoSuchView').tag(sync=True)\n\n\n"
-        "display(Unregistered(), widgets.Button(description='fine'))")]
-    (lab.root / "notebooks" / "broken_widget.ipynb").write_text(nbformat.writes(nbformat.v4.new_notebook(
-        cells=cells, metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})))
+    cells = [
+        nbformat.v4.new_code_cell(
+            "import ipywidgets as widgets\n"
+            "from traitlets import Unicode\n\n\n"
+            "class Unregistered(widgets.DOMWidget):\n"
+            "    _model_module = Unicode('no-such-front-end').tag(sync=True)\n"
+            "    _model_name = Unicode('NoSuchModel').tag(sync=True)\n"
+            "    _view_module = Unicode('no-such-front-end').tag(sync=True)\n"
+            "    _view_name = Unicode('NoSuchView').tag(sync=True)\n\n\n"
+            "display(Unregistered(), widgets.Button(description='fine'))"
+        )
+    ]
+    (lab.root / "notebooks" / "broken_widget.ipynb").write_text(
+        nbformat.writes(
+            nbformat.v4.new_notebook(
+                cells=cells,
+                metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+            )
+        )
+    )
     with NotebookPage(page, lab, "broken_widget.ipynb") as nb:
         nb.run_all()
         broken, fine = nb.widgets()

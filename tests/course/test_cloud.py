@@ -43,8 +43,10 @@ def test_every_notebook_has_the_links_and_the_setup_cell_as_rendered(path):
 def test_the_links_open_the_notebook_from_the_repository():
     line = cloud.links("04_hash_chains.ipynb", "https://github.com/someone/course")
     assert "(https://colab.research.google.com/github/someone/course/blob/main/notebooks/04_hash_chains.ipynb)" in line
-    assert ("(https://kaggle.com/kernels/welcome?src="
-            "https://github.com/someone/course/blob/main/notebooks/04_hash_chains.ipynb)") in line
+    assert (
+        "(https://kaggle.com/kernels/welcome?src="
+        "https://github.com/someone/course/blob/main/notebooks/04_hash_chains.ipynb)"
+    ) in line
     assert cloud.repository_url() == _project()["urls"]["Repository"]
 
 
@@ -78,8 +80,14 @@ assert (os.getcwd(), list(sys.path)) == before, "the set-up cell moved the kerne
 
 def test_the_setup_cell_does_nothing_and_prints_nothing_off_a_cloud_notebook(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KAGGLE_", "COLAB_"))}
-    proc = subprocess.run([sys.executable, "-c", QUIET_DRIVER, cloud.setup_source()], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", QUIET_DRIVER, cloud.setup_source()],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "")
 
 
@@ -116,8 +124,9 @@ def run_setup_cell(monkeypatch, workdir: Path, on_cloud) -> list[list[str]]:
 
 
 @pytest.mark.parametrize("on_cloud", [on_colab, on_kaggle])
-def test_on_a_cloud_notebook_the_setup_cell_clones_and_installs_without_the_pins(monkeypatch, tmp_path, capsys,
-                                                                                on_cloud):
+def test_on_a_cloud_notebook_the_setup_cell_clones_and_installs_without_the_pins(
+    monkeypatch, tmp_path, capsys, on_cloud
+):
     clone = str(tmp_path / cloud.CLONE_DIR)
     commands = run_setup_cell(monkeypatch, tmp_path, on_cloud)
     pip = [sys.executable, "-m", "pip", "install", "-q"]
@@ -200,8 +209,10 @@ def _wheel(folder: Path, name: str, version: str, files: dict[str, bytes] | None
     """A py3-none-any wheel of `name`: the given files, or an empty module of that name, and a dist-info."""
     stem = f"{re.sub(r'[-_.]+', '_', name)}-{version}"
     info = f"{stem}.dist-info"
-    files = {**(files or {f"{stem.split('-')[0]}/__init__.py": b""}),
-             f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test_cloud\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    files = {
+        **(files or {f"{stem.split('-')[0]}/__init__.py": b""}),
+        f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test_cloud\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
     files.setdefault(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode())
     files[f"{info}/RECORD"] = "".join(f"{path},,\n" for path in [*files, f"{info}/RECORD"]).encode()
     path = folder / f"{stem}-py3-none-any.whl"
@@ -214,8 +225,11 @@ def _wheel(folder: Path, name: str, version: str, files: dict[str, bytes] | None
 def _setuptools_wheel(folder: Path) -> Path:
     """This environment's setuptools as a wheel, for pip's isolated build of the project (no index to fetch it)."""
     dist = importlib.metadata.distribution("setuptools")
-    files = {str(f): f.read_binary() for f in dist.files
-             if ".." not in f.parts and "__pycache__" not in f.parts and f.name not in ("RECORD", "INSTALLER")}
+    files = {
+        str(f): f.read_binary()
+        for f in dist.files
+        if ".." not in f.parts and "__pycache__" not in f.parts and f.name not in ("RECORD", "INSTALLER")
+    }
     return _wheel(folder, "setuptools", dist.version, files)
 
 
@@ -248,8 +262,12 @@ def notebook_env(tmp_path_factory):
     subprocess.run([sys.executable, "-m", "venv", root / "venv"], check=True, timeout=120)
     python = str(root / "venv" / "bin" / "python")
     torch = _wheel(root, "torch", NOTEBOOK_TORCH)
-    subprocess.run([python, "-m", "pip", "install", "-q", "--no-index", "--no-deps", torch], env=_pip_env(),
-                   check=True, timeout=120)
+    subprocess.run(
+        [python, "-m", "pip", "install", "-q", "--no-index", "--no-deps", torch],
+        env=_pip_env(),
+        check=True,
+        timeout=120,
+    )
     return python, wheelhouse
 
 
@@ -257,8 +275,17 @@ def _dry_run(notebook_env, command: list[str], tmp_path: Path, *extra: str) -> d
     """{name: version} that pip, run as the set-up cell runs it in the venv, would install."""
     python, wheelhouse = notebook_env
     report = tmp_path / "report.json"
-    cmd = [python, *command[1:], *extra, "--dry-run", "--report", str(report), "--no-index",
-           "--find-links", str(wheelhouse)]
+    cmd = [
+        python,
+        *command[1:],
+        *extra,
+        "--dry-run",
+        "--report",
+        str(report),
+        "--no-index",
+        "--find-links",
+        str(wheelhouse),
+    ]
     proc = subprocess.run(cmd, env=_pip_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return {i["metadata"]["name"]: i["metadata"]["version"] for i in json.loads(report.read_text())["install"]}
@@ -273,8 +300,7 @@ def cell_pip_commands(monkeypatch, tmp_path):
     return [[arg.replace(clone, str(ROOT)) for arg in cmd] for cmd in commands if cmd[1:3] == ["-m", "pip"]]
 
 
-def test_pip_keeps_the_notebooks_torch_and_would_replace_it_under_the_pins(notebook_env, cell_pip_commands,
-                                                                          tmp_path):
+def test_pip_keeps_the_notebooks_torch_and_would_replace_it_under_the_pins(notebook_env, cell_pip_commands, tmp_path):
     course, model = cell_pip_commands
     installs = _dry_run(notebook_env, course, tmp_path)
     assert "torch" not in installs, f"pip would replace the notebook's torch {NOTEBOOK_TORCH}: {installs}"

@@ -2,13 +2,18 @@
 the KV-memory calculator checked against the pool the real engine allocates."""
 
 import pytest
-import torch
 
+from nanocourse.kv_memory import (
+    BUDGETS,
+    KVMemoryCalculator,
+    RecordingAttention,
+    forward_step,
+    greedy_generate,
+    llama_8b,
+    llama_70b,
+)
 from nanoengine.attention import ContiguousKVCache
 from nanoengine.config import LlamaConfig
-from nanocourse.kv_memory import (
-    BUDGETS, KVMemoryCalculator, RecordingAttention, forward_step, greedy_generate, llama_8b, llama_70b,
-)
 from nanoengine.model import LlamaForCausalLM
 
 

@@ -5,17 +5,17 @@ import re
 import pytest
 import torch
 
+from nanocourse.pool_map import PoolMap, block_states, grid_text
 from nanoengine import LLM
 from nanoengine.attention import TorchBackend
 from nanoengine.attention.paged import PagedKVCache
 from nanoengine.config import LlamaConfig
 from nanoengine.core import KVCacheManager
-from nanocourse.pool_map import PoolMap, block_states, grid_text
+from nanoengine.core.sched.scheduler import Scheduler, SchedulerConfig
 from nanoengine.engine.llm_engine import LLMEngine
 from nanoengine.model import LlamaForCausalLM
-from nanoengine.worker.model_runner import ModelRunner
 from nanoengine.sampling_params import SamplingParams
-from nanoengine.core.sched.scheduler import Scheduler, SchedulerConfig
+from nanoengine.worker.model_runner import ModelRunner
 
 BLOCK_SIZE, NUM_BLOCKS = 4, 16
 PREFIX = list(range(10, 22))  # three full blocks, shared by requests 0 and 2
@@ -133,8 +133,14 @@ def test_runner_step_shows_what_the_runner_received_and_built():
     the runner puts before the prompt chunk, with one slot mapping per group."""
     from nanocourse.runner_view import runner_step
 
-    llm = LLM(LlamaForCausalLM.random(LlamaConfig.tiny_hybrid(8), seed=0), block_size=4, num_gpu_blocks_override=32,
-              max_num_batched_tokens=16, long_prefill_token_threshold=8, progress=False)
+    llm = LLM(
+        LlamaForCausalLM.random(LlamaConfig.tiny_hybrid(8), seed=0),
+        block_size=4,
+        num_gpu_blocks_override=32,
+        max_num_batched_tokens=16,
+        long_prefill_token_threshold=8,
+        progress=False,
+    )
     params = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
     llm.engine.add_request(list(range(100, 120)), params)
     llm.engine.add_request([7, 8], params)

@@ -7,8 +7,8 @@ import torch
 pytest.importorskip("triton", reason="Triton is not installed (it publishes wheels for Linux only)")
 pytestmark = pytest.mark.triton
 
-from nanoengine.attention.backend import TorchBackend  # noqa: E402
-from nanocourse import kernel_lab as kl  # noqa: E402
+from nanocourse import kernel_lab as kl
+from nanoengine.attention.backend import TorchBackend
 
 interpreter = pytest.mark.skipif(not kl.interpreter_active(), reason="the lab traces the Triton interpreter")
 

@@ -2,9 +2,9 @@
 
 import pytest
 
+from nanocourse.hash_chains import HashChainExplorer, block_chain
 from nanoengine import SamplingParams
 from nanoengine.core import NONE_HASH, hash_block_tokens
-from nanocourse.hash_chains import HashChainExplorer, block_chain
 
 pytestmark = pytest.mark.model
 

@@ -2,7 +2,6 @@
 
 import re
 
-from nanoengine.core import FreeKVCacheBlockQueue
 from nanocourse.free_queue_view import (
     STORY,
     FreeQueueLab,
@@ -11,6 +10,7 @@ from nanocourse.free_queue_view import (
     remove_append_ns,
     time_remove_append,
 )
+from nanoengine.core import FreeKVCacheBlockQueue
 from solutions.ch05_free_queue import FreeKVCacheBlockQueue as WorkedQueue
 
 CHIP = re.compile(r"data-block='(\d+)' data-hashed='([01])' data-ref='(\d+)'")
@@ -44,7 +44,9 @@ def test_each_story_step_draws_the_real_queue():
     assert len(view.lab.events) == len(STORY), "past the end of the story, Step does nothing"
 
     freed = events[2]
-    assert (freed.to_head, freed.to_tail) == ((4,), (3, 2, 1)), "partial block to the head, chain tail-first to the tail"
+    assert (freed.to_head, freed.to_tail) == ((4,), (3, 2, 1)), (
+        "partial block to the head, chain tail-first to the tail"
+    )
     hit = events[4]
     assert hit.pulled == ((1, 11), (2, 10)) and hit.popped == (8, 4)
     assert all(0 < pos < 14 for _, pos in hit.pulled), "the hit removes blocks from the middle of the queue"
@@ -91,5 +93,5 @@ def test_deque_baseline_does_the_same_work():
     assert time_remove_append(linked, [blocks[i] for i in picks]) > 0
     assert time_remove_append(ids, list(picks)) > 0
     assert [b.block_id for b in linked.get_all_free_blocks()] == list(ids)
-    assert list(ids)[-len(picks):] == list(picks), "each moved block ends at the tail"
+    assert list(ids)[-len(picks) :] == list(picks), "each moved block ends at the tail"
     assert remove_append_ns(1000, 50, repeats=1) > 0 and remove_append_ns(1000, 50, use_deque=True, repeats=1) > 0

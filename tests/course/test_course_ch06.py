@@ -5,10 +5,6 @@ import re
 import pytest
 import torch
 
-from nanoengine.attention import TorchBackend
-from nanoengine.attention.paged import PagedKVCache
-from nanoengine.config import LlamaConfig
-from nanoengine.core import BlockPool, KVCacheManager, get_request_block_hasher
 from nanocourse.lru_view import (
     SYSTEM_PROMPT,
     LRUView,
@@ -18,32 +14,50 @@ from nanocourse.lru_view import (
     replay_hit_rate,
     short_hash,
 )
+from nanoengine.attention import TorchBackend
+from nanoengine.attention.paged import PagedKVCache
+from nanoengine.config import LlamaConfig
+from nanoengine.core import BlockPool, KVCacheManager, get_request_block_hasher
+from nanoengine.core.sched.scheduler import Scheduler, SchedulerConfig
 from nanoengine.engine.llm_engine import LLMEngine
 from nanoengine.model import LlamaForCausalLM
-from nanoengine.worker.model_runner import ModelRunner
 from nanoengine.request import Request
 from nanoengine.sampling_params import SamplingParams
-from nanoengine.core.sched.scheduler import Scheduler, SchedulerConfig
+from nanoengine.worker.model_runner import ModelRunner
 
-CELL = re.compile(r"data-block='(\d+)' data-ref='(\d+)' data-hash='(\w*)' data-pos='(\d*)' "
-                  r"data-evicted='([01])' data-owners='([\w,]*)'")
+CELL = re.compile(
+    r"data-block='(\d+)' data-ref='(\d+)' data-hash='(\w*)' data-pos='(\d*)' "
+    r"data-evicted='([01])' data-owners='([\w,]*)'"
+)
 
 
 def displayed(view):
     """(block, ref_cnt, hash, queue position, evicted, owners) of every cell, as the learner sees it."""
-    return [(int(b), int(ref), h, int(pos) if pos else None, ev == "1", owners)
-            for b, ref, h, pos, ev, owners in CELL.findall(view.table.value)]
+    return [
+        (int(b), int(ref), h, int(pos) if pos else None, ev == "1", owners)
+        for b, ref, h, pos, ev, owners in CELL.findall(view.table.value)
+    ]
 
 
 def expected(view):
     """The same six facts read straight from the pool and the manager."""
     manager = view.timeline.manager
     queue = free_queue_ids(manager.block_pool)
-    return [(b.block_id, b.ref_cnt, short_hash(b.block_hash), queue.index(b.block_id) if b.block_id in queue else None,
-             b.block_id in view.timeline.evicted,
-             ",".join(r for r, blocks in sorted(manager.coordinator.single_type_managers[0].req_to_blocks.items())
-                      if b in blocks))
-            for b in manager.block_pool.blocks]
+    return [
+        (
+            b.block_id,
+            b.ref_cnt,
+            short_hash(b.block_hash),
+            queue.index(b.block_id) if b.block_id in queue else None,
+            b.block_id in view.timeline.evicted,
+            ",".join(
+                r
+                for r, blocks in sorted(manager.coordinator.single_type_managers[0].req_to_blocks.items())
+                if b in blocks
+            ),
+        )
+        for b in manager.block_pool.blocks
+    ]
 
 
 def run_to_end(view):

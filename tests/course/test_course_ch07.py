@@ -1,27 +1,28 @@
 """Chapter 07's step timeline records what the real scheduler did, step by step, and the widget
 shows the recorded step it is set to."""
 
-
 import pytest
 import torch
 
+from nanocourse.timeline import StepTimeline, record_run, split_kinds, step_line
 from nanoengine.attention import TorchBackend
 from nanoengine.attention.paged import PagedKVCache
 from nanoengine.config import LlamaConfig
 from nanoengine.core import KVCacheManager
-from nanocourse.timeline import StepTimeline, record_run, split_kinds, step_line
+from nanoengine.core.sched.scheduler import Scheduler, SchedulerConfig
 from nanoengine.engine.llm_engine import LLMEngine
 from nanoengine.model import LlamaForCausalLM
-from nanoengine.worker.model_runner import ModelRunner
 from nanoengine.sampling_params import SamplingParams
-from nanoengine.core.sched.scheduler import Scheduler, SchedulerConfig
+from nanoengine.worker.model_runner import ModelRunner
 
 BS, NUM_BLOCKS, BUDGET = 4, 15, 16
 PARAMS = SamplingParams(temperature=0, max_tokens=10, ignore_eos=True)
 # Three 13-token prompts at step 0 and a 6-token one at step 2: 14 usable blocks cannot hold them
 # all once they decode, so the newest running requests get preempted.
-ARRIVALS = {0: [(list(range(10 + 10 * i, 23 + 10 * i)), PARAMS) for i in range(3)],
-            2: [(list(range(200, 206)), PARAMS)]}
+ARRIVALS = {
+    0: [(list(range(10 + 10 * i, 23 + 10 * i)), PARAMS) for i in range(3)],
+    2: [(list(range(200, 206)), PARAMS)],
+}
 
 
 def tiny_engine(policy="fcfs") -> LLMEngine:
@@ -29,8 +30,9 @@ def tiny_engine(policy="fcfs") -> LLMEngine:
     config = LlamaConfig.tiny()
     cache = PagedKVCache(config, NUM_BLOCKS, BS, TorchBackend())
     runner = ModelRunner(LlamaForCausalLM.random(config, seed=0), cache, torch.device("cpu"))
-    scheduler = Scheduler(SchedulerConfig(max_num_batched_tokens=BUDGET, policy=policy, max_model_len=256),
-                          KVCacheManager(BS, NUM_BLOCKS))
+    scheduler = Scheduler(
+        SchedulerConfig(max_num_batched_tokens=BUDGET, policy=policy, max_model_len=256), KVCacheManager(BS, NUM_BLOCKS)
+    )
     return LLMEngine(runner, scheduler, None)
 
 
@@ -74,8 +76,9 @@ def test_records_are_the_schedulers_outputs(recorded):
         assert {s.req_id: s.num_tokens for s in record.slices} == so.num_scheduled_tokens
         assert [s.req_id for s in record.slices] == list(so.num_scheduled_tokens), "schedule order kept"
         assert set(record.preempted) == so.preempted_req_ids
-        assert [(a.req_id, a.cached_tokens) for a in record.admitted] == \
-               [(d.req_id, d.num_computed_tokens) for d in so.scheduled_new_reqs]
+        assert [(a.req_id, a.cached_tokens) for a in record.admitted] == [
+            (d.req_id, d.num_computed_tokens) for d in so.scheduled_new_reqs
+        ]
         assert record.blocks_held == NUM_BLOCKS - 1 - free
         assert record.total == so.total_num_scheduled_tokens <= record.budget == BUDGET
         assert all(s.prefill + s.recompute + s.decode == s.num_tokens for s in record.slices)
@@ -113,8 +116,12 @@ def test_preemption_rules_show_in_the_records(recorded):
 def test_recompute_plus_cache_hit_covers_what_was_lost(recorded):
     _, _, run = recorded
     for _, rid in run.preemptions():
-        high = max(s.start + s.num_tokens for r in run.records for s in r.slices
-                   if s.req_id == rid and not s.recompute and r.step < _readmit_step(run, rid))
+        high = max(
+            s.start + s.num_tokens
+            for r in run.records
+            for s in r.slices
+            if s.req_id == rid and not s.recompute and r.step < _readmit_step(run, rid)
+        )
         cached = next(a.cached_tokens for r in run.records for a in r.admitted if a.req_id == rid and a.readmitted)
         recomputed = sum(s.recompute for r in run.records for s in r.slices if s.req_id == rid)
         assert cached + recomputed == high
@@ -126,8 +133,10 @@ def _readmit_step(run, rid) -> int:
 
 def test_priority_policy_victim_and_queue_order():
     engine = tiny_engine("priority")
-    arrivals = {0: [(list(range(10 + 10 * i, 23 + 10 * i)), PARAMS, p) for i, p in enumerate((0, 5, 0))],
-                2: [(list(range(200, 206)), PARAMS, 1)]}
+    arrivals = {
+        0: [(list(range(10 + 10 * i, 23 + 10 * i)), PARAMS, p) for i, p in enumerate((0, 5, 0))],
+        2: [(list(range(200, 206)), PARAMS, 1)],
+    }
     run = record_run(engine, arrivals)
     requests = {rid: (p, i) for i, (rid, p) in enumerate(zip(run.req_ids, (0, 5, 0, 1)))}
     preempting = [r for r in run.records if r.preempted]

@@ -1,11 +1,13 @@
 """Chapter 08: the workloads are deterministic, the block prediction is the engine's real behaviour, and
 the explorer shows the engine's own numbers."""
 
+import itertools
+
 import pytest
 import torch
 
-from nanoengine import LLM
 from nanocourse import workloads as W
+from nanoengine import LLM
 
 pytestmark = pytest.mark.model
 
@@ -26,14 +28,22 @@ def llm_off():
 
 
 def _small(tok):
-    return [W.chatbot(tok, n=3, system_tokens=40), W.multi_turn(tok, n=3, system_tokens=32, reply_tokens=8),
-            W.code_completion(tok, n=3, context_tokens=16, file_tokens=48), W.random_prompts(tok, n=2, prompt_tokens=24)]
+    return [
+        W.chatbot(tok, n=3, system_tokens=40),
+        W.multi_turn(tok, n=3, system_tokens=32, reply_tokens=8),
+        W.code_completion(tok, n=3, context_tokens=16, file_tokens=48),
+        W.random_prompts(tok, n=2, prompt_tokens=24),
+    ]
 
 
 def _engine_hits(llm, prompts):
     assert llm.reset_prefix_cache()
-    return [llm.generate(prompt_token_ids=list(p), sampling_params=W.SamplingParams(temperature=0, max_tokens=1))[0]
-            .num_cached_tokens for p in prompts]
+    return [
+        llm.generate(prompt_token_ids=list(p), sampling_params=W.SamplingParams(temperature=0, max_tokens=1))[
+            0
+        ].num_cached_tokens
+        for p in prompts
+    ]
 
 
 def test_workloads_are_deterministic_and_have_their_structure(llm):
@@ -43,7 +53,7 @@ def test_workloads_are_deterministic_and_have_their_structure(llm):
     assert [w.name for w in first] == list(W.BLOG_POST_TABLE)
     by_name = {w.name: w for w in first}
     turns = by_name["multi_turn"].prompts
-    assert all(later[: len(earlier)] == earlier for earlier, later in zip(turns, turns[1:]))
+    assert all(later[: len(earlier)] == earlier for earlier, later in itertools.pairwise(turns))
     assert all(r.hit_tokens == 0 for r in W.block_rows(by_name["random"].prompts))
     chat = W.block_rows(by_name["chatbot"].prompts)
     assert chat[0].hit_tokens == 0 and all(r.hit_tokens >= 0.75 * r.num_tokens for r in chat[1:])

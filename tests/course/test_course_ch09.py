@@ -10,8 +10,8 @@ from nanocourse.beyond import (
     block_hashes,
     cached_prefix_blocks,
     hit_rate,
-    pool_of,
     pool_hashes,
+    pool_of,
     run_policy,
     tenant_blocks,
 )

@@ -9,9 +9,17 @@ from nanocourse import gpu_results as gr
 
 # A synthetic bench/attention.py JSON.
 def _row(batch, context, gbps, **extra):
-    return {"heads": "llama3-8b", "batch": batch, "context": context, "triton_gbps": gbps,
-            "gather_sdpa_gbps": gbps / 3, "pct_of_copy": 100 * gbps / 3000, "x_vs_gather_sdpa": 3.0,
-            "x_vs_sdpa_contiguous": 1.1, **extra}
+    return {
+        "heads": "llama3-8b",
+        "batch": batch,
+        "context": context,
+        "triton_gbps": gbps,
+        "gather_sdpa_gbps": gbps / 3,
+        "pct_of_copy": 100 * gbps / 3000,
+        "x_vs_gather_sdpa": 3.0,
+        "x_vs_sdpa_contiguous": 1.1,
+        **extra,
+    }
 
 
 def _result(device="NVIDIA H100 80GB HBM3", pct=75.0):
@@ -51,8 +59,6 @@ def test_plot_decode_bandwidth_draws_one_line_per_batch_and_the_copy_line():
     assert labels == ["Triton, B=1", "Triton, B=64", "gather + SDPA, largest B", "device copy"]
     assert ax.get_lines()[1].get_ydata()[-1] == pytest.approx(2250.0)
     plt.close(fig)
-
-
 
 
 def test_the_committed_results_pass_the_bars_and_the_compile_gate():

@@ -1,12 +1,21 @@
 """Chapter 13's speculative-decoding view records what real engine steps did to one request (drafts, tokens, the
 three num_computed_tokens, block table, hashed blocks), and renders one recorded step without a browser."""
 
+import itertools
+
 import pytest
 
+from nanocourse.spec_view import (
+    SpecStep,
+    SpecStepView,
+    record_spec_step,
+    spec_step_html,
+    spec_step_text,
+    time_verify_steps,
+)
 from nanoengine import LLM, SamplingParams
 from nanoengine.config import LlamaConfig
 from nanoengine.model import LlamaForCausalLM
-from nanocourse.spec_view import SpecStep, SpecStepView, record_spec_step, spec_step_html, spec_step_text, time_verify_steps
 
 BS = 4
 SPEC = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 3}
@@ -36,14 +45,16 @@ def test_each_recorded_step_is_what_the_engine_did(model):
     assert steps[0].drafts == () and steps[0].computed_before == 0 and steps[0].computed_scheduled == len(PROMPT)
     assert sum(len(s.emitted) for s in steps) == 40 and steps[-1].finished
     assert any(s.drafts for s in steps), "the repeating prompt must give drafts"
-    for prev, s in zip(steps, steps[1:]):
-        assert s.context[:len(prev.context)] == prev.context and s.num_verified == len(prev.context) + len(prev.emitted)
+    for prev, s in itertools.pairwise(steps):
+        assert s.context[: len(prev.context)] == prev.context and s.num_verified == len(prev.context) + len(
+            prev.emitted
+        )
         assert s.computed_before == prev.computed_after == s.num_verified - 1
         assert s.scheduled == 1 + len(s.drafts) and s.computed_scheduled == s.computed_before + s.scheduled
         if not s.finished:  # the rollback: the rejected drafts come off, the last emitted token has no KV yet
             assert s.computed_after == s.computed_scheduled - s.rejected
             assert s.computed_after == s.num_verified + len(s.emitted) - 1
-        assert s.emitted[:s.accepted] == s.drafts[:s.accepted]
+        assert s.emitted[: s.accepted] == s.drafts[: s.accepted]
         assert len(s.block_ids) * BS >= s.computed_scheduled, "the drafts' slots are allocated"
         assert s.hashed * BS <= s.num_verified, "no block holding an unverified token is hashed"
     stats = view.llm.get_stats()
@@ -52,8 +63,17 @@ def test_each_recorded_step_is_what_the_engine_did(model):
 
 
 def test_the_extra_token_is_named_by_the_verdict():
-    base = dict(step=2, context=(1, 2, 3), scheduled=4, computed_before=2, computed_scheduled=6, block_ids=(1, 2),
-                hashed=0, block_size=BS, finished=False)
+    base = {
+        "step": 2,
+        "context": (1, 2, 3),
+        "scheduled": 4,
+        "computed_before": 2,
+        "computed_scheduled": 6,
+        "block_ids": (1, 2),
+        "hashed": 0,
+        "block_size": BS,
+        "finished": False,
+    }
     bonus = SpecStep(drafts=(7, 8, 9), emitted=(7, 8, 9, 10), computed_after=6, **base)
     recovered = SpecStep(drafts=(7, 8, 9), emitted=(7, 11), computed_after=4, **base)
     plain = SpecStep(drafts=(), emitted=(5,), computed_after=3, **(base | {"scheduled": 1, "computed_scheduled": 3}))
@@ -101,7 +121,6 @@ def test_record_and_timing_helpers_leave_the_engine_clean(model):
     assert not llm.engine.has_unfinished_requests()
     req = llm.engine.add_request(PROMPT, SamplingParams(temperature=0, max_tokens=3, ignore_eos=True))
     assert record_spec_step(llm.engine, req).emitted
-
 
 
 def test_a_step_with_given_drafts_verifies_them(model):

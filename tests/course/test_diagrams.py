@@ -5,17 +5,17 @@ import re
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pytest  # noqa: E402
+import matplotlib.pyplot as plt
+import pytest
 
-from nanoengine.core import KVCacheManager, get_request_block_hasher  # noqa: E402
-from nanocourse.diagrams import (  # noqa: E402
+from nanocourse.diagrams import (
     block_lifecycle_diagram,
     free_queue_diagram,
     hash_chain_tree,
     lifecycle_counts,
 )
-from nanoengine.request import Request  # noqa: E402
+from nanoengine.core import KVCacheManager, get_request_block_hasher
+from nanoengine.request import Request
 
 HASHER = get_request_block_hasher(4)
 

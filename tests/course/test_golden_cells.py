@@ -28,8 +28,10 @@ class NotebookCell:
 
 def _cells(tags):
     nb = ROOT / "notebooks" / "00_tour.ipynb"
-    return [NotebookCell(nb, {"cell_type": "code", "source": "# NBVAL_CHECK_OUTPUT\n", "metadata": {"tags": t}})
-            for t in tags]
+    return [
+        NotebookCell(nb, {"cell_type": "code", "source": "# NBVAL_CHECK_OUTPUT\n", "metadata": {"tags": t}})
+        for t in tags
+    ]
 
 
 @pytest.mark.parametrize("cuda, compared", [(False, [True, True]), (True, [False, True])])
@@ -42,12 +44,21 @@ def test_golden_cells_are_compared_only_where_they_were_recorded(monkeypatch, cu
 
 def test_every_golden_cell_is_a_checked_one():
     """The tag only narrows where a checked cell is compared; on an unchecked cell it would mean nothing."""
-    golden = [(nb.name, cell.get("id")) for nb in sorted((ROOT / "notebooks").glob("*.ipynb"))
-              for cell in json.loads(nb.read_text())["cells"]
-              if rules.GOLDEN_TAG in cell.get("metadata", {}).get("tags", ())]
+    golden = [
+        (nb.name, cell.get("id"))
+        for nb in sorted((ROOT / "notebooks").glob("*.ipynb"))
+        for cell in json.loads(nb.read_text())["cells"]
+        if rules.GOLDEN_TAG in cell.get("metadata", {}).get("tags", ())
+    ]
     assert golden, "no cell is tagged: the GPU pass would compare the model's CPU text"
-    unchecked = [(name, cid) for name, cid in golden
-                 if "NBVAL_CHECK_OUTPUT" not in "".join(next(
-                     c for c in json.loads((ROOT / "notebooks" / name).read_text())["cells"] if c.get("id") == cid
-                 )["source"])]
+    unchecked = [
+        (name, cid)
+        for name, cid in golden
+        if "NBVAL_CHECK_OUTPUT"
+        not in "".join(
+            next(c for c in json.loads((ROOT / "notebooks" / name).read_text())["cells"] if c.get("id") == cid)[
+                "source"
+            ]
+        )
+    ]
     assert not unchecked, f"tagged {rules.GOLDEN_TAG!r} but not marked # NBVAL_CHECK_OUTPUT: {unchecked}"

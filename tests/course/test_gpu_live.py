@@ -10,16 +10,31 @@ from nanocourse import gpu_results as gr
 
 def _attention(device, copy, scale):
     """An attention result in attention_<gpu>.json's layout: the bar's row and its batch-1 twin."""
-    row = lambda batch, ms, graph_ms: {  # noqa: E731
-        "heads": "llama3-8b", "batch": batch, "context": 2048, "triton_gbps": scale * batch, "pct_of_copy": 50.0,
-        "x_vs_gather_sdpa": 4.0, "triton_ms": ms, "triton_graph_ms": graph_ms}
-    return {"device": device, "dtype": "float16", "copy_gbps": copy,
-            "decode": [row(1, 0.1, 0.02), row(64, 0.2, 0.2), {**row(64, 1, 1), "context": 512}]}
+    row = lambda batch, ms, graph_ms: {
+        "heads": "llama3-8b",
+        "batch": batch,
+        "context": 2048,
+        "triton_gbps": scale * batch,
+        "pct_of_copy": 50.0,
+        "x_vs_gather_sdpa": 4.0,
+        "triton_ms": ms,
+        "triton_graph_ms": graph_ms,
+    }
+    return {
+        "device": device,
+        "dtype": "float16",
+        "copy_gbps": copy,
+        "decode": [row(1, 0.1, 0.02), row(64, 0.2, 0.2), {**row(64, 1, 1), "context": 512}],
+    }
 
 
 def _engine(graphed, eager):
-    return {"results": {"nanoengine_cache_on": {"throughput_tok_s": graphed},
-                        "nanoengine_cache_on_eager": {"throughput_tok_s": eager}}}
+    return {
+        "results": {
+            "nanoengine_cache_on": {"throughput_tok_s": graphed},
+            "nanoengine_cache_on_eager": {"throughput_tok_s": eager},
+        }
+    }
 
 
 def test_figures_read_the_bar_row_batch_one_and_the_engine_ratio():
@@ -47,8 +62,11 @@ def test_the_committed_stored_figures_read():
 
 def test_engine_compile_rows_show_sm75_in_fp16_beside_sm80_and_sm90_in_bf16():
     rows = gr.engine_compile_rows("decode_kernel")
-    assert {(r["target"], r["case"].split()[-1]) for r in rows} == {("sm_75", "fp16"), ("sm_80", "bf16"),
-                                                                       ("sm_90", "bf16")}
+    assert {(r["target"], r["case"].split()[-1]) for r in rows} == {
+        ("sm_75", "fp16"),
+        ("sm_80", "bf16"),
+        ("sm_90", "bf16"),
+    }
     first = [r["target"] for r in rows[:3]]
     assert first == ["sm_75", "sm_80", "sm_90"] and len({r["case"].rsplit(" ", 1)[0] for r in rows[:3]}) == 1
     assert all(r["stack_bytes"] == 0 for r in rows + gr.engine_compile_rows("prefill_kernel"))

@@ -8,8 +8,8 @@ import inspect
 
 import pytest
 
-from nanoengine.attention import triton_available
 from nanocourse.grading import BUGS, GRADED, grade, seeded_bugs
+from nanoengine.attention import triton_available
 
 CHAPTERS = sorted({p.name.split("_")[1][2:] for p in GRADED.glob("test_ch*_*.py")})
 MODULES = sorted(p.stem for p in (GRADED.parents[1] / "solutions").glob("ch*.py"))
@@ -95,16 +95,20 @@ def test_every_task_rejects_two_seeded_bugs(cards, bug_results, module):
     _importable(module)
     bugs = seeded_bugs(module)
     caught = {r.variant for r in bug_results if not r.passed and "not implemented" not in r.message}
-    missed = [f"{task} {mistake}" for k, (task, mistake, _, _) in enumerate(bugs)
-              if f"{module[:4]}_bug{k:02d}" not in caught]
+    missed = [
+        f"{task} {mistake}" for k, (task, mistake, _, _) in enumerate(bugs) if f"{module[:4]}_bug{k:02d}" not in caught
+    ]
     assert missed == [], f"seeded bugs that pass their task: {missed}"
     per_task = {r.task: sum(b[0] == r.task for b in bugs) for r in _chapter(cards["solutions"], module[2:4])}
     assert all(n >= 2 for n in per_task.values()), f"every task needs two seeded bugs: {per_task}"
 
 
 def _public(module) -> dict:
-    return {n: o for n, o in vars(module).items()
-            if not n.startswith("_") and callable(o) and getattr(o, "__module__", None) == module.__name__}
+    return {
+        n: o
+        for n, o in vars(module).items()
+        if not n.startswith("_") and callable(o) and getattr(o, "__module__", None) == module.__name__
+    }
 
 
 def _methods(cls) -> dict:
@@ -141,7 +145,9 @@ def _imported_names(path) -> set[str]:
 def test_stubs_import_what_their_solutions_need(module):
     """A learner who pastes a worked function body into the stub must not meet a NameError."""
     root = GRADED.parents[1]
-    missing = _imported_names(root / "solutions" / f"{module}.py") - _imported_names(root / "exercises" / f"{module}.py")
+    missing = _imported_names(root / "solutions" / f"{module}.py") - _imported_names(
+        root / "exercises" / f"{module}.py"
+    )
     assert not missing, f"exercises/{module}.py lacks imports its solution uses: {sorted(missing)}"
 
 
@@ -161,12 +167,17 @@ def test_an_exception_from_the_learners_code_names_their_method(tmp_path):
     (tmp_path / "ch05_free_queue.py").write_text(source.replace(line, "        {}[block.block_id]\n"))
     lineno = source[: source.index(line)].count("\n") + 1
     messages = {r.message for r in grade("05", str(tmp_path)) if not r.passed}
-    assert f"KeyError: 0, raised in your FreeKVCacheBlockQueue.remove (ch05_free_queue.py, line {lineno})" in messages, \
-        messages
+    assert (
+        f"KeyError: 0, raised in your FreeKVCacheBlockQueue.remove (ch05_free_queue.py, line {lineno})" in messages
+    ), messages
 
 
 def test_no_graded_assert_is_bare():
     """A learner sees the first line of a failure: every assert in a graded suite says which rule broke."""
-    bare = [f"{path.name}:{node.lineno}" for path in sorted(GRADED.glob("*.py"))
-            for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Assert) and node.msg is None]
+    bare = [
+        f"{path.name}:{node.lineno}"
+        for path in sorted(GRADED.glob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Assert) and node.msg is None
+    ]
     assert bare == [], f"graded asserts without a message: {bare}"

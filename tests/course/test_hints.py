@@ -40,5 +40,7 @@ def test_every_attribute_a_hint_names_is_one_the_worked_solution_uses(chapter):
     solution = next((HINTS_DIR.parents[1] / "solutions").glob(f"ch{chapter}_*.py")).read_text()
     named = {n for h in chapter_hints(chapter) for n in re.findall(r"self\.([A-Za-z_]\w*)", h.text)}
     unknown = sorted(n for n in named if not re.search(rf"(self\.{n}\b|def {n}\b)", solution))
-    assert unknown == [], f"chapter {chapter}'s hints name self.{', self.'.join(unknown)}, which its worked solution " \
-                          "never uses: the contract's names are the ones the grader reads"
+    assert unknown == [], (
+        f"chapter {chapter}'s hints name self.{', self.'.join(unknown)}, which its worked solution "
+        "never uses: the contract's names are the ones the grader reads"
+    )

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nanocourse.hybrid import cache_blocks_at, traced_hit
 from nanoengine.core import (
     BlockPool,
     HybridKVCacheCoordinator,
@@ -16,7 +17,6 @@ from nanoengine.core import (
     make_block_hash_with_group_id,
 )
 from nanoengine.kv_cache_interface import KVCacheGroupSpec, get_kv_cache_groups
-from nanocourse.hybrid import cache_blocks_at, traced_hit
 from nanoengine.request import Request
 
 BS = 4
@@ -31,14 +31,17 @@ def make_request(request_id, tokens):
     return Request(request_id, list(tokens), block_hasher=get_request_block_hasher(BS))
 
 
-@pytest.mark.parametrize("windows, expected", [
-    ([None] * 4, [((0, 1, 2, 3), None)]),
-    ([8] * 3, [((0, 1, 2), 8)]),
-    ([8, 8, 8, None], [((3,), None), ((0,), 8), ((1,), 8), ((2,), 8)]),  # a Gemma-3-like 3:1
-    ([None, 8] * 4, [((0, 2, 4, 6), None), ((1, 3, 5, 7), 8)]),  # gpt-oss alternates 1:1
-    ([8, 8, None] * 2 + [8, 8], [((2, 5), None), ((0, 4), 8), ((1, 6), 8), ((3, 7), 8)]),  # 6:2, dealt round-robin
-    ([None] * 3 + [8] * 4, [((0, 1, 2), None), ((3, 4, 5, 6), 8)]),  # 4 < 1.5 x 3: one group per type, padded
-])
+@pytest.mark.parametrize(
+    "windows, expected",
+    [
+        ([None] * 4, [((0, 1, 2, 3), None)]),
+        ([8] * 3, [((0, 1, 2), 8)]),
+        ([8, 8, 8, None], [((3,), None), ((0,), 8), ((1,), 8), ((2,), 8)]),  # a Gemma-3-like 3:1
+        ([None, 8] * 4, [((0, 2, 4, 6), None), ((1, 3, 5, 7), 8)]),  # gpt-oss alternates 1:1
+        ([8, 8, None] * 2 + [8, 8], [((2, 5), None), ((0, 4), 8), ((1, 6), 8), ((3, 7), 8)]),  # 6:2, dealt round-robin
+        ([None] * 3 + [8] * 4, [((0, 1, 2), None), ((3, 4, 5, 6), 8)]),  # 4 < 1.5 x 3: one group per type, padded
+    ],
+)
 def test_groups_hold_equal_layer_counts_full_attention_first(windows, expected):
     assert [(g.layer_ids, g.sliding_window) for g in get_kv_cache_groups(windows)] == expected
 
@@ -73,20 +76,24 @@ def brute_force_sliding(cached: list[bool], window: int, max_blocks: int, eagle=
     drops the last)."""
     need = -(-(window - 1) // BS) + eagle
     for length in range(max_blocks, -1, -1):
-        if all(cached[max(0, length - need):length]):
+        if all(cached[max(0, length - need) : length]):
             return max(length - eagle, 0) if length else 0
     return 0
 
 
 @settings(max_examples=300, deadline=None, database=None)
-@given(cached=st.lists(st.booleans(), min_size=0, max_size=24), window=st.integers(4, 20),
-       max_length=st.integers(0, 100), eagle=st.booleans())
+@given(
+    cached=st.lists(st.booleans(), min_size=0, max_size=24),
+    window=st.integers(4, 20),
+    max_length=st.integers(0, 100),
+    eagle=st.booleans(),
+)
 def test_sliding_hit_search_from_the_right_matches_brute_force(cached, window, max_length, eagle):
     pool = BlockPool(40, enable_caching=True)
     cache(pool, 0, [i for i, c in enumerate(cached) if c])
     manager = sliding(window, pool, use_eagle=eagle)
     max_blocks = min(max_length // BS, len(cached))
-    (hit,) = manager.find_longest_cache_hit(HASHES[:len(cached)], max_blocks * BS, [0])
+    (hit,) = manager.find_longest_cache_hit(HASHES[: len(cached)], max_blocks * BS, [0])
     expected = brute_force_sliding(cached, window, max_blocks, eagle)
     assert len(hit) == expected
     need = -(-(window - 1) // BS)
@@ -125,8 +132,15 @@ def test_fixed_point_when_the_groups_disagree():
     hits, length, calls = traced_hit(coordinator([None, 9, 13], pool), HASHES[:11], 10 * BS)
     assert length == 6 * BS and [len(h) for h in hits] == [6, 6, 6]
     # Full attention is searched once; the sliding types until the length stops shrinking.
-    assert calls == [((0,), 40, 40), ((1,), 40, 40), ((2,), 40, 32), ((1,), 32, 24), ((2,), 24, 24),
-                     ((1,), 24, 24), ((2,), 24, 24)]
+    assert calls == [
+        ((0,), 40, 40),
+        ((1,), 40, 40),
+        ((2,), 40, 32),
+        ((1,), 32, 24),
+        ((2,), 24, 24),
+        ((1,), 24, 24),
+        ((2,), 24, 24),
+    ]
     assert [b.is_null for b in hits[2]] == [True] * 3 + [False] * 3
 
 
@@ -140,8 +154,9 @@ def test_fixed_point_is_the_longest_hit_every_group_serves(data, n, w1, w2):
     _, length = coordinator([None, w1, w2], pool).find_longest_cache_hit(HASHES[:n], n * BS)
 
     def served(blocks: int) -> bool:
-        return (all(patterns[0][:blocks])
-                and all(brute_force_sliding(patterns[g][:blocks], w, blocks) == blocks for g, w in ((1, w1), (2, w2))))
+        return all(patterns[0][:blocks]) and all(
+            brute_force_sliding(patterns[g][:blocks], w, blocks) == blocks for g, w in ((1, w1), (2, w2))
+        )
 
     assert length == BS * max(b for b in range(n + 1) if served(b))
 
@@ -154,8 +169,14 @@ def test_eagle_costs_one_block_whatever_the_attention_types():
     pool = BlockPool(60, enable_caching=True)
     for group_id in range(3):
         cache(pool, group_id, range(8))
-    for windows, eagle, expected in (([None, 9], False, 8), ([None], True, 7), ([9], True, 7), ([None, 9], True, 7),
-                                     ([None, 9, 13], True, 7), ([9, 13], True, 7)):
+    for windows, eagle, expected in (
+        ([None, 9], False, 8),
+        ([None], True, 7),
+        ([9], True, 7),
+        ([None, 9], True, 7),
+        ([None, 9, 13], True, 7),
+        ([9, 13], True, 7),
+    ):
         _, length = coordinator(windows, pool, use_eagle=eagle).find_longest_cache_hit(HASHES[:9], 8 * BS)
         assert length == expected * BS, (windows, eagle)
 
@@ -181,8 +202,10 @@ def test_eagle_hit_is_one_every_type_serves_one_block_further():
     cache(pool, 2, [i for i in range(8) if i != 6])
     # Full attention and window 9: full attention's 8 blocks drop to 7; window 9 searches up to block 8,
     # finds the run 5-7 ending at 8 and drops one: 7, one block short of the hit without EAGLE.
-    lengths = [coordinator([None, 9], pool, use_eagle=eagle).find_longest_cache_hit(HASHES[:9], 8 * BS)[1] // BS
-               for eagle in (False, True)]
+    lengths = [
+        coordinator([None, 9], pool, use_eagle=eagle).find_longest_cache_hit(HASHES[:9], 8 * BS)[1] // BS
+        for eagle in (False, True)
+    ]
     assert lengths == [8, 7]
     # With window 13 too: it needs 4 blocks in a row below block 8 and finds 2-5 (block 6 is missing), so 5;
     # window 9, searching up to block 6, finds 1-3 (block 4 is missing), so 3, which both windows then serve.
@@ -224,7 +247,9 @@ def test_the_learners_parts_serve_a_windowed_model():
 
     from nanocourse.hybrid import tiny_hybrid_llm
     from nanoengine.sampling_params import SamplingParams
-    from solutions import ch06_prefix_caching as ch06, ch07_scheduler as ch07, ch12_hybrid as ch12
+    from solutions import ch06_prefix_caching as ch06
+    from solutions import ch07_scheduler as ch07
+    from solutions import ch12_hybrid as ch12
 
     rng = random.Random(5)
     shared = rng.choices(range(3, 256), k=40)
@@ -241,6 +266,13 @@ def test_the_learners_parts_serve_a_windowed_model():
     engine = run()
     assert engine[1] > 0 and engine[2] > 0, "the pool must force preemption and the shared prefix must hit"
     assert run(scheduler_cls=ch07.Scheduler) == engine, "chapter 07's scheduler alone"
-    assert run(block_pool=ch06.BlockPool, full_attention_manager_cls=ch06.FullAttentionManager,
-               kv_cache_manager_cls=ch06.KVCacheManager, scheduler_cls=ch07.Scheduler,
-               sliding_window_manager_cls=ch12.SlidingWindowManager) == engine, "every learner part at once"
+    assert (
+        run(
+            block_pool=ch06.BlockPool,
+            full_attention_manager_cls=ch06.FullAttentionManager,
+            kv_cache_manager_cls=ch06.KVCacheManager,
+            scheduler_cls=ch07.Scheduler,
+            sliding_window_manager_cls=ch12.SlidingWindowManager,
+        )
+        == engine
+    ), "every learner part at once"

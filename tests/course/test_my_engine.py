@@ -5,9 +5,6 @@ import time
 import pytest
 
 from nanocourse import my_engine
-from nanoengine import LLM, SamplingParams
-from nanoengine.attention import AttentionBackend, triton_available
-from nanoengine.core import BlockPoolInterface, FreeBlockQueue, KVCacheManagerInterface
 from nanocourse import workloads as W
 from nanocourse.beyond import hit_rate
 from nanocourse.my_engine import (
@@ -20,8 +17,11 @@ from nanocourse.my_engine import (
     seam_owners,
     stubs_left,
 )
-from nanoengine.worker.block_table import BlockTableInterface
+from nanoengine import LLM, SamplingParams
+from nanoengine.attention import AttentionBackend, triton_available
+from nanoengine.core import BlockPoolInterface, FreeBlockQueue, KVCacheManagerInterface
 from nanoengine.core.sched.interface import SchedulerInterface
+from nanoengine.worker.block_table import BlockTableInterface
 
 pytestmark = pytest.mark.model
 KV_BYTES = 64 * 2**20
@@ -40,7 +40,10 @@ def test_untouched_stubs_leave_every_part_to_the_engine_and_it_serves(capsys):
     # Where Triton is missing (macOS), the kernel part says so instead of listing its stubs.
     no_triton = table.count("Triton is not installed")
     assert no_triton == (0 if triton_available() else 1)
-    assert table.startswith(f"Your engine: 0 of {len(PARTS)} parts are yours") and table.count("stubs left") == len(PARTS) - no_triton
+    assert (
+        table.startswith(f"Your engine: 0 of {len(PARTS)} parts are yours")
+        and table.count("stubs left") == len(PARTS) - no_triton
+    )
     assert all(owner.startswith("nanoengine.") for _, _, owner in seam_owners(llm))
     out = llm.generate(prompt_token_ids=[[1, 2, 3, 4, 5]], sampling_params=SamplingParams(max_tokens=3))[0]
     assert len(out.token_ids) == 3
@@ -48,14 +51,20 @@ def test_untouched_stubs_leave_every_part_to_the_engine_and_it_serves(capsys):
 
 def test_worked_solutions_engine_equals_nanoengine_on_the_chatbot_workload(llm, capsys):
     worked = my_llm(source="solutions", kv_cache_memory_bytes=KV_BYTES)
-    assert f"{len(PARTS) - 1} of {len(PARTS)} parts are worked" in capsys.readouterr().out, "all but the kernels, which sit out on a CPU"
-    owners = dict(((c, s), o) for c, s, o in seam_owners(worked))
+    assert f"{len(PARTS) - 1} of {len(PARTS)} parts are worked" in capsys.readouterr().out, (
+        "all but the kernels, which sit out on a CPU"
+    )
+    owners = {(c, s): o for c, s, o in seam_owners(worked)}
     assert all(o.startswith("solutions.") for (c, _), o in owners.items() if c != "03"), owners
     engine = worked.engine
-    for obj, protocol in ((engine.runner.input_block_table[0], BlockTableInterface), (worked.backend, AttentionBackend),
-                          (engine.kv_cache_manager.block_pool.free_block_queue, FreeBlockQueue),
-                          (engine.kv_cache_manager.block_pool, BlockPoolInterface),
-                          (engine.kv_cache_manager, KVCacheManagerInterface), (engine.scheduler, SchedulerInterface)):
+    for obj, protocol in (
+        (engine.runner.input_block_table[0], BlockTableInterface),
+        (worked.backend, AttentionBackend),
+        (engine.kv_cache_manager.block_pool.free_block_queue, FreeBlockQueue),
+        (engine.kv_cache_manager.block_pool, BlockPoolInterface),
+        (engine.kv_cache_manager, KVCacheManagerInterface),
+        (engine.scheduler, SchedulerInterface),
+    ):
         if protocol is not AttentionBackend:  # a plain Protocol, not runtime-checkable
             assert isinstance(obj, protocol), (obj, protocol)
     prompts = W.chatbot(llm.tokenizer, n=5).prompts
@@ -78,9 +87,11 @@ def test_worked_solutions_speculate_with_chapter_07s_and_13s_schedulers_mixed(ll
     scheduler = type(worked.engine.scheduler)
     assert [c.__module__ for c in scheduler.__mro__[1:3]] == ["solutions.ch13_spec_decode", "solutions.ch07_scheduler"]
     owners = {s: o for c, s, o in seam_owners(worked) if c in ("07", "13")}
-    assert owners == {"rejection_sampler": "solutions.ch13_spec_decode.rejection_sample",
-                      "NgramProposer": "solutions.ch13_spec_decode.NgramProposer",
-                      "SchedulerInterface": "solutions.ch13_spec_decode.Scheduler on solutions.ch07_scheduler.Scheduler"}, owners
+    assert owners == {
+        "rejection_sampler": "solutions.ch13_spec_decode.rejection_sample",
+        "NgramProposer": "solutions.ch13_spec_decode.NgramProposer",
+        "SchedulerInterface": "solutions.ch13_spec_decode.Scheduler on solutions.ch07_scheduler.Scheduler",
+    }, owners
     prompt = "Continue the list: apple, pear, plum, apple, pear, plum, apple, pear, plum, apple,"
     params = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
     reference = LLM(progress=False, kv_cache_memory_bytes=KV_BYTES, speculative_config=spec)
@@ -108,8 +119,9 @@ def test_worked_solutions_serve_a_draft_model_and_eagle(llm, capsys):
     with pytest.raises(InvalidEngineArgumentError, match="full_attention_manager_cls=None") as info:
         my_llm(source="solutions", kv_cache_memory_bytes=KV_BYTES, speculative_config=eagle)
     assert info.value.parameter == "full_attention_manager_cls"
-    worked = my_llm(source="solutions", kv_cache_memory_bytes=KV_BYTES, speculative_config=eagle,
-                    full_attention_manager_cls=None)
+    worked = my_llm(
+        source="solutions", kv_cache_memory_bytes=KV_BYTES, speculative_config=eagle, full_attention_manager_cls=None
+    )
     assert worked.generate(prompt, params)[0].token_ids == want
     capsys.readouterr()
 
@@ -153,5 +165,6 @@ def test_grades_are_batched_into_one_process_and_kept_on_disk(monkeypatch, tmp_p
     start = time.perf_counter()
     second = chapter_grades(["04", "05"])
     assert calls == ["04,05"] and time.perf_counter() - start < 1, "no edit since: read from disk, not graded"
-    assert {ch: [(r.task, r.passed, r.message) for r in card] for ch, card in second.items()} == \
-        {ch: [(r.task, r.passed, r.message) for r in card] for ch, card in first.items()}
+    assert {ch: [(r.task, r.passed, r.message) for r in card] for ch, card in second.items()} == {
+        ch: [(r.task, r.passed, r.message) for r in card] for ch, card in first.items()
+    }

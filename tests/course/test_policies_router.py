@@ -1,8 +1,8 @@
 """Routing: the pure route() rule, the event-built ReplicaIndex, and ReplicaCluster driving
 model-free replicas (the real engine loop, scheduler and pool, without a model)."""
 
-from nanoengine.core import AllBlocksCleared, BlockRemoved, BlockStored, KVCacheManager
 from nanocourse.beyond import GREEDY_ONE, ModelFreeReplica
+from nanoengine.core import AllBlocksCleared, BlockRemoved, BlockStored, KVCacheManager
 from nanoengine.policies import (
     CacheAwareRouter,
     ReplicaCluster,
@@ -53,7 +53,7 @@ def test_index_follows_a_real_pool():
     index.apply(events)
     pool = engine.kv_cache_manager.block_pool
     truth: dict[bytes, int] = {}
-    for block_hash, _ in pool.cached_block_hash_to_block.items():
+    for block_hash in pool.cached_block_hash_to_block.keys():
         truth[block_hash] = truth.get(block_hash, 0) + 1
     assert dict(index.counts) == truth
 
@@ -69,7 +69,7 @@ def _cluster(router_cls, num_blocks=12):
 
 
 def test_cache_aware_cluster_sends_a_tenant_back_to_its_replica():
-    cluster, replicas = _cluster(CacheAwareRouter)
+    cluster, _replicas = _cluster(CacheAwareRouter)
     tenant_a, tenant_b = list(range(16)), list(range(50, 66))
     first = cluster.serve_wave([tenant_a + [1], tenant_b + [2]], GREEDY_ONE)
     assert [r.replica for r in first] == [0, 1], "no hits yet: the load spreads them"
@@ -87,7 +87,7 @@ def test_round_robin_cluster_misses_where_cache_aware_hits():
 
 
 def test_router_hashes_are_the_replicas_hashes_and_salt_splits_them():
-    cluster, replicas = _cluster(CacheAwareRouter)
+    cluster, _replicas = _cluster(CacheAwareRouter)
     tokens = list(range(20))
     cluster.serve_wave([tokens], GREEDY_ONE, salts=["alice"])
     index = cluster.router.indexes[0]

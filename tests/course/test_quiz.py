@@ -68,8 +68,12 @@ def test_every_chapter_asks_a_predict_question_right_before_the_cell_that_answer
 
 def test_where_the_answer_is_shown_gives_nothing_away():
     """Guessing the same position every time must not pay: the data files list most answers second."""
-    positions = [shown_order(q).index(q.options[q.answer])
-                 for chapter in CHAPTERS for part in ("quiz", "predict") for q in load_questions(chapter, part)]
+    positions = [
+        shown_order(q).index(q.options[q.answer])
+        for chapter in CHAPTERS
+        for part in ("quiz", "predict")
+        for q in load_questions(chapter, part)
+    ]
     counts = [positions.count(k) for k in range(4)]
     assert min(counts) > 0 and max(counts) <= 0.4 * len(positions), counts
 
@@ -78,7 +82,9 @@ def test_where_the_answer_is_shown_gives_nothing_away():
 def test_saved_quiz_widgets_show_the_questions_in_the_data_file(notebook):
     """The widget state stored with a notebook is what a reader sees before running it; after a change to
     a quiz file the notebook must be re-executed, or the stored quiz shows options that no longer exist."""
-    state = json.loads(notebook.read_text())["metadata"]["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
+    state = json.loads(notebook.read_text())["metadata"]["widgets"]["application/vnd.jupyter.widget-state+json"][
+        "state"
+    ]
     saved = sorted(m["state"]["_options_labels"] for m in state.values() if m["model_name"] == "RadioButtonsModel")
     chapter = notebook.name[:2]
     expected = sorted(shown_order(q) for part in ("quiz", "predict") for q in load_questions(chapter, part))

@@ -30,10 +30,15 @@ def test_every_marked_cell_has_clean_stored_outputs(name):
 def test_replay_drops_widget_views_and_keeps_text(capsys, monkeypatch):
     shown = []
     monkeypatch.setattr(stored_outputs, "display", lambda data, raw, metadata: shown.append(data))
-    stored_outputs.replay([
-        {"output_type": "stream", "name": "stdout", "text": ["a table\n", "row\n"]},
-        {"output_type": "display_data", "metadata": {},
-         "data": {"text/plain": ["KernelLab(...)"], stored_outputs.WIDGET_VIEW: {"model_id": "x"}}},
-    ])
+    stored_outputs.replay(
+        [
+            {"output_type": "stream", "name": "stdout", "text": ["a table\n", "row\n"]},
+            {
+                "output_type": "display_data",
+                "metadata": {},
+                "data": {"text/plain": ["KernelLab(...)"], stored_outputs.WIDGET_VIEW: {"model_id": "x"}},
+            },
+        ]
+    )
     assert capsys.readouterr().out == "a table\nrow\n"
     assert shown == [{"text/plain": "KernelLab(...)"}]

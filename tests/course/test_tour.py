@@ -33,8 +33,11 @@ def graded_sentence() -> str:
     chapters = sorted(int(p.name[7:9]) for p in GRADED.glob("test_ch*_*.py"))
     runs = [[ch for _, ch in run] for _, run in groupby(enumerate(chapters), lambda pair: pair[1] - pair[0])]
     # Three chapters or more in a row read as a range; one or two are named.
-    parts = [item for run in runs
-             for item in ([f"{run[0]:02d} to {run[-1]:02d}"] if len(run) > 2 else [f"{c:02d}" for c in run])]
+    parts = [
+        item
+        for run in runs
+        for item in ([f"{run[0]:02d} to {run[-1]:02d}"] if len(run) > 2 else [f"{c:02d}" for c in run])
+    ]
     listed = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
     return f"Chapters {listed} end with graded exercises."
 
@@ -43,8 +46,9 @@ def graded_sentence() -> str:
 def test_the_tours_map_names_each_chapter_by_its_title(notebook):
     rows = [title for number, title, _ in MAP if number == notebook.name[:2]]
     assert len(rows) == 1, f"chapter 00's map has {len(rows)} rows for chapter {notebook.name[:2]}, not one"
-    assert _title(notebook).lower().startswith(rows[0].lower()), \
+    assert _title(notebook).lower().startswith(rows[0].lower()), (
         f"chapter 00's map calls chapter {notebook.name[:2]} {rows[0]!r}; its notebook is titled {_title(notebook)!r}"
+    )
 
 
 def test_the_tours_map_points_to_engine_files_that_exist():

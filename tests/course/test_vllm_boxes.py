@@ -33,7 +33,8 @@ def test_every_chapter_has_a_box_whose_rows_are_pinned(notebook):
     pinned = [title for chapter, title, *_ in ROWS if chapter == notebook.name[:2]]
     assert len(rows) >= 3 and len(rows) == len(pinned), (
         f"{notebook.name}: {len(rows)} table rows, {len(pinned)} pinned in vllm_box_refs.py ({pinned}): every row "
-        f"names the lines of both code bases it describes")
+        f"names the lines of both code bases it describes"
+    )
 
 
 def _line(root: Path, path: str, text: str, nth: int = 1) -> int | None:
@@ -50,13 +51,21 @@ def _line(root: Path, path: str, text: str, nth: int = 1) -> int | None:
 def test_the_nanoengine_side_of_each_row_still_holds(row):
     chapter, title, _, refs = row
     missing = [ref for ref in refs if _line(ROOT, *ref) is None]
-    assert not missing, (f"chapter {chapter}'s box, row {title!r}: these lines are gone from nanoengine {missing}; "
-                         f"re-read the row against the code and update it and vllm_box_refs.py")
+    assert not missing, (
+        f"chapter {chapter}'s box, row {title!r}: these lines are gone from nanoengine {missing}; "
+        f"re-read the row against the code and update it and vllm_box_refs.py"
+    )
 
 
-@pytest.mark.skipif(not VLLM_SRC, reason="set VLLM_SRC to an unpacked vLLM 0.33 (a folder holding vllm/) to check "
-                                          "the vLLM side of the boxes")
+@pytest.mark.skipif(
+    not VLLM_SRC,
+    reason="set VLLM_SRC to an unpacked vLLM 0.33 (a folder holding vllm/) to check the vLLM side of the boxes",
+)
 def test_the_vllm_side_of_every_row_holds_in_vllm_0_33():
-    missing = [(chapter, title, ref) for chapter, title, refs, _ in ROWS for ref in refs
-               if _line(Path(VLLM_SRC), ref[0].removeprefix("vllm/"), *ref[1:]) is None]
+    missing = [
+        (chapter, title, ref)
+        for chapter, title, refs, _ in ROWS
+        for ref in refs
+        if _line(Path(VLLM_SRC), ref[0].removeprefix("vllm/"), *ref[1:]) is None
+    ]
     assert not missing, f"rows whose vLLM lines are not in vLLM 0.33 at {VLLM_SRC}: {missing}"

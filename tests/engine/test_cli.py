@@ -22,8 +22,19 @@ def test_chat_answers_with_timings():
 
 @pytest.mark.model
 def test_generate_sampling_flags_and_seed_reproduce():
-    args = ("generate", "--prompt", "Once upon a time", "--max-tokens", "8", "--temperature", "0.9",
-            "--top-p", "0.9", "--seed", "3")
+    args = (
+        "generate",
+        "--prompt",
+        "Once upon a time",
+        "--max-tokens",
+        "8",
+        "--temperature",
+        "0.9",
+        "--top-p",
+        "0.9",
+        "--seed",
+        "3",
+    )
     first, second = run(*args), run(*args)
     assert first.returncode == 0, first.stderr
     assert first.stdout == second.stdout and first.stdout.strip()

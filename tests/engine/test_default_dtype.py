@@ -15,21 +15,26 @@ CUDA = torch.device("cuda")
 @pytest.fixture
 def gpu(monkeypatch):
     """Makes this machine look like it has one CUDA GPU of the compute capability given."""
+
     def fake(capability):
         monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
         # What recent torch answers on a T4: bf16 "supported" through emulation. The engine must not ask it.
         monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)
+
     return fake
 
 
-@pytest.mark.parametrize("capability, expected", [
-    ((7, 0), torch.float16),   # V100
-    ((7, 5), torch.float16),   # T4, RTX 20xx
-    ((8, 0), torch.bfloat16),  # A100
-    ((8, 6), torch.bfloat16),  # RTX 30xx, A10
-    ((9, 0), torch.bfloat16),  # H100
-])
+@pytest.mark.parametrize(
+    "capability, expected",
+    [
+        ((7, 0), torch.float16),  # V100
+        ((7, 5), torch.float16),  # T4, RTX 20xx
+        ((8, 0), torch.bfloat16),  # A100
+        ((8, 6), torch.bfloat16),  # RTX 30xx, A10
+        ((9, 0), torch.bfloat16),  # H100
+    ],
+)
 def test_cuda_default_is_bf16_from_ampere_and_fp16_before(gpu, capability, expected):
     gpu(capability)
     assert llm_module.default_dtype(CUDA) is expected

@@ -23,8 +23,12 @@ from nanoengine.model.loader import embedded_gguf_path
 
 # Untied embeddings: a tied random model only repeats its last token, which any draft guesses.
 TARGET = LlamaForCausalLM.random(LlamaConfig.tiny(tie_word_embeddings=False), seed=0)
-DRAFT = LlamaForCausalLM.random(LlamaConfig.tiny(num_hidden_layers=1, hidden_size=24, num_attention_heads=3,
-                                                 num_key_value_heads=1, tie_word_embeddings=False), seed=1)
+DRAFT = LlamaForCausalLM.random(
+    LlamaConfig.tiny(
+        num_hidden_layers=1, hidden_size=24, num_attention_heads=3, num_key_value_heads=1, tie_word_embeddings=False
+    ),
+    seed=1,
+)
 K = 3
 PROMPTS = [[(7 * i + 3 * j) % 256 for j in range(n)] for i, n in enumerate((5, 17, 40, 3, 23))]
 GREEDY = SamplingParams(temperature=0, max_tokens=30)
@@ -35,7 +39,7 @@ def spec(model, k=K) -> dict:
 
 
 def tiny_llm(speculative_config=None, **kwargs) -> LLM:
-    args = dict(block_size=4, num_gpu_blocks_override=96, progress=False)
+    args = {"block_size": 4, "num_gpu_blocks_override": 96, "progress": False}
     return LLM(TARGET, speculative_config=speculative_config, **(args | kwargs))
 
 
@@ -59,8 +63,10 @@ SETTINGS = {
 
 @pytest.fixture(scope="module")
 def plain():
-    return {name: token_ids(tiny_llm(**kwargs).generate(prompt_token_ids=PROMPTS, sampling_params=GREEDY))
-            for name, kwargs in SETTINGS.items()}
+    return {
+        name: token_ids(tiny_llm(**kwargs).generate(prompt_token_ids=PROMPTS, sampling_params=GREEDY))
+        for name, kwargs in SETTINGS.items()
+    }
 
 
 @pytest.mark.parametrize("name", SETTINGS)
@@ -85,7 +91,8 @@ def test_a_model_drafting_for_itself_has_every_draft_accepted(plain, name):
         assert stats.num_draft_tokens > 50
         assert stats.num_accepted_tokens == stats.num_draft_tokens, (
             f"{name}, {round}: {stats.num_draft_tokens - stats.num_accepted_tokens} of {stats.num_draft_tokens} "
-            "self-drafts rejected, so some slot of the draft's KV is not the target's token")
+            "self-drafts rejected, so some slot of the draft's KV is not the target's token"
+        )
         assert_no_leak(llm)
     hits = [o.num_cached_tokens > 0 for o in outs]
     # In the small pool the last requests' blocks push out the first ones'.
@@ -180,17 +187,23 @@ def test_a_failing_draft_pass_aborts_the_call_and_the_next_one_runs(plain, monke
     assert stats.num_accepted_tokens == stats.num_draft_tokens, "no KV the failed step left unwritten is reused"
 
 
-@pytest.mark.parametrize("bad, words", [
-    ({"method": "draft_model", "num_speculative_tokens": 2}, 'needs "model"'),
-    (spec(DRAFT) | {"prompt_lookup_min": 2}, "n-gram lengths"),
-    ({"method": "ngram", "num_speculative_tokens": 2, "model": DRAFT}, '"ngram" method does not use'),
-    (spec(3), "expected a GGUF path or a LlamaForCausalLM"),
-    (spec("/no/such/draft.gguf"), "No model file at '/no/such/draft.gguf'"),
-    (spec(LlamaForCausalLM.random(LlamaConfig.tiny(vocab_size=128), seed=0)), "vocabulary has 128 tokens"),
-    (spec(LlamaForCausalLM.random(LlamaConfig.tiny(), seed=0, dtype=torch.float64)), "move it with"),
-    (spec(LlamaForCausalLM.random(LlamaConfig.tiny(max_position_embeddings=64), seed=0)), "fewer than"),
-    (spec(LlamaForCausalLM.random(LlamaConfig.tiny_hybrid(sliding_window=8), seed=0)), "full-attention models only"),
-])
+@pytest.mark.parametrize(
+    "bad, words",
+    [
+        ({"method": "draft_model", "num_speculative_tokens": 2}, 'needs "model"'),
+        (spec(DRAFT) | {"prompt_lookup_min": 2}, "n-gram lengths"),
+        ({"method": "ngram", "num_speculative_tokens": 2, "model": DRAFT}, '"ngram" method does not use'),
+        (spec(3), "expected a GGUF path or a LlamaForCausalLM"),
+        (spec("/no/such/draft.gguf"), "No model file at '/no/such/draft.gguf'"),
+        (spec(LlamaForCausalLM.random(LlamaConfig.tiny(vocab_size=128), seed=0)), "vocabulary has 128 tokens"),
+        (spec(LlamaForCausalLM.random(LlamaConfig.tiny(), seed=0, dtype=torch.float64)), "move it with"),
+        (spec(LlamaForCausalLM.random(LlamaConfig.tiny(max_position_embeddings=64), seed=0)), "fewer than"),
+        (
+            spec(LlamaForCausalLM.random(LlamaConfig.tiny_hybrid(sliding_window=8), seed=0)),
+            "full-attention models only",
+        ),
+    ],
+)
 def test_a_bad_draft_is_refused_by_name(bad, words):
     with pytest.raises(InvalidEngineArgumentError, match=words) as info:
         tiny_llm(bad)
@@ -217,10 +230,19 @@ def test_draft_passes_run_through_the_triton_kernels():
     # The kernels take head_dim >= 16.
     model = LlamaForCausalLM.random(LlamaConfig.tiny(hidden_size=96, head_dim=16, tie_word_embeddings=False), seed=2)
     params = SamplingParams(temperature=0, max_tokens=10)
-    want = token_ids(LLM(model, block_size=8, num_gpu_blocks_override=32, progress=False).generate(
-        prompt_token_ids=PROMPTS[:2], sampling_params=params))
-    llm = LLM(model, block_size=8, num_gpu_blocks_override=32, progress=False, attention_backend="triton",
-              speculative_config=spec(model))
+    want = token_ids(
+        LLM(model, block_size=8, num_gpu_blocks_override=32, progress=False).generate(
+            prompt_token_ids=PROMPTS[:2], sampling_params=params
+        )
+    )
+    llm = LLM(
+        model,
+        block_size=8,
+        num_gpu_blocks_override=32,
+        progress=False,
+        attention_backend="triton",
+        speculative_config=spec(model),
+    )
     assert token_ids(llm.generate(prompt_token_ids=PROMPTS[:2], sampling_params=params)) == want
     stats = llm.get_stats()
     assert stats.num_accepted_tokens == stats.num_draft_tokens > 0
@@ -239,8 +261,11 @@ def test_gpu_drafters_beside_cuda_graphs(drafter):
     model = LlamaForCausalLM.random(config, std=0.02, device="cuda", dtype=torch.float32)
     prompts = [[5, 6, 7, 8] * 6, list(range(100, 140))]
     params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
-    want = token_ids(LLM(model, kv_cache_memory_bytes=2**30, progress=False).generate(
-        prompt_token_ids=prompts, sampling_params=params))
+    want = token_ids(
+        LLM(model, kv_cache_memory_bytes=2**30, progress=False).generate(
+            prompt_token_ids=prompts, sampling_params=params
+        )
+    )
     if drafter == "eagle":
         speculative = {"method": "eagle", "model": EagleLlamaForCausalLM.random(model), "num_speculative_tokens": 3}
     else:

@@ -10,7 +10,6 @@ a position, or holds the KV of another next token, changes them. That is what th
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 
@@ -28,13 +27,13 @@ K, BS = 3, 4
 PROMPTS = [[(7 * i + 3 * j) % 256 for j in range(n)] for i, n in enumerate((5, 17, 40, 3, 23))]
 # The same prompts up to a block boundary, then other tokens: a prefix hit ends where the head's KV at the
 # hit's last position was built with another next token.
-FORKS = [p[:len(p) // BS * BS] + [(t + 101) % 256 for t in p[len(p) // BS * BS:]] + [9, 8] for p in PROMPTS]
+FORKS = [p[: len(p) // BS * BS] + [(t + 101) % 256 for t in p[len(p) // BS * BS :]] + [9, 8] for p in PROMPTS]
 GREEDY = SamplingParams(temperature=0, max_tokens=20)
 SPEC = {"method": "eagle", "model": HEAD, "num_speculative_tokens": K}
 
 
 def tiny_llm(speculative_config=SPEC, **kwargs) -> LLM:
-    args = dict(block_size=BS, num_gpu_blocks_override=96, progress=False)
+    args = {"block_size": BS, "num_gpu_blocks_override": 96, "progress": False}
     return LLM(TARGET, speculative_config=speculative_config, **(args | kwargs))
 
 
@@ -75,7 +74,9 @@ def record_drafts(llm: LLM, monkeypatch) -> list[tuple[list[int], list[int]]]:
 
 
 def mismatches(seen) -> list[tuple[list[int], list[int], list[int]]]:
-    return [(tokens, drafts, want) for tokens, drafts in seen if drafts != (want := reference_drafts(tokens, len(drafts)))]
+    return [
+        (tokens, drafts, want) for tokens, drafts in seen if drafts != (want := reference_drafts(tokens, len(drafts)))
+    ]
 
 
 SETTINGS = {
@@ -88,8 +89,10 @@ SETTINGS = {
 
 @pytest.fixture(scope="module")
 def plain():
-    return {name: token_ids(tiny_llm(None, **kwargs).generate(prompt_token_ids=PROMPTS + FORKS, sampling_params=GREEDY))
-            for name, kwargs in SETTINGS.items()}
+    return {
+        name: token_ids(tiny_llm(None, **kwargs).generate(prompt_token_ids=PROMPTS + FORKS, sampling_params=GREEDY))
+        for name, kwargs in SETTINGS.items()
+    }
 
 
 @pytest.mark.parametrize("name", SETTINGS)
@@ -102,8 +105,9 @@ def test_every_draft_is_the_heads_from_scratch_and_greedy_tokens_stay(plain, nam
     again = llm.generate(prompt_token_ids=PROMPTS, sampling_params=GREEDY)  # hits cut by the last-token rule
     assert token_ids(again) == first
     if name != "preempted":
-        assert [o.num_cached_tokens for o in forks] == [max(len(p) // BS - 1, 0) * BS for p in PROMPTS], \
+        assert [o.num_cached_tokens for o in forks] == [max(len(p) // BS - 1, 0) * BS for p in PROMPTS], (
             "each fork hits its prompt's full blocks but the last, which EAGLE drops"
+        )
     assert len(seen) > 50 and sum(map(len, (d for _, d in seen))) > 100
     wrong = mismatches(seen)
     assert not wrong, f"{name}: {len(wrong)} of {len(seen)} draft lists differ from the head's own, e.g. {wrong[0]}"
@@ -130,8 +134,9 @@ def test_eagle_reaches_the_kv_manager_the_scheduler_and_the_runner():
     assert llm.engine.kv_cache_manager.coordinator.use_eagle
     assert llm.engine.scheduler.config.num_lookahead_tokens == K
     assert llm.draft_model is HEAD and llm.engine.runner.cuda_graphs is None
-    assert not tiny_llm({"method": "draft_model", "model": TARGET, "num_speculative_tokens": K}
-                        ).engine.kv_cache_manager.coordinator.use_eagle, "a draft model's KV needs no drop"
+    assert not tiny_llm(
+        {"method": "draft_model", "model": TARGET, "num_speculative_tokens": K}
+    ).engine.kv_cache_manager.coordinator.use_eagle, "a draft model's KV needs no drop"
 
 
 def test_a_full_attention_manager_of_ones_own_is_refused_beside_eagle():
@@ -144,14 +149,19 @@ def test_a_full_attention_manager_of_ones_own_is_refused_beside_eagle():
     assert info.value.parameter == "full_attention_manager_cls"
 
 
-@pytest.mark.parametrize("model, words", [
-    (None, 'needs "model"'),
-    (TARGET, "EagleLlamaForCausalLM built on this LLM's model"),
-    (EagleLlamaForCausalLM.random(LlamaForCausalLM.random(LlamaConfig.tiny(), seed=5)), "built on this LLM's model"),
-    ("/some/eagle/head", "reads no EAGLE checkpoint"),
-])
+@pytest.mark.parametrize(
+    "model, words",
+    [
+        (None, 'needs "model"'),
+        (TARGET, "EagleLlamaForCausalLM built on this LLM's model"),
+        (
+            EagleLlamaForCausalLM.random(LlamaForCausalLM.random(LlamaConfig.tiny(), seed=5)),
+            "built on this LLM's model",
+        ),
+        ("/some/eagle/head", "reads no EAGLE checkpoint"),
+    ],
+)
 def test_a_bad_head_is_refused_by_name(model, words):
     with pytest.raises(InvalidEngineArgumentError, match=words) as info:
         tiny_llm({"method": "eagle", "model": model, "num_speculative_tokens": 2})
     assert info.value.parameter == "speculative_config"
-

@@ -55,8 +55,10 @@ def test_batched_equals_one_at_a_time(llm, prompts, reference):
 def _prompts(llm):
     # A shared system prompt makes requests overlap by whole blocks, so caching has work to do.
     system = "You are a concise assistant for a course on inference engines. Answer in one short sentence."
-    return [llm.tokenizer.apply_chat_template([{"role": "system", "content": system}, {"role": "user", "content": q}])
-            for q in QUESTIONS]
+    return [
+        llm.tokenizer.apply_chat_template([{"role": "system", "content": system}, {"role": "user", "content": q}])
+        for q in QUESTIONS
+    ]
 
 
 def test_prefix_caching_off_matches_reference(reference):
@@ -124,7 +126,7 @@ def test_greedy_continuations_equal_hf(llm, hf_model):
         assert 35 <= len(ids) <= 45
         with torch.no_grad():
             hf = hf_model.generate(torch.tensor([ids]), max_new_tokens=32, do_sample=False, pad_token_id=2)
-        assert out.token_ids == hf[0, len(ids):].tolist(), prompt
+        assert out.token_ids == hf[0, len(ids) :].tolist(), prompt
     assert_no_leak(llm)
 
 
@@ -156,8 +158,10 @@ def test_cache_salt_isolates_tenants(llm, prompts):
 def test_outputs_have_vllms_shape_and_the_short_forms_are_aliases(llm, golden):
     from nanoengine import CompletionOutput, RequestOutput
 
-    out = llm.generate(llm.apply_chat_template("What is the capital of Japan?"),
-                       SamplingParams(temperature=0, max_tokens=32, stop=["Tokyo"]))[0]
+    out = llm.generate(
+        llm.apply_chat_template("What is the capital of Japan?"),
+        SamplingParams(temperature=0, max_tokens=32, stop=["Tokyo"]),
+    )[0]
     assert isinstance(out, RequestOutput) and out.finished and out.prompt_logprobs is None
     (completion,) = out.outputs
     assert isinstance(completion, CompletionOutput) and completion.index == 0 and completion.finished()

@@ -58,7 +58,9 @@ def test_prompt_longer_than_the_kv_pool():
 
 def test_output_that_outgrows_the_pool_is_capped_not_stuck():
     llm = LLM(progress=False, num_gpu_blocks_override=4)
-    out = llm.generate(prompt_token_ids=[7] * 40, sampling_params=SamplingParams(temperature=0, max_tokens=30, ignore_eos=True))[0]
+    out = llm.generate(
+        prompt_token_ids=[7] * 40, sampling_params=SamplingParams(temperature=0, max_tokens=30, ignore_eos=True)
+    )[0]
     assert out.finish_reason == "length" and len(out.token_ids) == 48 - 40 + 1
     assert_intact(llm)
 
@@ -104,10 +106,17 @@ def test_the_triton_backend_where_triton_is_missing_is_a_clear_error(monkeypatch
         get_backend("triton")
 
 
-@pytest.mark.parametrize("triton_version, numpy_version, refused", [
-    ("3.6.0", "2.4.0", True), ("3.6.0", "2.5.2", True), ("3.2.0", "2.4.6", True),
-    ("3.6.0", "2.3.5", False), ("3.7.0", "2.5.2", False), ("3.9.0+git1234", "2.4.6", False),
-])
+@pytest.mark.parametrize(
+    "triton_version, numpy_version, refused",
+    [
+        ("3.6.0", "2.4.0", True),
+        ("3.6.0", "2.5.2", True),
+        ("3.2.0", "2.4.6", True),
+        ("3.6.0", "2.3.5", False),
+        ("3.7.0", "2.5.2", False),
+        ("3.9.0+git1234", "2.4.6", False),
+    ],
+)
 def test_an_interpreter_that_numpy_breaks_is_refused_with_the_fix(triton_version, numpy_version, refused):
     """Triton's interpreter before 3.7 fails under NumPy 2.4+ deep inside every looping kernel; the
     backend refuses it up front and says what to install instead."""

@@ -57,7 +57,9 @@ def test_a_windowed_gguf_is_served_by_the_hybrid_path_and_matches_ministral(hybr
     llm = LLM(model=path, block_size=8, kv_cache_memory_bytes=2**20, progress=False)
     # vLLM's grouping: groups as large as the smallest type, so one per layer here, the full one first.
     assert [g.sliding_window for g in llm.kv_cache.groups] == [None, WINDOW, WINDOW, WINDOW]
-    assert any(isinstance(m, SlidingWindowManager) for m in llm.engine.kv_cache_manager.coordinator.single_type_managers)
+    assert any(
+        isinstance(m, SlidingWindowManager) for m in llm.engine.kv_cache_manager.coordinator.single_type_managers
+    )
 
     # The reference takes its window from the config the file was written from, not from what was loaded.
     hf = transformers.MinistralForCausalLM(model.config.to_hf()).eval()
@@ -90,15 +92,27 @@ def test_a_file_without_a_window_stays_full_attention(tmp_path):
     assert type(llm.engine.kv_cache_manager) is KVCacheManager  # not the hybrid one
 
 
-@pytest.mark.parametrize("window, extra, key, message", [
-    (None, lambda w: w.add_sliding_window(0), WINDOW_KEY, "is 0; .*positive integer"),
-    (None, lambda w: w.add_float32(WINDOW_KEY, 16.0), WINDOW_KEY, "is 16.0; .*positive integer"),
-    (WINDOW, lambda w: w.add_sliding_window_pattern([True] * 3), PATTERN_KEY,
-     "has 3 entries but the model has 2 layers"),
-    (WINDOW, lambda w: w.add_sliding_window_pattern(2), PATTERN_KEY, "is 2 .*per-layer form only"),
-    (None, lambda w: w.add_sliding_window_pattern([True, False]), PATTERN_KEY,
-     f"marks sliding layers but the file has no {WINDOW_KEY}"),
-], ids=["window-0", "window-float", "pattern-length", "pattern-integer", "pattern-without-window"])
+@pytest.mark.parametrize(
+    "window, extra, key, message",
+    [
+        (None, lambda w: w.add_sliding_window(0), WINDOW_KEY, "is 0; .*positive integer"),
+        (None, lambda w: w.add_float32(WINDOW_KEY, 16.0), WINDOW_KEY, "is 16.0; .*positive integer"),
+        (
+            WINDOW,
+            lambda w: w.add_sliding_window_pattern([True] * 3),
+            PATTERN_KEY,
+            "has 3 entries but the model has 2 layers",
+        ),
+        (WINDOW, lambda w: w.add_sliding_window_pattern(2), PATTERN_KEY, "is 2 .*per-layer form only"),
+        (
+            None,
+            lambda w: w.add_sliding_window_pattern([True, False]),
+            PATTERN_KEY,
+            f"marks sliding layers but the file has no {WINDOW_KEY}",
+        ),
+    ],
+    ids=["window-0", "window-float", "pattern-length", "pattern-integer", "pattern-without-window"],
+)
 def test_bad_window_metadata_is_refused_naming_the_key(tmp_path, cache, window, extra, key, message):
     """The first two windows and the first two patterns LlamaConfig could not even hold; the integer pattern
     is llama.cpp's other form, whose layout depends on the architecture there."""

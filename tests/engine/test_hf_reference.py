@@ -36,8 +36,10 @@ def test_the_saved_copy_is_what_transformers_loads_from_the_gguf(tmp_path, monke
         assert torch.equal(saved(ids).logits, direct(ids).logits)
 
     text = "the theme<|im_end|> ünï"
-    assert hf_reference.hf_tokenizer(path)(text)["input_ids"] == \
-        transformers.AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)(text)["input_ids"]
+    assert (
+        hf_reference.hf_tokenizer(path)(text)["input_ids"]
+        == transformers.AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)(text)["input_ids"]
+    )
 
     def no_conversion(*args):
         raise AssertionError("the copy was converted again")

@@ -113,16 +113,19 @@ def test_prompt_logprobs_skip_reading_the_prefix_cache(models):
     assert second.num_cached_tokens == 0, "a prefix hit would skip the logits prompt logprobs need"
     assert llm.get_stats().prefix_cache_queries == queries, "as in vLLM, a skipped lookup is not counted"
     fresh = run(ours, wants)[1]
-    assert [e and e[t].logprob for e, t in zip(second.prompt_logprobs, PROMPT)] == \
-        [e and e[t].logprob for e, t in zip(fresh.prompt_logprobs, PROMPT)]
+    assert [e and e[t].logprob for e, t in zip(second.prompt_logprobs, PROMPT)] == [
+        e and e[t].logprob for e, t in zip(fresh.prompt_logprobs, PROMPT)
+    ]
     third = llm.generate(prompt_token_ids=PROMPT, sampling_params=plain)[0]
     assert third.num_cached_tokens == 48, "the blocks computed for the logprobs request are cached"
 
 
 def assert_same_logprobs(out, reference):
     assert out.outputs[0].token_ids == reference.outputs[0].token_ids
-    pairs = [*zip(out.prompt_logprobs[1:], reference.prompt_logprobs[1:]),
-             *zip(out.outputs[0].logprobs, reference.outputs[0].logprobs)]
+    pairs = [
+        *zip(out.prompt_logprobs[1:], reference.prompt_logprobs[1:]),
+        *zip(out.outputs[0].logprobs, reference.outputs[0].logprobs),
+    ]
     assert len(pairs) == len(reference.prompt_logprobs) - 1 + len(reference.outputs[0].logprobs)
     for got, want in pairs:
         assert got.keys() == want.keys()
@@ -140,17 +143,22 @@ def test_prompt_logprobs_survive_chunked_prefill_and_preemption(models):
     outs = small.generate(prompt_token_ids=prompts, sampling_params=params)
     assert small.get_stats().num_preemptions > 0
     for prompt, out in zip(prompts, outs):
-        assert_same_logprobs(out, LLM(ours, progress=False).generate(prompt_token_ids=prompt, sampling_params=params)[0])
+        assert_same_logprobs(
+            out, LLM(ours, progress=False).generate(prompt_token_ids=prompt, sampling_params=params)[0]
+        )
 
 
 @pytest.mark.model
 def test_decoded_tokens_spell_the_text(llm):
-    out = llm.generate("The capital of France is", SamplingParams(temperature=0, max_tokens=8, logprobs=2,
-                                                                   prompt_logprobs=1))[0]
+    out = llm.generate(
+        "The capital of France is", SamplingParams(temperature=0, max_tokens=8, logprobs=2, prompt_logprobs=1)
+    )[0]
     completion = out.outputs[0]
     assert "".join(e[t].decoded_token for t, e in zip(completion.token_ids, completion.logprobs)) == completion.text
-    assert "".join(e[t].decoded_token for t, e in zip(out.prompt_token_ids[1:], out.prompt_logprobs[1:])) == \
-        " capital of France is"
+    assert (
+        "".join(e[t].decoded_token for t, e in zip(out.prompt_token_ids[1:], out.prompt_logprobs[1:]))
+        == " capital of France is"
+    )
 
 
 def test_a_manager_that_reads_the_cache_anyway_gets_a_clear_error(models, monkeypatch):

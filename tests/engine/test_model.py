@@ -104,9 +104,9 @@ def test_embedded_greedy_32_tokens_match_hf(llm, hf_model, question):
     prompt = llm.tokenizer.apply_chat_template([{"role": "user", "content": question}])
     ids = llm.tokenizer.encode(prompt)
     with torch.no_grad():
-        hf_out = hf_model.generate(
-            torch.tensor([ids]), max_new_tokens=32, do_sample=False, pad_token_id=2
-        )[0, len(ids):].tolist()
+        hf_out = hf_model.generate(torch.tensor([ids]), max_new_tokens=32, do_sample=False, pad_token_id=2)[
+            0, len(ids) :
+        ].tolist()
     ours = llm.generate(prompt, SamplingParams(temperature=0, max_tokens=32))[0]
     assert len(ours.token_ids) >= 8
     assert ours.token_ids == hf_out  # both stop at the same EOS, or both run to 32 tokens

@@ -11,8 +11,8 @@ from tiny_gguf import hf_state_dict, tiny_vocab, write_tiny_llama_gguf
 
 from nanoengine.attention import ContiguousKVCache
 from nanoengine.config import LlamaConfig
-from nanoengine.errors import ModelNotFoundError, UnsupportedModelError
 from nanoengine.entrypoints.llm import LLM
+from nanoengine.errors import ModelNotFoundError, UnsupportedModelError
 from nanoengine.model import LlamaForCausalLM
 from nanoengine.model.loader import embedded_gguf_path, file_sha256, unpacked_folder
 from nanoengine.sampling_params import SamplingParams

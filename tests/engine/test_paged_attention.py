@@ -27,10 +27,13 @@ def run_step(model, cache, reqs, block_size):
         starts.append(starts[-1] + n)
     width = max(len(r[3]) for r in reqs)
     cache.metadata = AttentionMetadata(
-        slot_mapping=torch.tensor(slots), query_start_loc=torch.tensor(starts, dtype=torch.int32),
+        slot_mapping=torch.tensor(slots),
+        query_start_loc=torch.tensor(starts, dtype=torch.int32),
         seq_lens=torch.tensor(lens, dtype=torch.int32),
         block_tables=torch.tensor([r[3] + [0] * (width - len(r[3])) for r in reqs], dtype=torch.int32),
-        max_query_len=max(r[2] for r in reqs), max_seq_len=max(lens), num_decodes=sum(r[2] == 1 for r in reqs),
+        max_query_len=max(r[2] for r in reqs),
+        max_seq_len=max(lens),
+        num_decodes=sum(r[2] == 1 for r in reqs),
     )
     with torch.no_grad():
         return model.compute_logits(model(torch.tensor(ids), torch.tensor(pos), cache)), starts

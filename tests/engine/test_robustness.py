@@ -2,19 +2,24 @@
 mid-step, a stream left early. After each, the same LLM holds no request, has every block free, and
 answers with the same greedy tokens as before."""
 
-
 import pytest
 
 from nanoengine import LLM, SamplingParams
-from nanoengine.engine import llm_engine as engine_module
-from nanoengine.worker import model_runner
 from nanoengine.attention import TorchBackend
 from nanoengine.config import LlamaConfig
-from nanoengine.core import (BlockPool, FreeKVCacheBlockQueue, FullAttentionManager, KVCacheManager, SlidingWindowManager,
-                             hash_block_tokens)
-from nanoengine.model import LlamaForCausalLM
-from nanoengine.worker.block_table import BlockTable
+from nanoengine.core import (
+    BlockPool,
+    FreeKVCacheBlockQueue,
+    FullAttentionManager,
+    KVCacheManager,
+    SlidingWindowManager,
+    hash_block_tokens,
+)
 from nanoengine.core.sched.scheduler import Scheduler
+from nanoengine.engine import llm_engine as engine_module
+from nanoengine.model import LlamaForCausalLM
+from nanoengine.worker import model_runner
+from nanoengine.worker.block_table import BlockTable
 
 GREEDY = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
 # Shared prefixes (hits), more tokens than one step's budget (chunks) and a pool of 15 usable blocks that
@@ -71,30 +76,88 @@ def seams(trigger: Trigger) -> dict[str, dict]:
 
     backend = faulty(TorchBackend, trigger, ["store_kvcache", "decode", "prefill"])()
     return {
-        "block_table_cls": {"block_table_cls": faulty(BlockTable, trigger, [
-            "add_row", "append_row", "remove_row", "compute_slot_mapping", "get_block_tables"])},
+        "block_table_cls": {
+            "block_table_cls": faulty(
+                BlockTable, trigger, ["add_row", "append_row", "remove_row", "compute_slot_mapping", "get_block_tables"]
+            )
+        },
         "attention_backend": {"attention_backend": backend},
         "hash_block_tokens": {"hash_block_tokens": hasher},
-        "free_queue_cls": {"free_queue_cls": faulty(FreeKVCacheBlockQueue, trigger, [
-            "popleft", "popleft_n", "remove", "append_n", "prepend_n"])},
-        "block_pool": {"block_pool": faulty(BlockPool, trigger, [
-            "get_cached_block", "touch", "cache_full_blocks", "free_blocks", "get_new_blocks",
-            "get_num_free_blocks"])},
-        "full_attention_manager_cls": {"full_attention_manager_cls": faulty(FullAttentionManager, trigger, [
-            "find_longest_cache_hit", "get_num_blocks_to_allocate", "allocate_new_computed_blocks",
-            "allocate_new_blocks", "cache_blocks", "free"])},
-        "kv_cache_manager_cls": {"kv_cache_manager_cls": faulty(KVCacheManager, trigger, [
-            "get_computed_blocks", "allocate_slots", "free",
-            "record_prefix_cache_stats", "get_block_ids", "make_prefix_cache_stats"])},
-        "scheduler_cls": {"scheduler_cls": faulty(Scheduler, trigger, [
-            "schedule", "update_from_output", "finish_requests", "choose_victim", "preempt", "admit",
-            "make_output"])},
+        "free_queue_cls": {
+            "free_queue_cls": faulty(
+                FreeKVCacheBlockQueue, trigger, ["popleft", "popleft_n", "remove", "append_n", "prepend_n"]
+            )
+        },
+        "block_pool": {
+            "block_pool": faulty(
+                BlockPool,
+                trigger,
+                [
+                    "get_cached_block",
+                    "touch",
+                    "cache_full_blocks",
+                    "free_blocks",
+                    "get_new_blocks",
+                    "get_num_free_blocks",
+                ],
+            )
+        },
+        "full_attention_manager_cls": {
+            "full_attention_manager_cls": faulty(
+                FullAttentionManager,
+                trigger,
+                [
+                    "find_longest_cache_hit",
+                    "get_num_blocks_to_allocate",
+                    "allocate_new_computed_blocks",
+                    "allocate_new_blocks",
+                    "cache_blocks",
+                    "free",
+                ],
+            )
+        },
+        "kv_cache_manager_cls": {
+            "kv_cache_manager_cls": faulty(
+                KVCacheManager,
+                trigger,
+                [
+                    "get_computed_blocks",
+                    "allocate_slots",
+                    "free",
+                    "record_prefix_cache_stats",
+                    "get_block_ids",
+                    "make_prefix_cache_stats",
+                ],
+            )
+        },
+        "scheduler_cls": {
+            "scheduler_cls": faulty(
+                Scheduler,
+                trigger,
+                [
+                    "schedule",
+                    "update_from_output",
+                    "finish_requests",
+                    "choose_victim",
+                    "preempt",
+                    "admit",
+                    "make_output",
+                ],
+            )
+        },
     }
 
 
 def build(kwargs: dict, model=MODEL, num_blocks: int = 16) -> LLM:
-    return LLM(model, block_size=4, num_gpu_blocks_override=num_blocks, max_num_batched_tokens=24, max_num_seqs=4,
-               progress=False, **kwargs)
+    return LLM(
+        model,
+        block_size=4,
+        num_gpu_blocks_override=num_blocks,
+        max_num_batched_tokens=24,
+        max_num_seqs=4,
+        progress=False,
+        **kwargs,
+    )
 
 
 def tokens(llm: LLM, prompts=PROMPTS) -> list[list[int]]:
@@ -141,8 +204,11 @@ def test_a_part_that_raises_mid_step_leaves_the_engine_whole(seam):
 
 def test_the_sliding_window_seam_too():
     trigger = Trigger()
-    cls = faulty(SlidingWindowManager, trigger, ["allocate_new_blocks", "remove_skipped_blocks", "free",
-                                                  "find_longest_cache_hit", "cache_blocks"])
+    cls = faulty(
+        SlidingWindowManager,
+        trigger,
+        ["allocate_new_blocks", "remove_skipped_blocks", "free", "find_longest_cache_hit", "cache_blocks"],
+    )
     llm = build({"sliding_window_manager_cls": cls}, HYBRID, num_blocks=4 * 16)
     expected = tokens(llm)
     total, trigger.calls = trigger.calls, 0
@@ -155,13 +221,16 @@ def test_the_sliding_window_seam_too():
         assert tokens(llm) == expected
 
 
-@pytest.mark.parametrize("stage,target", [
-    ("execute", (model_runner.ModelRunner, "execute_model")),
-    ("sample", (model_runner, "sample")),
-    ("update", (engine_module.LLMEngine, "_collect_logprobs")),
-    ("detokenize", (engine_module.LLMEngine, "_detokenize")),
-    ("record", (engine_module.LLMEngine, "_record")),
-])
+@pytest.mark.parametrize(
+    "stage,target",
+    [
+        ("execute", (model_runner.ModelRunner, "execute_model")),
+        ("sample", (model_runner, "sample")),
+        ("update", (engine_module.LLMEngine, "_collect_logprobs")),
+        ("detokenize", (engine_module.LLMEngine, "_detokenize")),
+        ("record", (engine_module.LLMEngine, "_record")),
+    ],
+)
 @pytest.mark.parametrize("exc", [Fault, KeyboardInterrupt, MemoryError])
 def test_a_fault_at_every_stage_of_a_step(monkeypatch, stage, target, exc):
     """The engine's own stages, each failing at its first, middle and last call, with an error or an interrupt."""

@@ -90,9 +90,9 @@ def test_n_samples_share_the_prompts_blocks_and_seeds_make_them_reproducible():
     separate = LLM(model, block_size=16, num_gpu_blocks_override=300, enable_prefix_caching=False)
     assert _peak_blocks(separate, [prompt] * 4, params.child(0)) == 4 * 33
 
-    out, = llm.generate(prompt_token_ids=prompt, sampling_params=params)
+    (out,) = llm.generate(prompt_token_ids=prompt, sampling_params=params)
     assert [c.index for c in out.outputs] == [0, 1, 2, 3] and len({tuple(c.token_ids) for c in out.outputs}) == 4
-    again, = llm.generate(prompt_token_ids=prompt, sampling_params=params)
+    (again,) = llm.generate(prompt_token_ids=prompt, sampling_params=params)
     assert [c.token_ids for c in again.outputs] == [c.token_ids for c in out.outputs]
     assert params.child(2).seed == 3 and params.child(2).n == 1  # vLLM: sample i draws with seed + i
     assert _held(llm) == 0

@@ -1,10 +1,10 @@
 """The scheduler on its own (no model): vLLM v1's budget, chunking, admission and preemption rules."""
 
 from nanoengine.core import KVCacheManager, get_request_block_hasher
+from nanoengine.core.sched.scheduler import Scheduler, SchedulerConfig
 from nanoengine.outputs import ModelRunnerOutput
 from nanoengine.request import Request, RequestStatus
 from nanoengine.sampling_params import SamplingParams
-from nanoengine.core.sched.scheduler import Scheduler, SchedulerConfig
 
 BS = 4
 HASHER = get_request_block_hasher(BS)
@@ -15,14 +15,24 @@ def make(num_blocks=64, **cfg) -> Scheduler:
 
 
 def req(rid, n, priority=0, arrival=0.0, max_tokens=8, first=0):
-    return Request(rid, list(range(first, first + n)), sampling_params=SamplingParams(max_tokens=max_tokens),
-                   eos_token_id=None, block_hasher=HASHER, priority=priority, arrival_time=arrival)
+    return Request(
+        rid,
+        list(range(first, first + n)),
+        sampling_params=SamplingParams(max_tokens=max_tokens),
+        eos_token_id=None,
+        block_hasher=HASHER,
+        priority=priority,
+        arrival_time=arrival,
+    )
 
 
 def run_step(s: Scheduler, token=1):
     out = s.schedule()
-    done = {r: [token] for r, n in out.num_scheduled_tokens.items()
-            if s.requests[r].num_computed_tokens == s.requests[r].num_tokens}
+    done = {
+        r: [token]
+        for r, n in out.num_scheduled_tokens.items()
+        if s.requests[r].num_computed_tokens == s.requests[r].num_tokens
+    }
     return out, s.update_from_output(out, ModelRunnerOutput(done))
 
 

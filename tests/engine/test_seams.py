@@ -15,12 +15,17 @@ from nanoengine.core import (
     KVCacheManagerInterface,
     hash_block_tokens,
 )
-from nanoengine.model import LlamaForCausalLM
-from nanoengine.worker.block_table import BlockTable, BlockTableInterface
-from nanoengine.request import Request
-from nanoengine.core.sched.request_queue import FCFSRequestQueue, PriorityRequestQueue, SchedulingPolicy, create_request_queue
-from nanoengine.core.sched.scheduler import Scheduler, SchedulerConfig
 from nanoengine.core.sched.interface import SchedulerInterface
+from nanoengine.core.sched.request_queue import (
+    FCFSRequestQueue,
+    PriorityRequestQueue,
+    SchedulingPolicy,
+    create_request_queue,
+)
+from nanoengine.core.sched.scheduler import Scheduler, SchedulerConfig
+from nanoengine.model import LlamaForCausalLM
+from nanoengine.request import Request
+from nanoengine.worker.block_table import BlockTable, BlockTableInterface
 
 
 def test_the_engines_parts_implement_their_seams():
@@ -67,8 +72,16 @@ def test_llm_runs_each_part_it_is_given():
             return super().compute_slot_mapping(req_id, start_pos, num_tokens)
 
     model = LlamaForCausalLM.random(LlamaConfig.tiny(), seed=0)
-    llm = LLM(model, block_size=4, kv_cache_memory_bytes=2**18, hash_block_tokens=hash_fn, free_queue_cls=CountingQueue,
-              kv_cache_manager_cls=KVCacheManager, scheduler_cls=RecordingScheduler, block_table_cls=Table)
+    llm = LLM(
+        model,
+        block_size=4,
+        kv_cache_memory_bytes=2**18,
+        hash_block_tokens=hash_fn,
+        free_queue_cls=CountingQueue,
+        kv_cache_manager_cls=KVCacheManager,
+        scheduler_cls=RecordingScheduler,
+        block_table_cls=Table,
+    )
     params = SamplingParams(temperature=0, max_tokens=3, ignore_eos=True)
     first = llm.generate(prompt_token_ids=[list(range(1, 10))], sampling_params=params)[0]
     second = llm.generate(prompt_token_ids=[list(range(1, 9)) + [50]], sampling_params=params)[0]
@@ -129,8 +142,12 @@ def test_a_part_that_stalls_the_engine_gets_a_clear_error():
             hits = blocks[: blocks.index(None)] if None in blocks else blocks
             return KVCacheBlocks((hits,)), len(hits) * self.block_size
 
-    llm = LLM(LlamaForCausalLM.random(LlamaConfig.tiny(), seed=0), block_size=4, kv_cache_memory_bytes=2**18,
-              kv_cache_manager_cls=NoLastTokenRule)
+    llm = LLM(
+        LlamaForCausalLM.random(LlamaConfig.tiny(), seed=0),
+        block_size=4,
+        kv_cache_memory_bytes=2**18,
+        kv_cache_manager_cls=NoLastTokenRule,
+    )
     params = SamplingParams(temperature=0, max_tokens=2)
     first = llm.generate(prompt_token_ids=[list(range(1, 9))], sampling_params=params)[0].token_ids
     with pytest.raises(EngineStalledError, match="last token to compute") as info:
@@ -164,15 +181,27 @@ def test_speculative_parts_plug_in_through_their_seams():
     spec = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 2}
     params = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
     prompt = [[3, 4, 5] * 5]
-    plain = LLM(model, block_size=4, kv_cache_memory_bytes=2**18, progress=False,
-                proposer_cls=Proposer, rejection_sampler=sampler).generate(prompt_token_ids=prompt, sampling_params=params)
+    plain = LLM(
+        model,
+        block_size=4,
+        kv_cache_memory_bytes=2**18,
+        progress=False,
+        proposer_cls=Proposer,
+        rejection_sampler=sampler,
+    ).generate(prompt_token_ids=prompt, sampling_params=params)
     assert proposed == [] and verified == [], "with speculation off no part of it runs"
-    llm = LLM(model, block_size=4, kv_cache_memory_bytes=2**18, progress=False, speculative_config=spec,
-              proposer_cls=Proposer, rejection_sampler=sampler)
+    llm = LLM(
+        model,
+        block_size=4,
+        kv_cache_memory_bytes=2**18,
+        progress=False,
+        speculative_config=spec,
+        proposer_cls=Proposer,
+        rejection_sampler=sampler,
+    )
     out = llm.generate(prompt_token_ids=prompt, sampling_params=params)[0]
     assert out.token_ids == plain[0].token_ids
     assert proposed and any(any(d) for d in verified), "the given proposer drafted and the given sampler verified"
     for name in ("proposer_cls", "rejection_sampler"):
         with pytest.raises(InvalidEngineArgumentError, match=name):
             LLM(model, progress=False, speculative_config=spec, **{name: 3})
-

@@ -4,6 +4,7 @@ prefix caching on and off and under preemption."""
 
 import pytest
 import torch
+from tiny_gguf import hf_greedy, hf_state_dict
 
 from nanoengine import LLM, SamplingParams
 from nanoengine.attention import ContiguousKVCache
@@ -14,7 +15,6 @@ from nanoengine.core.sched.scheduler import Scheduler
 from nanoengine.errors import InvalidEngineArgumentError
 from nanoengine.model import LlamaForCausalLM
 from nanoengine.worker.block_table import BlockTable
-from tiny_gguf import hf_greedy, hf_state_dict
 
 WINDOW = 24
 
@@ -58,8 +58,9 @@ def test_decode_and_prefill_see_the_last_w_keys(window):
     kwargs = {} if window is None else {"sliding_window": window}
     out = TorchBackend().decode(q, k_cache, v_cache, tables, lens, 0.3, **kwargs)
     for b, n in enumerate(seq_lens):
-        expected = brute_force(q[b : b + 1], context(k_cache, tables[b], n), context(v_cache, tables[b], n), [n - 1],
-                               window, 0.3)
+        expected = brute_force(
+            q[b : b + 1], context(k_cache, tables[b], n), context(v_cache, tables[b], n), [n - 1], window, 0.3
+        )
         torch.testing.assert_close(out[b : b + 1], expected, rtol=0, atol=1e-5)
 
     # Chunks of 1, 9, 7 and 20 new tokens over cached prefixes of 0, 0, 23 and 27 tokens.
@@ -69,17 +70,21 @@ def test_decode_and_prefill_see_the_last_w_keys(window):
     out = TorchBackend().prefill(qp, k_cache, v_cache, tables, qsl, lens, max(new), 0.3, **kwargs)
     for b, (n, m) in enumerate(zip(seq_lens, new)):
         rows = slice(int(qsl[b]), int(qsl[b + 1]))
-        expected = brute_force(qp[rows], context(k_cache, tables[b], n), context(v_cache, tables[b], n),
-                               list(range(n - m, n)), window, 0.3)
+        expected = brute_force(
+            qp[rows], context(k_cache, tables[b], n), context(v_cache, tables[b], n), list(range(n - m, n)), window, 0.3
+        )
         torch.testing.assert_close(out[rows], expected, rtol=0, atol=1e-5)
 
 
-@pytest.mark.parametrize("bad, message", [
-    (dict(layer_types=("full_attention",) * 3), "must name 4 layers"),
-    (dict(layer_types=("full_attention",) * 3 + ("local",)), "must name 4 layers"),
-    (dict(layer_types=("sliding_attention",) * 4), "sliding_window is not set"),
-    (dict(layer_types=("sliding_attention",) * 4, sliding_window=0), "at least 1 token"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ({"layer_types": ("full_attention",) * 3}, "must name 4 layers"),
+        ({"layer_types": ("full_attention",) * 3 + ("local",)}, "must name 4 layers"),
+        ({"layer_types": ("sliding_attention",) * 4}, "sliding_window is not set"),
+        ({"layer_types": ("sliding_attention",) * 4, "sliding_window": 0}, "at least 1 token"),
+    ],
+)
 def test_config_rejects_layouts_it_cannot_serve(bad, message):
     with pytest.raises(ValueError, match=message):
         LlamaConfig.tiny(num_hidden_layers=4, **bad)
@@ -132,8 +137,11 @@ def test_hybrid_logits_match_ministral_prefill_and_decode(hybrid):
 
 
 @pytest.mark.reference
-@pytest.mark.parametrize("engine", [dict(), dict(enable_prefix_caching=False), dict(num_gpu_blocks_override=70)],
-                         ids=["prefix-caching", "no-caching", "preempting"])
+@pytest.mark.parametrize(
+    "engine",
+    [{}, {"enable_prefix_caching": False}, {"num_gpu_blocks_override": 70}],
+    ids=["prefix-caching", "no-caching", "preempting"],
+)
 def test_hybrid_engine_greedy_matches_ministral(hybrid, engine):
     ours, hf = hybrid
     params = SamplingParams(temperature=0, max_tokens=10, ignore_eos=True)
@@ -157,7 +165,7 @@ def test_a_model_whose_every_layer_slides_matches_ministral():
     hf.load_state_dict(hf_state_dict(ours))
     params = SamplingParams(temperature=0, max_tokens=10, ignore_eos=True)
     expected = [hf_greedy(hf, p, 10) for p in prompts(3)]
-    for engine in (dict(), dict(enable_prefix_caching=False)):
+    for engine in ({}, {"enable_prefix_caching": False}):
         llm = LLM(ours, block_size=8, kv_cache_memory_bytes=2**20, progress=False, **engine)
         assert len(llm.kv_cache.groups) == 1
         outs = llm.generate(prompt_token_ids=prompts(3), sampling_params=params)
@@ -233,15 +241,22 @@ def test_sliding_blocks_stay_within_the_window_for_2000_tokens():
         if not any(m.req_to_blocks for m in kv.coordinator.single_type_managers):
             break
         ((full,),) = [m.req_to_blocks.values() for m in kv.coordinator.single_type_managers[:1]]
-        sliding = [sum(not b.is_null for b in blocks) for m in kv.coordinator.single_type_managers[1:] for blocks in m.req_to_blocks.values()]
+        sliding = [
+            sum(not b.is_null for b in blocks)
+            for m in kv.coordinator.single_type_managers[1:]
+            for blocks in m.req_to_blocks.values()
+        ]
         assert pool.num_gpu_blocks - 1 - pool.get_num_free_blocks() == len(full) + sum(sliding)
         peak_sliding, peak_full = max(peak_sliding, *sliding), max(peak_full, len(full))
     assert peak_sliding == -(-WINDOW // 8) + 1 and peak_full == -(-2020 // 8)
     assert pool.get_num_free_blocks() == pool.num_gpu_blocks - 1
 
 
-@pytest.mark.parametrize("config, fits", [(LlamaConfig.tiny(num_hidden_layers=4), 4), (LlamaConfig.tiny_hybrid(WINDOW), 11)],
-                         ids=["full", "hybrid"])
+@pytest.mark.parametrize(
+    "config, fits",
+    [(LlamaConfig.tiny(num_hidden_layers=4), 4), (LlamaConfig.tiny_hybrid(WINDOW), 11)],
+    ids=["full", "hybrid"],
+)
 def test_a_hybrid_pool_fits_nearly_three_times_the_requests(config, fits):
     """The same 495,616 bytes of KV, 240-token requests sharing no prefix: 121 four-layer blocks hold 4 of them at once
     (30 blocks each); the hybrid's 484 one-layer blocks hold 11 (30 full-attention blocks and at most
@@ -254,12 +269,16 @@ def test_a_hybrid_pool_fits_nearly_three_times_the_requests(config, fits):
         assert (llm.get_stats().num_preemptions > 0) is preempts, k
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(block_size=32), "below one block of 32 tokens"),
-    (dict(max_model_len=16, block_size=8), "exceeds max_model_len=16"),
-])
-@pytest.mark.parametrize("config", [LlamaConfig.tiny_hybrid(WINDOW), LlamaConfig.tiny(sliding_window=WINDOW)],
-                         ids=["hybrid", "all-sliding"])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"block_size": 32}, "below one block of 32 tokens"),
+        ({"max_model_len": 16, "block_size": 8}, "exceeds max_model_len=16"),
+    ],
+)
+@pytest.mark.parametrize(
+    "config", [LlamaConfig.tiny_hybrid(WINDOW), LlamaConfig.tiny(sliding_window=WINDOW)], ids=["hybrid", "all-sliding"]
+)
 def test_windows_the_engine_cannot_serve_are_refused_clearly(kwargs, message, config):
     from nanoengine.errors import UnsupportedModelError
 
@@ -268,14 +287,22 @@ def test_windows_the_engine_cannot_serve_are_refused_clearly(kwargs, message, co
         LLM(model, kv_cache_memory_bytes=2**20, progress=False, **kwargs)
 
 
-@pytest.mark.parametrize("config", [LlamaConfig.tiny_hybrid(WINDOW), LlamaConfig.tiny(sliding_window=WINDOW)],
-                         ids=["hybrid", "all-sliding"])
+@pytest.mark.parametrize(
+    "config", [LlamaConfig.tiny_hybrid(WINDOW), LlamaConfig.tiny(sliding_window=WINDOW)], ids=["hybrid", "all-sliding"]
+)
 def test_parts_of_ones_own_serve_a_windowed_model(config):
     """One KV-manager shape: every seam's part serves windowed models too, with the engine's greedy tokens."""
     model = LlamaForCausalLM.random(config, seed=0)
-    parts = {name: type("Mine", (base,), {}) for name, base in [
-        ("scheduler_cls", Scheduler), ("kv_cache_manager_cls", KVCacheManager), ("block_table_cls", BlockTable),
-        ("full_attention_manager_cls", FullAttentionManager), ("sliding_window_manager_cls", SlidingWindowManager)]}
+    parts = {
+        name: type("Mine", (base,), {})
+        for name, base in [
+            ("scheduler_cls", Scheduler),
+            ("kv_cache_manager_cls", KVCacheManager),
+            ("block_table_cls", BlockTable),
+            ("full_attention_manager_cls", FullAttentionManager),
+            ("sliding_window_manager_cls", SlidingWindowManager),
+        ]
+    }
     params = SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
     outputs = []
     for kwargs in ({}, {**parts, "block_pool": type("MyPool", (BlockPool,), {})}):

@@ -35,7 +35,7 @@ BS = 4
 
 
 def tiny_llm(spec=SPEC, **kwargs) -> LLM:
-    args = dict(block_size=BS, num_gpu_blocks_override=64, max_num_seqs=8, progress=False)
+    args = {"block_size": BS, "num_gpu_blocks_override": 64, "max_num_seqs": 8, "progress": False}
     return LLM(TINY, **(args | kwargs), speculative_config=spec)
 
 
@@ -46,19 +46,22 @@ def assert_no_leak(llm: LLM) -> None:
 
 
 # ---- the argument -----------------------------------------------------------------------------------------
-@pytest.mark.parametrize("bad", [
-    {"method": "eagle", "num_speculative_tokens": 2},
-    {"method": "ngram", "num_speculative_tokens": 0},
-    {"method": "ngram", "num_speculative_tokens": 2.0},
-    {"method": "ngram", "num_speculative_tokens": True},
-    {"method": "ngram"},
-    {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 4, "prompt_lookup_max": 2},
-    {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 0},
-    {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": "3"},
-    {"method": "ngram", "num_speculative_tokens": 2, "draft_model": "x"},
-    "ngram",
-    [("method", "ngram")],
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"method": "eagle", "num_speculative_tokens": 2},
+        {"method": "ngram", "num_speculative_tokens": 0},
+        {"method": "ngram", "num_speculative_tokens": 2.0},
+        {"method": "ngram", "num_speculative_tokens": True},
+        {"method": "ngram"},
+        {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 4, "prompt_lookup_max": 2},
+        {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 0},
+        {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": "3"},
+        {"method": "ngram", "num_speculative_tokens": 2, "draft_model": "x"},
+        "ngram",
+        [("method", "ngram")],
+    ],
+)
 def test_bad_speculative_config_is_refused_by_name(bad):
     with pytest.raises(InvalidEngineArgumentError, match="speculative_config") as info:
         tiny_llm(bad)
@@ -105,12 +108,17 @@ def vllm_reference(tokens: list[int], min_ngram: int, max_ngram: int, max_model_
     if longest < min_ngram:
         return []
     start = total - 1 - position + longest
-    return tokens[start:start + min(k, total - start)]
+    return tokens[start : start + min(k, total - start)]
 
 
 @settings(max_examples=400, deadline=None)
-@given(tokens=st.lists(st.integers(0, 3), max_size=40), lo=st.integers(1, 4), span=st.integers(0, 3),
-       k=st.integers(1, 6), room=st.integers(-2, 8))
+@given(
+    tokens=st.lists(st.integers(0, 3), max_size=40),
+    lo=st.integers(1, 4),
+    span=st.integers(0, 3),
+    k=st.integers(1, 6),
+    room=st.integers(-2, 8),
+)
 def test_proposer_follows_vllms_rule(tokens, lo, span, k, room):
     args = (tokens, lo, lo + span, len(tokens) + room, k)
     assert find_longest_matched_ngram_and_propose_tokens(*args) == vllm_reference(*args)
@@ -142,8 +150,14 @@ def total_variation(counts: Counter, probs: torch.Tensor, n: int) -> float:
     return 0.5 * sum(abs(counts.get(t, 0) / n - float(p)) for t, p in enumerate(probs))
 
 
-@pytest.mark.parametrize("params", [SamplingParams(temperature=1.0), SamplingParams(temperature=0.7, top_k=4),
-                                    SamplingParams(temperature=1.3, top_p=0.8)])
+@pytest.mark.parametrize(
+    "params",
+    [
+        SamplingParams(temperature=1.0),
+        SamplingParams(temperature=0.7, top_k=4),
+        SamplingParams(temperature=1.3, top_p=0.8),
+    ],
+)
 @pytest.mark.parametrize("draft", [0, 2, 5])
 def test_rejection_sampler_keeps_the_target_distribution(params, draft):
     """Whatever the forced draft (likely, unlikely, or outside top-k/top-p), the first token emitted is
@@ -166,8 +180,15 @@ def test_sampled_outputs_keep_the_models_distribution():
     model = LlamaForCausalLM.random(LlamaConfig.tiny(vocab_size=8), seed=3, std=0.1)
     prompt = [3, 4, 5, 3, 4, 5, 3, 4, 5, 3]
     spec = {"num_speculative_tokens": 2, "prompt_lookup_min": 1, "prompt_lookup_max": 2}
-    llm = LLM(model, block_size=BS, max_num_seqs=512, max_num_batched_tokens=4096, max_logprobs=-1,
-              progress=False, speculative_config=spec)
+    llm = LLM(
+        model,
+        block_size=BS,
+        max_num_seqs=512,
+        max_num_batched_tokens=4096,
+        max_logprobs=-1,
+        progress=False,
+        speculative_config=spec,
+    )
     n = 3000
     params = [SamplingParams(temperature=1.0, max_tokens=3, ignore_eos=True, seed=i) for i in range(n)]
     outs = llm.generate(prompt_token_ids=[prompt] * n, sampling_params=params)
@@ -201,8 +222,13 @@ def scheduler(**cfg) -> Scheduler:
 
 def decoding(s: Scheduler, rid="a", prompt=(1, 2, 3, 4, 5), max_tokens=20) -> Request:
     """A request past its prefill, with one sampled token (9) and num_computed_tokens = num_tokens - 1."""
-    request = Request(rid, list(prompt), sampling_params=SamplingParams(max_tokens=max_tokens), eos_token_id=0,
-                      block_hasher=get_request_block_hasher(BS))
+    request = Request(
+        rid,
+        list(prompt),
+        sampling_params=SamplingParams(max_tokens=max_tokens),
+        eos_token_id=0,
+        block_hasher=get_request_block_hasher(BS),
+    )
     s.add_request(request)
     so = s.schedule()
     s.update_from_output(so, ModelRunnerOutput({rid: [9]}))
@@ -260,11 +286,15 @@ def test_preemption_clears_drafts():
 
 
 # ---- the engine on the real model ---------------------------------------------------------------------------
-QUOTE = ("The quick brown fox jumps over the lazy dog. Pack my box with five dozen liquor jugs. "
-         "How vexingly quick daft zebras jump!")
-ASKS = [f"Repeat this text exactly, twice: {QUOTE}",
-        "Complete the code:\ndef add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\ndef mul(a, b):",
-        "What is the capital of Japan?"]
+QUOTE = (
+    "The quick brown fox jumps over the lazy dog. Pack my box with five dozen liquor jugs. "
+    "How vexingly quick daft zebras jump!"
+)
+ASKS = [
+    f"Repeat this text exactly, twice: {QUOTE}",
+    "Complete the code:\ndef add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\ndef mul(a, b):",
+    "What is the capital of Japan?",
+]
 SPEC_REAL = {"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_min": 2, "prompt_lookup_max": 4}
 GREEDY = SamplingParams(temperature=0, max_tokens=32)
 
@@ -299,7 +329,7 @@ def test_greedy_with_speculation_equals_without_and_hf(spec_llm, chat_prompts, p
         ids = spec_llm.tokenizer.encode(prompt)
         with torch.no_grad():
             hf = hf_model.generate(torch.tensor([ids]), max_new_tokens=32, do_sample=False, pad_token_id=2)
-        assert out.token_ids == hf[0, len(ids):].tolist()[:len(out.token_ids)]
+        assert out.token_ids == hf[0, len(ids) :].tolist()[: len(out.token_ids)]
     again = spec_llm.generate(chat_prompts, GREEDY)
     assert all(o.num_cached_tokens > 0 for o in again), "prefix-cache hits"
     assert [o.token_ids for o in again] == [o.token_ids for o in plain]
@@ -307,10 +337,14 @@ def test_greedy_with_speculation_equals_without_and_hf(spec_llm, chat_prompts, p
 
 
 @pytest.mark.model
-@pytest.mark.parametrize("kwargs", [
-    {"max_num_batched_tokens": 8},  # chunked prefill, and drafts cut by the budget
-    {"num_gpu_blocks_override": 40, "block_size": 4},  # 156 tokens: prompts of 67 and 70 fit, not their growth
-], ids=["chunked", "preempted"])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"max_num_batched_tokens": 8},  # chunked prefill, and drafts cut by the budget
+        {"num_gpu_blocks_override": 40, "block_size": 4},  # 156 tokens: prompts of 67 and 70 fit, not their growth
+    ],
+    ids=["chunked", "preempted"],
+)
 def test_greedy_with_speculation_survives_chunking_and_preemption(chat_prompts, plain, kwargs):
     llm = LLM(progress=False, speculative_config=SPEC_REAL, **kwargs)
     outs = llm.generate(chat_prompts, GREEDY)
@@ -330,8 +364,12 @@ def test_n_stop_strings_and_max_tokens_mid_run(spec_llm, llm, chat_prompts, plai
     stop = SamplingParams(temperature=0, max_tokens=32, stop=["lazy dog. Pack"])
     for p in (stop, SamplingParams(temperature=0, max_tokens=13)):
         got, want = spec_llm.generate(chat_prompts[0], p)[0], llm.generate(chat_prompts[0], p)[0]
-        assert (got.text, got.token_ids, got.finish_reason, got.outputs[0].stop_reason) == \
-            (want.text, want.token_ids, want.finish_reason, want.outputs[0].stop_reason)
+        assert (got.text, got.token_ids, got.finish_reason, got.outputs[0].stop_reason) == (
+            want.text,
+            want.token_ids,
+            want.finish_reason,
+            want.outputs[0].stop_reason,
+        )
     assert got.finish_reason == "length" and len(got.token_ids) == 13
     pieces = list(spec_llm.stream(chat_prompts[0], GREEDY))
     assert "".join(pieces) == plain[0].text and len(pieces) < len(plain[0].token_ids), "several tokens a piece"
@@ -350,18 +388,31 @@ class SpecDecodeMachine(RuleBasedStateMachine):
         super().__init__()
         self.outputs, self.greedy, self.aborted = {}, {}, set()
 
-    @initialize(num_blocks=st.sampled_from([10, 16, 40]), budget=st.sampled_from([3, 8, 32]),
-                k=st.integers(1, 5), caching=st.booleans())
+    @initialize(
+        num_blocks=st.sampled_from([10, 16, 40]),
+        budget=st.sampled_from([3, 8, 32]),
+        k=st.integers(1, 5),
+        caching=st.booleans(),
+    )
     def build(self, num_blocks, budget, k, caching):
-        self.llm = LLM(TINY, block_size=BS, num_gpu_blocks_override=num_blocks, max_num_batched_tokens=budget,
-                       max_num_seqs=4, enable_prefix_caching=caching, progress=False,
-                       speculative_config={"num_speculative_tokens": k, "prompt_lookup_min": 1,
-                                           "prompt_lookup_max": 3})
+        self.llm = LLM(
+            TINY,
+            block_size=BS,
+            num_gpu_blocks_override=num_blocks,
+            max_num_batched_tokens=budget,
+            max_num_seqs=4,
+            enable_prefix_caching=caching,
+            progress=False,
+            speculative_config={"num_speculative_tokens": k, "prompt_lookup_min": 1, "prompt_lookup_max": 3},
+        )
         self.engine = self.llm.engine
         self.hasher = get_request_block_hasher(BS)
 
-    @rule(prompt=st.lists(st.integers(3, 6), min_size=1, max_size=14), max_tokens=st.integers(1, 16),
-          sampled=st.booleans())
+    @rule(
+        prompt=st.lists(st.integers(3, 6), min_size=1, max_size=14),
+        max_tokens=st.integers(1, 16),
+        sampled=st.booleans(),
+    )
     def add(self, prompt, max_tokens, sampled):
         if len(prompt) + 1 > self.llm.num_kv_tokens:
             return
@@ -396,7 +447,7 @@ class SpecDecodeMachine(RuleBasedStateMachine):
             assert request.num_computed_tokens < request.num_tokens
             assert manager.num_cached_block[req_id] * BS <= request.num_tokens, "a draft's block was cached"
             verified = Request("check", request.all_token_ids, block_hasher=self.hasher).block_hashes
-            for i, block in enumerate(manager.req_to_blocks[req_id][:manager.num_cached_block[req_id]]):
+            for i, block in enumerate(manager.req_to_blocks[req_id][: manager.num_cached_block[req_id]]):
                 if block.block_hash is not None:
                     assert block.block_hash == make_block_hash_with_group_id(verified[i], 0)
 
@@ -409,8 +460,9 @@ class SpecDecodeMachine(RuleBasedStateMachine):
         done = [r for r in self.greedy if r not in self.aborted]
         if done:
             plain = LLM(TINY, block_size=BS, progress=False)
-            want = plain.generate(prompt_token_ids=[self.greedy[r][0] for r in done],
-                                  sampling_params=[self.greedy[r][1] for r in done])
+            want = plain.generate(
+                prompt_token_ids=[self.greedy[r][0] for r in done], sampling_params=[self.greedy[r][1] for r in done]
+            )
             assert [self.outputs[r].token_ids for r in done] == [w.token_ids for w in want]
 
 

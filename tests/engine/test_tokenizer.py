@@ -12,7 +12,7 @@ TEXTS = [
     "   leading spaces,\ttabs\t\tand   runs   of  whitespace\n\n\n\r\n  trailing   ",
     "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n",
     "<|endoftext|>special<|im_end|>tokens<|im_start|>glued",
-    "x = {'key': [1, 2, 3], \"s\": None}  # comment\nprint(f\"{x!r:>10}\")",
+    'x = {\'key\': [1, 2, 3], "s": None}  # comment\nprint(f"{x!r:>10}")',
     "I'm sure they'll've done it; we're ABLE. CAPS and MiXeD case.",
     "",
     "\n",

@@ -18,9 +18,13 @@ from nanoengine.model import LlamaForCausalLM
 MODEL = LlamaForCausalLM.random(LlamaConfig.tiny(), seed=0)
 
 ODD = st.one_of(
-    st.none(), st.booleans(), st.integers(-(10**20), 10**20), st.floats(allow_nan=True, allow_infinity=True),
-    st.text(max_size=4), st.lists(st.integers(-3, 300), max_size=3), st.dictionaries(st.text(max_size=2), st.integers(),
-                                                                                      max_size=2),
+    st.none(),
+    st.booleans(),
+    st.integers(-(10**20), 10**20),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=4),
+    st.lists(st.integers(-3, 300), max_size=3),
+    st.dictionaries(st.text(max_size=2), st.integers(), max_size=2),
     st.sampled_from([object(), np.int64(3), np.float32(0.5), torch.tensor(2), -1, 0, 1, 2, 3]),
 )
 
@@ -52,9 +56,18 @@ ENGINE = {
     "attention_backend": st.one_of(st.sampled_from(["torch", "cuda"]), ODD),
     "enable_prefix_caching": st.one_of(st.booleans(), ODD),
     "enforce_eager": st.one_of(st.booleans(), ODD),
-    **{seam: st.one_of(st.sampled_from([int, dict, list, object, str, lambda *a: None]), ODD) for seam in (
-        "scheduler_cls", "block_table_cls", "kv_cache_manager_cls", "free_queue_cls", "block_pool",
-        "sliding_window_manager_cls", "hash_block_tokens")},
+    **{
+        seam: st.one_of(st.sampled_from([int, dict, list, object, str, lambda *a: None]), ODD)
+        for seam in (
+            "scheduler_cls",
+            "block_table_cls",
+            "kv_cache_manager_cls",
+            "free_queue_cls",
+            "block_pool",
+            "sliding_window_manager_cls",
+            "hash_block_tokens",
+        )
+    },
 }
 
 CALL = {
@@ -128,28 +141,31 @@ def test_any_engine_arguments_work_or_raise_the_documented_error(engine):
     assert_clean(llm)
 
 
-@pytest.mark.parametrize("kwargs,parameter", [
-    ({"block_size": 0}, "block_size"),
-    ({"block_size": -16}, "block_size"),
-    ({"max_model_len": 0}, "max_model_len"),
-    ({"max_model_len": 10**6}, "max_model_len"),
-    ({"num_gpu_blocks_override": 10**30}, "num_gpu_blocks_override"),
-    ({"kv_cache_memory_bytes": 10**30}, "kv_cache_memory_bytes"),
-    ({"scheduler_cls": object()}, "scheduler_cls"),
-    ({"scheduler_cls": int}, "scheduler_cls"),
-    ({"scheduler_cls": lambda config, manager: object()}, "scheduler_cls"),
-    ({"block_pool": lambda num_blocks, enable_caching: object()}, "block_pool"),
-    ({"free_queue_cls": list}, "free_queue_cls"),
-    ({"block_table_cls": dict}, "block_table_cls"),
-    ({"sliding_window_manager_cls": int}, "sliding_window_manager_cls"),
-    ({"hash_block_tokens": "xxhash"}, "hash_block_tokens"),
-    ({"hash_block_tokens": str}, "hash_block_tokens"),
-    ({"hash_block_tokens": lambda *a: None}, "hash_block_tokens"),
-    ({"hash_block_tokens": lambda *a: [1]}, "hash_block_tokens"),
-    ({"device": "tpu"}, "device"),
-    ({"dtype": torch.int8}, "dtype"),
-    ({"gpu_memory_utilization": float("nan")}, "gpu_memory_utilization"),
-])
+@pytest.mark.parametrize(
+    "kwargs,parameter",
+    [
+        ({"block_size": 0}, "block_size"),
+        ({"block_size": -16}, "block_size"),
+        ({"max_model_len": 0}, "max_model_len"),
+        ({"max_model_len": 10**6}, "max_model_len"),
+        ({"num_gpu_blocks_override": 10**30}, "num_gpu_blocks_override"),
+        ({"kv_cache_memory_bytes": 10**30}, "kv_cache_memory_bytes"),
+        ({"scheduler_cls": object()}, "scheduler_cls"),
+        ({"scheduler_cls": int}, "scheduler_cls"),
+        ({"scheduler_cls": lambda config, manager: object()}, "scheduler_cls"),
+        ({"block_pool": lambda num_blocks, enable_caching: object()}, "block_pool"),
+        ({"free_queue_cls": list}, "free_queue_cls"),
+        ({"block_table_cls": dict}, "block_table_cls"),
+        ({"sliding_window_manager_cls": int}, "sliding_window_manager_cls"),
+        ({"hash_block_tokens": "xxhash"}, "hash_block_tokens"),
+        ({"hash_block_tokens": str}, "hash_block_tokens"),
+        ({"hash_block_tokens": lambda *a: None}, "hash_block_tokens"),
+        ({"hash_block_tokens": lambda *a: [1]}, "hash_block_tokens"),
+        ({"device": "tpu"}, "device"),
+        ({"dtype": torch.int8}, "dtype"),
+        ({"gpu_memory_utilization": float("nan")}, "gpu_memory_utilization"),
+    ],
+)
 def test_the_issues_engine_arguments(kwargs, parameter):
     with pytest.raises(InvalidEngineArgumentError, match=parameter) as info:
         LLM(MODEL, progress=False, **kwargs)

@@ -1,8 +1,8 @@
 """Write small llama GGUF files for tests, the way llama.cpp's converter lays them out, and read the Hugging Face
 reference's greedy tokens on the same weights."""
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import gguf
 import numpy as np
@@ -55,8 +55,13 @@ def _permute(w: np.ndarray, n_heads: int) -> np.ndarray:
     return w.reshape(n_heads, 2, w.shape[0] // n_heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def write_tiny_llama_gguf(path: Path, config: LlamaConfig, state_dict: dict, arch: str = "llama",
-                          extra_metadata: Callable[[gguf.GGUFWriter], None] | None = None) -> Path:
+def write_tiny_llama_gguf(
+    path: Path,
+    config: LlamaConfig,
+    state_dict: dict,
+    arch: str = "llama",
+    extra_metadata: Callable[[gguf.GGUFWriter], None] | None = None,
+) -> Path:
     """config's sliding window and layer types go in as llama.cpp's converter writes them; extra_metadata(writer)
     adds keys LlamaConfig itself would refuse, such as a window of 0."""
     w = gguf.GGUFWriter(str(path), arch)
@@ -87,9 +92,14 @@ def write_tiny_llama_gguf(path: Path, config: LlamaConfig, state_dict: dict, arc
         extra_metadata(w)
     names = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight"}
     layer = {
-        "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
-        "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
-        "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+        "input_layernorm": "attn_norm",
+        "post_attention_layernorm": "ffn_norm",
+        "self_attn.q_proj": "attn_q",
+        "self_attn.k_proj": "attn_k",
+        "self_attn.v_proj": "attn_v",
+        "self_attn.o_proj": "attn_output",
+        "mlp.gate_proj": "ffn_gate",
+        "mlp.up_proj": "ffn_up",
         "mlp.down_proj": "ffn_down",
     }
     for name, tensor in state_dict.items():

@@ -19,10 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from nanoengine.core import KVCacheManagerInterface
-from nanoengine.outputs import ModelRunnerOutput
-from nanoengine.request import Request, RequestStatus
 from nanoengine.core.sched.output import CachedRequestData, NewRequestData, SchedulerOutput
 from nanoengine.core.sched.request_queue import RequestQueue, SchedulingPolicy, create_request_queue
+from nanoengine.outputs import ModelRunnerOutput
+from nanoengine.request import Request, RequestStatus
 
 
 @dataclass(slots=True)
@@ -97,8 +97,10 @@ class Scheduler:
             request = self.running[i]
             # Drafts count inside the budget, and no position may reach max_model_len - 1 (vLLM's schedule();
             # without drafts the cap never binds, since a running request has num_tokens < max_model_len).
-            n = min(self._chunk(request.num_tokens_with_spec - request.num_computed_tokens, budget, threshold),
-                    self.config.max_model_len - request.num_computed_tokens - 1)
+            n = min(
+                self._chunk(request.num_tokens_with_spec - request.num_computed_tokens, budget, threshold),
+                self.config.max_model_len - request.num_computed_tokens - 1,
+            )
             while (blocks := kv.allocate_slots(request, n, num_lookahead_tokens=self.lookahead(request, n))) is None:
                 if len(self.running) == 1:
                     # Alone and still out of blocks: the request has outgrown the whole pool.
@@ -133,8 +135,17 @@ class Scheduler:
             # Admit only what can hold its whole sequence: a prompt that fits just its first chunk would
             # be preempted mid-prefill and readmitted over and over (the thrashing vLLM users reported).
             lookahead = self.lookahead(request, n, num_computed)
-            if kv.allocate_slots(request, n, num_computed, computed_blocks, num_lookahead_tokens=lookahead,
-                                 full_sequence_must_fit=True) is None:
+            if (
+                kv.allocate_slots(
+                    request,
+                    n,
+                    num_computed,
+                    computed_blocks,
+                    num_lookahead_tokens=lookahead,
+                    full_sequence_must_fit=True,
+                )
+                is None
+            ):
                 break
             new_reqs.append(self.admit(request, num_computed))
             num_scheduled[request.request_id] = n
@@ -205,8 +216,13 @@ class Scheduler:
         self._finish(request, RequestStatus.FINISHED_LENGTH_CAPPED)
         self._capped.append(request)
 
-    def make_output(self, num_scheduled: dict[str, int], new_blocks: dict[str, tuple[list[int], ...]],
-                    new_reqs: list[NewRequestData], preempted: list[Request]) -> SchedulerOutput:
+    def make_output(
+        self,
+        num_scheduled: dict[str, int],
+        new_blocks: dict[str, tuple[list[int], ...]],
+        new_reqs: list[NewRequestData],
+        preempted: list[Request],
+    ) -> SchedulerOutput:
         """Package the step for the model runner and advance each scheduled request's
         num_computed_tokens, so the next schedule() sees these tokens as computed.
 
@@ -259,8 +275,9 @@ class Scheduler:
                 request.spec_token_ids = drafts
 
     # ---- results ----------------------------------------------------------------------------
-    def update_from_output(self, scheduler_output: SchedulerOutput, model_runner_output: ModelRunnerOutput
-                           ) -> list[Request]:
+    def update_from_output(
+        self, scheduler_output: SchedulerOutput, model_runner_output: ModelRunnerOutput
+    ) -> list[Request]:
         """Append each request's sampled tokens (none for a prompt chunk that is not the last; after drafts,
         the accepted ones and one more); finish and free the requests that hit EOS, max_tokens or max_model_len.
 
@@ -272,15 +289,19 @@ class Scheduler:
             request = self.requests.get(req_id)
             if request is None or request.num_computed_tokens < request.num_tokens:
                 continue
-            status = self._update_request_with_output(request, model_runner_output.sampled_token_ids[req_id],
-                                                      scheduler_output.scheduled_spec_decode_tokens.get(req_id, []))
+            status = self._update_request_with_output(
+                request,
+                model_runner_output.sampled_token_ids[req_id],
+                scheduler_output.scheduled_spec_decode_tokens.get(req_id, []),
+            )
             if status is not None:
                 self._finish(request, status)
                 finished.append(request)
         return finished
 
-    def _update_request_with_output(self, request: Request, new_token_ids: list[int],
-                                    spec_token_ids: list[int]) -> RequestStatus | None:
+    def _update_request_with_output(
+        self, request: Request, new_token_ids: list[int], spec_token_ids: list[int]
+    ) -> RequestStatus | None:
         """A request's tokens from one step (the accepted drafts and one token more, after a verify step of
         spec_token_ids): roll the rejected drafts back from num_computed_tokens, then append the tokens one at
         a time, checking the stop conditions after each; at a stop the rest are dropped. Afterwards

@@ -20,9 +20,7 @@ settings.register_profile("stateful", deadline=None, database=None, suppress_hea
 
 
 def make_request(request_id: str, tokens, block_size: int = BLOCK_SIZE, **kwargs) -> Request:
-    return Request(
-        request_id, list(tokens), block_hasher=get_request_block_hasher(block_size), **kwargs
-    )
+    return Request(request_id, list(tokens), block_hasher=get_request_block_hasher(block_size), **kwargs)
 
 
 def free_ids(pool: BlockPool) -> list[int]:

@@ -180,9 +180,7 @@ def busy_pool(pool):
     return pool
 
 
-@pytest.mark.parametrize(
-    "n, match", [(-1, "Cannot take -1 blocks"), (7, "Cannot take 7 blocks: 5 are free")]
-)
+@pytest.mark.parametrize("n, match", [(-1, "Cannot take -1 blocks"), (7, "Cannot take 7 blocks: 5 are free")])
 def test_bad_block_count_leaves_state_intact(busy_pool, pool_state, n, match):
     before = pool_state(busy_pool)
     with pytest.raises(ValueError, match=match):

@@ -113,9 +113,7 @@ class BlockPoolMachine(RuleBasedStateMachine):
             self.hash_of[block.block_id] = block_hash
             self.map.setdefault(block_hash, set()).add(block.block_id)
         parent = request.block_hashes[start - 1] if start else None
-        self.events.append(
-            BlockStored(new_hashes, parent, list(range(start * BS, end * BS)), BS, None)
-        )
+        self.events.append(BlockStored(new_hashes, parent, list(range(start * BS, end * BS)), BS, None))
         request.num_cached = end
 
     @rule(block_hash=st.sampled_from(HASHES))
@@ -208,5 +206,7 @@ class BlockPoolMachine(RuleBasedStateMachine):
         assert all(b.ref_cnt == 0 for b in self.pool.blocks)
 
 
-BlockPoolMachine.TestCase.settings = settings(settings.get_profile("stateful"), max_examples=300, stateful_step_count=40)
+BlockPoolMachine.TestCase.settings = settings(
+    settings.get_profile("stateful"), max_examples=300, stateful_step_count=40
+)
 TestBlockPoolStateful = BlockPoolMachine.TestCase

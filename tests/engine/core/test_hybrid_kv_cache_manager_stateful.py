@@ -66,8 +66,14 @@ MAX_TOKENS = 56  # a request this long is finished when its next token is due
 MAX_REQUESTS = 6
 LOOKAHEAD = st.sampled_from([0, 0, 0, 1, 3])  # speculative slots, now and then
 # How often each action comes up: a weight per example, drawn from these ranges.
-MIX_RANGES = {"add_request": (1, 3), "admit": (1, 3), "schedule": (2, 4), "complete": (2, 4),
-              "finish": (0, 2), "reset_prefix_cache": (0, 1)}
+MIX_RANGES = {
+    "add_request": (1, 3),
+    "admit": (1, 3),
+    "schedule": (2, 4),
+    "complete": (2, 4),
+    "finish": (0, 2),
+    "reset_prefix_cache": (0, 1),
+}
 
 
 def cdiv(a: int, b: int) -> int:
@@ -99,8 +105,11 @@ class HybridKVCacheMachine(RuleBasedStateMachine):
         self.midway = False
 
     # ---- setup ------------------------------------------------------------------------------
-    @initialize(window=st.sampled_from(WINDOWS), num_blocks=st.sampled_from(POOL_SIZES),
-                mix=st.tuples(*(st.integers(lo, hi) for lo, hi in MIX_RANGES.values())))
+    @initialize(
+        window=st.sampled_from(WINDOWS),
+        num_blocks=st.sampled_from(POOL_SIZES),
+        mix=st.tuples(*(st.integers(lo, hi) for lo, hi in MIX_RANGES.values())),
+    )
     def make_manager(self, window, num_blocks, mix):
         """One model and pool per example, and how often each action comes up (swarm testing: an
         example without finishes or resets fills the pool)."""
@@ -126,11 +135,15 @@ class HybridKVCacheMachine(RuleBasedStateMachine):
         """The longest hit, by brute force over the map: every block for full attention, the blocks
         covering the last W - 1 tokens (or all, for a short hit) in each sliding group."""
         cache = self.pool.cached_block_hash_to_block
-        cached = [[cache.get_one_block(self.key(request, i, g)) is not None
-                   for i in range(len(request.block_hashes))] for g in range(len(self.groups))]
+        cached = [
+            [cache.get_one_block(self.key(request, i, g)) is not None for i in range(len(request.block_hashes))]
+            for g in range(len(self.groups))
+        ]
         for length in range((request.num_tokens - 1) // BS, -1, -1):
-            if all(all(cached[g][max(0, length - self.need) if self.sliding[g] else 0:length])
-                   for g in range(len(self.groups))):
+            if all(
+                all(cached[g][max(0, length - self.need) if self.sliding[g] else 0 : length])
+                for g in range(len(self.groups))
+            ):
                 return length
         raise AssertionError("unreachable: length 0 is always a hit")
 
@@ -142,12 +155,12 @@ class HybridKVCacheMachine(RuleBasedStateMachine):
         for g, manager in enumerate(self.kv.coordinator.single_type_managers):
             held = manager.req_to_blocks.get(r.rid)
             if held is None:  # admission: a hit block that is free leaves the queue
-                kept = hits[g][self.skipped_blocks(g, num_computed):]
+                kept = hits[g][self.skipped_blocks(g, num_computed) :]
                 need += max(cdiv(num_slots, BS) - len(hits[g]), 0)
                 need += sum(b.ref_cnt == 0 and not b.is_null for b in kept)
             else:
                 need += max(cdiv(num_slots, BS) - len(held), 0)
-                removed += [b for b in held[:self.skipped_blocks(g, num_computed)] if not b.is_null]
+                removed += [b for b in held[: self.skipped_blocks(g, num_computed)] if not b.is_null]
         counts = Counter(removed)
         freed = sum(b.ref_cnt == n for b, n in counts.items())
         return need, freed
@@ -191,13 +204,17 @@ class HybridKVCacheMachine(RuleBasedStateMachine):
         if self.histories and data.draw(st.sampled_from([True, True, True, False]), label="extends"):
             base = data.draw(st.sampled_from(self.histories), label="base")
             longest = min(len(base), MAX_PROMPT)
-            prefix = base[:data.draw(st.one_of(st.just(longest), st.integers(0, longest)), label="cut")]
+            prefix = base[: data.draw(st.one_of(st.just(longest), st.integers(0, longest)), label="cut")]
         room = MAX_PROMPT - len(prefix)
         suffix = data.draw(st.lists(TOKENS, min_size=0 if prefix else 1, max_size=min(room, 12)), label="suffix")
         tokens = prefix + suffix
         self.num_created += 1
-        request = Request(f"r{self.num_created}", tokens, sampling_params=SamplingParams(max_tokens=64),
-                          block_hasher=get_request_block_hasher(BS))
+        request = Request(
+            f"r{self.num_created}",
+            tokens,
+            sampling_params=SamplingParams(max_tokens=64),
+            block_hasher=get_request_block_hasher(BS),
+        )
         self.reqs.append(Req(request))
 
     def admit(self, data):
@@ -212,8 +229,7 @@ class HybridKVCacheMachine(RuleBasedStateMachine):
         assert all(r.rid not in m.req_to_blocks for m in self.kv.coordinator.single_type_managers)
         hits, num_hit = self.kv.get_computed_blocks(request, record_stats=False)
         self.check_hit(request, hits, num_hit)
-        if gate and blocks_needed(self.kv, request, request.num_tokens, hits) > \
-                self.pool.get_num_free_blocks():
+        if gate and blocks_needed(self.kv, request, request.num_tokens, hits) > self.pool.get_num_free_blocks():
             return  # the scheduler's gate: the whole prompt must fit
         n = min(chunk, request.num_tokens - num_hit)
         num_slots = num_hit + n + lookahead
@@ -268,8 +284,9 @@ class HybridKVCacheMachine(RuleBasedStateMachine):
             if victim is r:
                 return
         assert need <= free_before + freed, "allocate_slots granted a chunk that does not fit"
-        assert self.pool.get_num_free_blocks() == free_before + freed - need, \
+        assert self.pool.get_num_free_blocks() == free_before + freed - need, (
             "free blocks after the call != before + freed by the window - needed"
+        )
         self.check_new_blocks(r, new, held_before, num_slots)
         r.pending = n
         r.max_slots = max(r.max_slots, num_slots)
@@ -321,8 +338,10 @@ class HybridKVCacheMachine(RuleBasedStateMachine):
         self.reqs.remove(r)
 
     def pool_state(self) -> tuple:
-        return ([b.block_id for b in self.pool.free_block_queue.get_all_free_blocks()],
-                [(b.ref_cnt, b.block_hash) for b in self.pool.blocks])
+        return (
+            [b.block_id for b in self.pool.free_block_queue.get_all_free_blocks()],
+            [(b.ref_cnt, b.block_hash) for b in self.pool.blocks],
+        )
 
     # ---- checks inside rules ----------------------------------------------------------------
     def check_hit(self, request: Request, hits: KVCacheBlocks, num_hit: int) -> None:
@@ -336,15 +355,16 @@ class HybridKVCacheMachine(RuleBasedStateMachine):
                 if i < first:
                     assert block.is_null, f"group {g}: hit block {i} is outside the window yet not null"
                 else:
-                    assert not block.is_null and block.block_hash == self.key(request, i, g), \
+                    assert not block.is_null and block.block_hash == self.key(request, i, g), (
                         f"group {g}: hit block {i} does not hold this prefix in this group"
+                    )
 
     def check_new_blocks(self, r: Req, new: KVCacheBlocks, held_before: list[int], num_slots: int) -> None:
         assert isinstance(new, KVCacheBlocks) and len(new.blocks) == len(self.groups)
         for manager, blocks, before in zip(self.kv.coordinator.single_type_managers, new.blocks, held_before):
             table = manager.req_to_blocks[r.rid]
             assert len(blocks) == max(cdiv(num_slots, BS) - before, 0)
-            assert table[len(table) - len(blocks):] == blocks
+            assert table[len(table) - len(blocks) :] == blocks
             assert all(b.ref_cnt == 1 and not b.is_null for b in blocks)
 
     # ---- invariants (after every step) -------------------------------------------------------
@@ -368,13 +388,15 @@ class HybridKVCacheMachine(RuleBasedStateMachine):
                 assert len(real) == len(set(real)), f"group {g}, {rid}: a block twice in one table"
                 for block_id in real:
                     holders[block_id] += 1
-                    assert group_of.setdefault(block_id, g) == g, \
+                    assert group_of.setdefault(block_id, g) == g, (
                         f"block {block_id} is held by groups {group_of[block_id]} and {g} at once"
+                    )
         in_queue = {b.block_id for b in pool.free_block_queue.get_all_free_blocks()}
         for block in pool.blocks[1:]:
             assert not block.is_null
-            assert block.ref_cnt == holders[block.block_id], \
+            assert block.ref_cnt == holders[block.block_id], (
                 f"block {block.block_id}: ref_cnt {block.ref_cnt}, held {holders[block.block_id]} times"
+            )
             assert (block.block_id in in_queue) == (block.ref_cnt == 0)
         null = pool.null_block
         assert null is pool.blocks[0] and null.is_null and null.ref_cnt == 0 and null.block_hash is None
@@ -413,8 +435,9 @@ class HybridKVCacheMachine(RuleBasedStateMachine):
                 assert len(table) == num_blocks, f"group {g}: {len(table)} blocks, expected {num_blocks}"
                 num_null = self.skipped_blocks(g, r.c_last)
                 assert all(b.is_null for b in table[:num_null]), f"group {g}: a block out of the window kept"
-                assert not any(b.is_null for b in table[num_null:]), \
+                assert not any(b.is_null for b in table[num_null:]), (
                     f"group {g}: a null block {'in a full-attention group' if not self.sliding[g] else 'in the window'}"
+                )
                 if self.sliding[g]:
                     chunk = r.max_slots - r.c_last
                     assert num_blocks - num_null <= cdiv(self.window - 1, BS) + 1 + cdiv(chunk, BS)
@@ -424,8 +447,9 @@ class HybridKVCacheMachine(RuleBasedStateMachine):
                     if block.is_null:
                         continue
                     if i < num_cached:
-                        assert block.block_hash == self.key(request, i, g), \
+                        assert block.block_hash == self.key(request, i, g), (
                             f"group {g}, {r.rid}: block {block.block_id} at {i} holds other tokens"
+                        )
                     else:
                         assert block.block_hash is None, f"group {g}, {r.rid}: block {i} cached too early"
 
@@ -441,7 +465,9 @@ class HybridKVCacheMachine(RuleBasedStateMachine):
         assert self.kv.reset_prefix_cache()
 
 
-HybridKVCacheMachine.TestCase.settings = settings(settings.get_profile("stateful"), max_examples=2000, stateful_step_count=25)
+HybridKVCacheMachine.TestCase.settings = settings(
+    settings.get_profile("stateful"), max_examples=2000, stateful_step_count=25
+)
 TestHybridKVCacheManagerStateful = HybridKVCacheMachine.TestCase
 
 

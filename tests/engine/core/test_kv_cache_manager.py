@@ -61,7 +61,9 @@ def test_blog_post_eviction_timeline(manager, make_request, run_step, free_ids):
     removed = [ev for ev in pool.take_events() if isinstance(ev, BlockRemoved)]
     assert [ev.block_hashes for ev in removed] == [[h] for h in reversed(a.block_hashes)]
     # The next request with the system prompt pays the full prefill ...
-    assert [ids(x) if i == 0 else x for i, x in enumerate(manager.get_computed_blocks(make_request("F", SYSTEM + [7])))] == [[], 0]
+    assert [
+        ids(x) if i == 0 else x for i, x in enumerate(manager.get_computed_blocks(make_request("F", SYSTEM + [7])))
+    ] == [[], 0]
     # ... while C's prompt is still cached (3 blocks: the last is recomputed).
     assert ids(manager.get_computed_blocks(make_request("G", range(500, 516)))[0]) == [6, 7, 8]
 
@@ -238,7 +240,9 @@ def test_reset_refused_while_running(manager, make_request, run_step):
     assert len(ids(manager.get_computed_blocks(make_request("B", range(9)))[0])) == 2
     manager.free(a)
     assert manager.reset_prefix_cache() is True
-    assert [ids(x) if i == 0 else x for i, x in enumerate(manager.get_computed_blocks(make_request("C", range(9))))] == [[], 0]
+    assert [
+        ids(x) if i == 0 else x for i, x in enumerate(manager.get_computed_blocks(make_request("C", range(9))))
+    ] == [[], 0]
     assert manager.make_prefix_cache_stats().reset is True
     assert manager.usage == 0.0
 
@@ -249,7 +253,9 @@ def test_caching_disabled(make_request, run_step, free_ids):
     run_step(manager, a)
     assert manager.usage == pytest.approx(0.3)
     manager.free(a)
-    assert [ids(x) if i == 0 else x for i, x in enumerate(manager.get_computed_blocks(make_request("B", range(9))))] == [[], 0]
+    assert [
+        ids(x) if i == 0 else x for i, x in enumerate(manager.get_computed_blocks(make_request("B", range(9))))
+    ] == [[], 0]
     assert len(manager.block_pool.cached_block_hash_to_block) == 0
     assert all(b.block_hash is None for b in manager.block_pool.blocks)
     assert free_ids(manager.block_pool)[:3] == [3, 2, 1]

@@ -69,12 +69,12 @@ def test_none_hash_is_deterministic_from_the_seed():
 
 
 def test_default_hashes_carry_across_processes():
-    code = (
-        "from nanoengine.core import hash_block_tokens;"
-        "print(hash_block_tokens(None, [11, 12, 13, 14]).hex())"
-    )
+    code = "from nanoengine.core import hash_block_tokens;print(hash_block_tokens(None, [11, 12, 13, 14]).hex())"
     out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True,
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
         env={"PYTHONPATH": ":".join(sys.path), "PYTHONHASHSEED": "random"},
     )
     assert out.stdout.strip() == hash_block_tokens(None, TOKENS).hex()
@@ -227,7 +227,7 @@ def test_remove_unlinks_any_position(index):
 
 
 def test_append_append_n_and_prepend_n_keep_order():
-    queue, blocks = _queue()
+    queue, _blocks = _queue()
     taken = queue.popleft_n(6)
     queue.append(taken[2])
     queue.append_n([taken[4], taken[0]])
@@ -252,7 +252,7 @@ def test_prepend_into_empty_queue():
 
 
 def test_queue_errors_leave_it_intact():
-    queue, blocks = _queue(3)
+    queue, _blocks = _queue(3)
     outsider = queue.popleft()
     with pytest.raises(ValueError, match="not in the free queue"):
         queue.remove(outsider)

@@ -32,8 +32,13 @@ def _compiler_env(tmp_path) -> dict:
 
 def test_kernels_compile_for_sm75_sm80_and_sm90_without_spills(tmp_path):
     out = tmp_path / "kernels_offline.json"
-    run = subprocess.run([sys.executable, str(ROOT / "bench" / "kernels_offline.py"), "--out", str(out)],
-                         capture_output=True, text=True, env=_compiler_env(tmp_path), timeout=300)
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "kernels_offline.py"), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        env=_compiler_env(tmp_path),
+        timeout=300,
+    )
     report = json.loads(out.read_text())
     assert run.returncode == 0 and not report["gate_failures"], run.stdout[-3000:] + run.stderr[-3000:]
 
@@ -50,7 +55,7 @@ def test_kernels_compile_for_sm75_sm80_and_sm90_without_spills(tmp_path):
 
     committed = json.loads(COMMITTED.read_text())
     assert committed["triton"] == report["triton"], "re-run python bench/kernels_offline.py for this triton"
-    figures = lambda r: (r["registers"], r["stack_bytes"])  # noqa: E731
+    figures = lambda r: (r["registers"], r["stack_bytes"])
     then = {_key(r): figures(r) for r in committed["kernels"]}
     stale = [k for k, r in rows.items() if then.get(k) != figures(r)]
     assert not stale, f"{COMMITTED.name} is stale for {stale[:3]}: re-run python bench/kernels_offline.py"
@@ -85,7 +90,12 @@ def test_the_gpu_compiler_needs_16_along_the_reduction_only(tmp_path):
     columns compile, a reduction below 16 (bf16) or 8 (fp32) does not, which the interpreter never checks."""
     script = tmp_path / "dot_rule.py"  # @triton.jit reads its source from a file
     script.write_text(DOT_RULE)
-    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=_compiler_env(tmp_path),
-                         timeout=300)
-    assert run.stdout.split("\n")[:4] == ["bf16 4 64 64 compiles", "bf16 64 64 4 compiles", "bf16 64 8 64 rejected",
-                                          "fp32 16 4 16 rejected"], run.stdout + run.stderr[-3000:]
+    run = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, env=_compiler_env(tmp_path), timeout=300
+    )
+    assert run.stdout.split("\n")[:4] == [
+        "bf16 4 64 64 compiles",
+        "bf16 64 64 4 compiles",
+        "bf16 64 8 64 rejected",
+        "fp32 16 4 16 rejected",
+    ], run.stdout + run.stderr[-3000:]

@@ -63,8 +63,18 @@ class Case:
     scale: float
 
 
-def make_case(seq_lens, query_lens, *, num_kv_heads=2, group=3, head_dim=32, block_size=16,
-              dtype=torch.float32, device="cpu", seed=0) -> Case:
+def make_case(
+    seq_lens,
+    query_lens,
+    *,
+    num_kv_heads=2,
+    group=3,
+    head_dim=32,
+    block_size=16,
+    dtype=torch.float32,
+    device="cpu",
+    seed=0,
+) -> Case:
     gen = torch.Generator().manual_seed(seed)
     dev_gen = torch.Generator(device=device).manual_seed(seed)  # large tensors are drawn on the device
     blocks = [-(-n // block_size) for n in seq_lens]
@@ -88,11 +98,16 @@ def make_case(seq_lens, query_lens, *, num_kv_heads=2, group=3, head_dim=32, blo
         return x.to(dtype)
 
     return Case(
-        q=put(q), k_cache=put(k.masked_fill(~owned, torch.nan)), v_cache=put(v.masked_fill(~owned, torch.nan)),
-        k_clean=put(k * owned), v_clean=put(v * owned), block_tables=tables.to(device),
+        q=put(q),
+        k_cache=put(k.masked_fill(~owned, torch.nan)),
+        v_cache=put(v.masked_fill(~owned, torch.nan)),
+        k_clean=put(k * owned),
+        v_clean=put(v * owned),
+        block_tables=tables.to(device),
         seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=device),
-        query_start_loc=starts.to(device=device, dtype=torch.int32), max_query_len=max(query_lens),
-        scale=head_dim ** -0.5,
+        query_start_loc=starts.to(device=device, dtype=torch.int32),
+        max_query_len=max(query_lens),
+        scale=head_dim**-0.5,
     )
 
 
@@ -108,15 +123,27 @@ def prefill_case(chunks, **kw) -> Case:
 def reference_decode(c: Case) -> torch.Tensor:
     """TorchBackend in fp32 on the clean caches, 8 requests at a time (its gather copies contexts)."""
     k, v = c.k_clean.float(), c.v_clean.float()
-    return torch.cat([
-        TorchBackend().decode(c.q[i:i + 8].float(), k, v, c.block_tables[i:i + 8], c.seq_lens[i:i + 8], c.scale)
-        for i in range(0, c.q.shape[0], 8)
-    ])
+    return torch.cat(
+        [
+            TorchBackend().decode(
+                c.q[i : i + 8].float(), k, v, c.block_tables[i : i + 8], c.seq_lens[i : i + 8], c.scale
+            )
+            for i in range(0, c.q.shape[0], 8)
+        ]
+    )
 
 
 def reference_prefill(c: Case) -> torch.Tensor:
-    return TorchBackend().prefill(c.q.float(), c.k_clean.float(), c.v_clean.float(), c.block_tables,
-                                  c.query_start_loc, c.seq_lens, c.max_query_len, c.scale)
+    return TorchBackend().prefill(
+        c.q.float(),
+        c.k_clean.float(),
+        c.v_clean.float(),
+        c.block_tables,
+        c.query_start_loc,
+        c.seq_lens,
+        c.max_query_len,
+        c.scale,
+    )
 
 
 def run_decode(c: Case, **kw) -> torch.Tensor:
@@ -124,8 +151,9 @@ def run_decode(c: Case, **kw) -> torch.Tensor:
 
 
 def run_prefill(c: Case, **kw) -> torch.Tensor:
-    return paged_prefill(c.q, c.k_cache, c.v_cache, c.block_tables, c.query_start_loc, c.seq_lens,
-                         c.max_query_len, c.scale, **kw)
+    return paged_prefill(
+        c.q, c.k_cache, c.v_cache, c.block_tables, c.query_start_loc, c.seq_lens, c.max_query_len, c.scale, **kw
+    )
 
 
 def assert_close(out: torch.Tensor, ref: torch.Tensor, tol: float) -> None:
@@ -164,7 +192,7 @@ def test_store_writes_slots_and_skips_padding(block_size):
 def check_ragged_batches(group: int, block_size: int, dtype: torch.dtype, device: str, tol: float) -> None:
     """Decode over CONTEXT_LENS and prefill over PREFILL_CHUNKS, in 16-token tiles (several per
     request) and in the default tiles (one tile spanning several blocks); decode also split in two."""
-    kw = dict(group=group, block_size=block_size, dtype=dtype, device=device)
+    kw = {"group": group, "block_size": block_size, "dtype": dtype, "device": device}
     c = decode_case(CONTEXT_LENS, **kw)
     ref = reference_decode(c)
     for num_splits, block_n in [(1, 16), (2, 16), (None, DECODE_BLOCK_N)]:
@@ -206,11 +234,26 @@ def test_misaligned_queries_are_copied_not_misread():
     """_row_ptrs tells the compiler every row starts 16-byte aligned; the launchers must make it so."""
     c = decode_case([17, 33], num_kv_heads=2, group=2)
     assert _aligned(_misaligned(c.q)).data_ptr() % 16 == 0 and _aligned(c.q) is c.q
-    assert_close(paged_decode(_misaligned(c.q), c.k_cache, c.v_cache, c.block_tables, c.seq_lens, c.scale,
-                              block_n=16), reference_decode(c), CPU_TOL)
+    assert_close(
+        paged_decode(_misaligned(c.q), c.k_cache, c.v_cache, c.block_tables, c.seq_lens, c.scale, block_n=16),
+        reference_decode(c),
+        CPU_TOL,
+    )
     p = prefill_case([(5, 20), (1, 33)], num_kv_heads=2, group=2)
-    assert_close(paged_prefill(_misaligned(p.q), p.k_cache, p.v_cache, p.block_tables, p.query_start_loc,
-                               p.seq_lens, p.max_query_len, p.scale), reference_prefill(p), CPU_TOL)
+    assert_close(
+        paged_prefill(
+            _misaligned(p.q),
+            p.k_cache,
+            p.v_cache,
+            p.block_tables,
+            p.query_start_loc,
+            p.seq_lens,
+            p.max_query_len,
+            p.scale,
+        ),
+        reference_prefill(p),
+        CPU_TOL,
+    )
     with pytest.raises(AssertionError, match="16-byte aligned"):
         paged_decode(c.q, _misaligned(c.k_cache), c.v_cache, c.block_tables, c.seq_lens, c.scale)
 
@@ -242,8 +285,12 @@ def test_prefill_default_tiles_and_head_dim_64():
 
 
 @settings(max_examples=12, deadline=None, database=None)
-@given(chunks=st.lists(st.tuples(st.integers(1, 20), st.integers(0, 40)), min_size=1, max_size=4),
-       group=st.sampled_from([1, 2, 3]), block_size=st.sampled_from(BLOCK_SIZES), seed=st.integers(0, 99))
+@given(
+    chunks=st.lists(st.tuples(st.integers(1, 20), st.integers(0, 40)), min_size=1, max_size=4),
+    group=st.sampled_from([1, 2, 3]),
+    block_size=st.sampled_from(BLOCK_SIZES),
+    seed=st.integers(0, 99),
+)
 def test_prefill_random_chunks(chunks, group, block_size, seed):
     """Any mix of chunk lengths and cached-prefix lengths, including tiles that cross blocks."""
     chunks = [(q_len, prefix + q_len) for q_len, prefix in chunks]
@@ -260,8 +307,9 @@ def _softmax_step_probe(s_ptr, v_ptr, mask_ptr, out_ptr, N: tl.constexpr):
     v = tl.load(v_ptr + i[:, None] * N + i[None, :])
     mask = tl.load(mask_ptr + i[:, None] * N + i[None, :]) != 0
     m_i = tl.full([N], float("-inf"), tl.float32)
-    m_i, l_i, acc = _online_softmax_step(s, eye, v, mask, m_i, tl.zeros([N], tl.float32),
-                                         tl.zeros([N, N], tl.float32), 1.0, "ieee")
+    m_i, l_i, acc = _online_softmax_step(
+        s, eye, v, mask, m_i, tl.zeros([N], tl.float32), tl.zeros([N, N], tl.float32), 1.0, "ieee"
+    )
     tl.store(out_ptr + i[:, None] * N + i[None, :], acc)
     tl.store(out_ptr + N * N + i, m_i)
     tl.store(out_ptr + N * N + N + i, l_i)
@@ -275,7 +323,7 @@ def test_fully_masked_row_stays_finite():
     s, v = torch.randn(n, n), torch.randn(n, n)
     out = torch.empty(n * n + 2 * n)
     _softmax_step_probe[(1,)](s, v, mask, out, N=n)
-    acc, m, l = out[: n * n].view(n, n), out[n * n: n * n + n], out[n * n + n:]
+    acc, m, l = out[: n * n].view(n, n), out[n * n : n * n + n], out[n * n + n :]
     assert m[0] == float("-inf") and l[0] == 0 and torch.equal(acc[0], torch.zeros(n))
     p = torch.exp2(s[1:] - s[1:].max(1, keepdim=True).values)
     torch.testing.assert_close(acc[1:], p @ v, atol=CPU_TOL, rtol=CPU_TOL)
@@ -288,17 +336,33 @@ def test_backend_mixed_step_matches_torch():
     """Two decodes then two chunks through PagedKVCache: store, decode and prefill together."""
     chunks = [(1, 17), (1, 33), (16, 16), (5, 20)]
     c = prefill_case(chunks, group=3, block_size=8)
-    config = LlamaConfig(vocab_size=8, hidden_size=6 * 32, intermediate_size=8, num_hidden_layers=1,
-                         num_attention_heads=6, num_key_value_heads=2, head_dim=32)
+    config = LlamaConfig(
+        vocab_size=8,
+        hidden_size=6 * 32,
+        intermediate_size=8,
+        num_hidden_layers=1,
+        num_attention_heads=6,
+        num_key_value_heads=2,
+        head_dim=32,
+    )
     block_size = c.k_cache.shape[1]
     positions = [range(seq_len - q_len, seq_len) for q_len, seq_len in chunks]
-    slots = [int(c.block_tables[i, p // block_size]) * block_size + p % block_size
-             for i, ps in enumerate(positions) for p in ps]
+    slots = [
+        int(c.block_tables[i, p // block_size]) * block_size + p % block_size
+        for i, ps in enumerate(positions)
+        for p in ps
+    ]
     new_k = torch.randn(c.q.shape[0], 2, 32)
     new_v = torch.randn(c.q.shape[0], 2, 32)
-    md = AttentionMetadata(slot_mapping=torch.tensor(slots), query_start_loc=c.query_start_loc,
-                           seq_lens=c.seq_lens, block_tables=c.block_tables, max_query_len=16,
-                           max_seq_len=33, num_decodes=2)
+    md = AttentionMetadata(
+        slot_mapping=torch.tensor(slots),
+        query_start_loc=c.query_start_loc,
+        seq_lens=c.seq_lens,
+        block_tables=c.block_tables,
+        max_query_len=16,
+        max_seq_len=33,
+        num_decodes=2,
+    )
     outs = []
     for backend, k_cache, v_cache in [(TritonBackend(), c.k_cache, c.v_cache), (TorchBackend(), c.k_clean, c.v_clean)]:
         cache = PagedKVCache(config, num_blocks=k_cache.shape[0], block_size=block_size, backend=backend)
@@ -355,8 +419,14 @@ def test_gpu_decode_large(heads, batch, max_len):
     num_heads, num_kv_heads, head_dim = heads
     lens = torch.randint(1, max_len + 1, (batch,), generator=torch.Generator().manual_seed(batch)).tolist()
     lens[0] = max_len
-    c = decode_case(lens, num_kv_heads=num_kv_heads, group=num_heads // num_kv_heads, head_dim=head_dim,
-                    dtype=torch.bfloat16, device="cuda")
+    c = decode_case(
+        lens,
+        num_kv_heads=num_kv_heads,
+        group=num_heads // num_kv_heads,
+        head_dim=head_dim,
+        dtype=torch.bfloat16,
+        device="cuda",
+    )
     ref = reference_decode(c)
     for num_splits in (1, None, 7):
         assert_close(run_decode(c, num_splits=num_splits), ref, 2e-2)
@@ -367,8 +437,14 @@ def test_gpu_decode_large(heads, batch, max_len):
 def test_gpu_prefill_large(heads):
     num_heads, num_kv_heads, head_dim = heads
     chunks = [(512, 512), (1024, 3072), (1, 8192), (77, 1000), (2048, 2048)]
-    c = prefill_case(chunks, num_kv_heads=num_kv_heads, group=num_heads // num_kv_heads, head_dim=head_dim,
-                     dtype=torch.bfloat16, device="cuda")
+    c = prefill_case(
+        chunks,
+        num_kv_heads=num_kv_heads,
+        group=num_heads // num_kv_heads,
+        head_dim=head_dim,
+        dtype=torch.bfloat16,
+        device="cuda",
+    )
     assert_close(run_prefill(c), reference_prefill(c), 2e-2)
 
 
@@ -385,9 +461,12 @@ def test_gpu_engine_greedy_matches_torch_backend():
     gen = torch.Generator().manual_seed(0)
     prompts = [torch.randint(3, 49152, (n,), generator=gen).tolist() for n in (5, 17, 40, 300)]
     # A pool of its own size, not a share of whatever the GPU has free while other processes use it.
-    token_ids = {backend: greedy_token_ids(LLM(model, attention_backend=backend, kv_cache_memory_bytes=2**30,
-                                               progress=False), prompts, 32)
-                 for backend in ("torch", "triton")}
+    token_ids = {
+        backend: greedy_token_ids(
+            LLM(model, attention_backend=backend, kv_cache_memory_bytes=2**30, progress=False), prompts, 32
+        )
+        for backend in ("torch", "triton")
+    }
     assert token_ids["triton"] == token_ids["torch"]
 
 

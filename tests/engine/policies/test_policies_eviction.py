@@ -19,8 +19,14 @@ BS = 4
 
 def fake_request(request_id: str, hashes=()) -> SimpleNamespace:
     """What cache_full_blocks reads from a request, plus the blocks it holds and how many are cached."""
-    return SimpleNamespace(request_id=request_id, blocks=[], block_hashes=list(hashes), num_cached=0,
-                           lora_name=None, all_token_ids=list(range(64)))
+    return SimpleNamespace(
+        request_id=request_id,
+        blocks=[],
+        block_hashes=list(hashes),
+        num_cached=0,
+        lora_name=None,
+        all_token_ids=list(range(64)),
+    )
 
 
 def cached_blocks(pool, hashes):
@@ -43,7 +49,7 @@ def free_ids(pool):
 
 
 def test_reused_blocks_outlive_one_offs_that_lru_keeps():
-    hashes = lambda tag, n: [bytes([tag, i]) for i in range(n)]  # noqa: E731
+    hashes = lambda tag, n: [bytes([tag, i]) for i in range(n)]
     for pool_cls, survives in ((BlockPool, False), (FrequencyAwareBlockPool, True)):
         pool = pool_cls(9, True)
         hot = cached_blocks(pool, hashes(1, 2))
@@ -177,8 +183,9 @@ class FrequencyPoolMachine(RuleBasedStateMachine):
         request = data.draw(st.sampled_from(self.uncached()))
         start = request.num_cached
         end = data.draw(st.integers(start + 1, len(request.blocks)))
-        request.block_hashes[start:] = data.draw(st.lists(st.sampled_from(HASHES), min_size=end - start,
-                                                          max_size=end - start))
+        request.block_hashes[start:] = data.draw(
+            st.lists(st.sampled_from(HASHES), min_size=end - start, max_size=end - start)
+        )
         self.pool.cache_full_blocks(request, request.blocks, start, end, BS)
         for block, block_hash in zip(request.blocks[start:end], request.block_hashes[start:end]):
             self.hash_of[block.block_id] = block_hash
@@ -228,7 +235,9 @@ class FrequencyPoolMachine(RuleBasedStateMachine):
     @invariant()
     def matches_model(self):
         queue = self.pool.free_block_queue
-        segments = [[b.block_id for b in q.get_all_free_blocks()] for q in (queue.fresh, queue.probation, queue.protected)]
+        segments = [
+            [b.block_id for b in q.get_all_free_blocks()] for q in (queue.fresh, queue.probation, queue.protected)
+        ]
         assert segments == [self.fresh, self.probation, self.protected]
         assert queue.reused == self.reused
         assert {b.block_id: b.block_hash for b in self.pool.blocks[1:]} == self.hash_of
@@ -247,7 +256,8 @@ class FrequencyPoolMachine(RuleBasedStateMachine):
         for block_hash, block in pool.cached_block_hash_to_block.items():
             assert block.block_hash == block_hash
         assert sum(1 for _ in pool.cached_block_hash_to_block.items()) == sum(
-            h is not None for h in self.hash_of.values())
+            h is not None for h in self.hash_of.values()
+        )
         assert pool.free_block_queue.protected.num_free_blocks <= self.cap
 
     def teardown(self):
@@ -258,7 +268,10 @@ class FrequencyPoolMachine(RuleBasedStateMachine):
 
 
 FrequencyPoolMachine.TestCase.settings = settings(
-    max_examples=200, stateful_step_count=40, deadline=None, database=None,
+    max_examples=200,
+    stateful_step_count=40,
+    deadline=None,
+    database=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestFrequencyPoolStateful = FrequencyPoolMachine.TestCase
