@@ -26,6 +26,15 @@ class KVCacheGroupSpec:
     sliding_window: int | None = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KVCacheConfig:
+    """The KV cache as sized for one engine (vLLM's KVCacheConfig): num_blocks block ids, the null block
+    included, shared by every group; one block id addresses a page in each of the groups' layer slots."""
+
+    num_blocks: int
+    kv_cache_groups: tuple[KVCacheGroupSpec, ...]
+
+
 def get_kv_cache_groups(windows: Sequence[int | None]) -> list[KVCacheGroupSpec]:
     """Group layers by their window (None: full attention), full attention first.
 

@@ -48,9 +48,14 @@ class AttentionMetadata:
 
 
 class AttentionBackend(Protocol):
-    """Three operations, each with a torch reference (TorchBackend) and a Triton kernel."""
+    """Three operations, each with a torch reference (TorchBackend) and a Triton kernel.
+
+    supports_cuda_graphs: whether a decode step through it may be captured once and replayed (its kernels
+    read only the tensors they are given, and allocate nothing that changes between steps).
+    """
 
     name: str
+    supports_cuda_graphs: bool
 
     def store_kvcache(
         self, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slot_mapping: torch.Tensor
@@ -93,6 +98,8 @@ class KernelBackend:
     k_cache, v_cache, slot_mapping), paged_decode(q, k_cache, v_cache, block_tables, seq_lens, scale) and
     paged_prefill(q, k_cache, v_cache, block_tables, query_start_loc, seq_lens, max_query_len, scale).
     Chapter 03's TritonBackend puts a learner's kernels behind the engine's attention seam with it."""
+
+    supports_cuda_graphs = False
 
     def __init__(self, name: str, store_kvcache, paged_decode, paged_prefill):
         self.name = name
@@ -143,6 +150,7 @@ class TorchBackend:
     """
 
     name = "torch"
+    supports_cuda_graphs = False  # the gather's shapes follow each step's seq_lens
 
     def store_kvcache(self, k, v, k_cache, v_cache, slot_mapping):
         valid = slot_mapping >= 0

@@ -68,13 +68,16 @@ class BlockHashToBlockMap:
 
 @runtime_checkable
 class BlockPoolInterface(Protocol):
-    """The seam of chapter 06: the pool operations the KV cache managers and the scheduler call.
+    """Every pool operation the KV cache managers and the engine call.
 
     find (get_cached_block), touch, cache (cache_full_blocks), free (free_blocks) and evict (lazily,
     inside get_new_blocks); BlockPool below is the engine's and states the invariants every
     implementation keeps. KVCacheManager(block_size, pool) and LLM(block_pool=factory) take any.
     Every KV cache group shares the pool: find and cache name a block by its hash and the group's
     id (make_block_hash_with_group_id), so a pool that does serves models with sliding windows too.
+    After a failed step the engine evicts the blocks whose KV it never wrote (evict_blocks), and once no
+    request holds a block, puts back any block an interrupted operation lost (recover_free_blocks).
+    A pool of one's own may subclass BlockPool and override only what it changes.
     """
 
     num_gpu_blocks: int
@@ -104,6 +107,8 @@ class BlockPoolInterface(Protocol):
     def get_usage(self) -> float: ...
     def reset_prefix_cache(self) -> bool: ...
     def take_events(self) -> list[KVCacheEvent]: ...
+    def evict_blocks(self, block_ids: Iterable[int]) -> None: ...
+    def recover_free_blocks(self) -> int: ...
 
 
 class BlockPool:

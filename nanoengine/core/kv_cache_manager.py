@@ -74,14 +74,15 @@ class KVCacheBlocks:
 
 @runtime_checkable
 class KVCacheManagerInterface(Protocol):
-    """The seam of chapter 06 the scheduler allocates through; KVCacheManager below is the engine's.
+    """Every KV cache manager operation the scheduler and the engine call; KVCacheManager below is the engine's.
 
     get_computed_blocks finds a waiting request's cached prefix without taking it; allocate_slots
     takes it and new blocks all at once or not at all (None, nothing changed), and with
     full_sequence_must_fit only if the request's whole sequence would fit (the scheduler's admission
-    gate); free releases every block of a request, each group's last block first. Blocks come as
-    KVCacheBlocks, one list per KV cache group. The scheduler reads the pool only through these.
-    LLM(kv_cache_manager_cls=...) takes another class with KVCacheManager's constructor.
+    gate); free releases every block of a request, each group's last block first; evict_blocks forgets the
+    cached content of blocks whose KV a failed step never wrote. Blocks come as KVCacheBlocks, one list per KV
+    cache group. The scheduler reads the pool only through these. LLM(kv_cache_manager_cls=...) takes another
+    class with KVCacheManager's constructor.
     """
 
     block_size: int
@@ -106,6 +107,7 @@ class KVCacheManagerInterface(Protocol):
     def get_block_ids(self, request_id: str) -> tuple[list[int], ...]: ...
     def reset_prefix_cache(self) -> bool: ...
     def take_events(self) -> list[KVCacheEvent]: ...
+    def evict_blocks(self, block_ids: Iterable[int]) -> None: ...
 
 
 class KVCacheManager:

@@ -10,7 +10,7 @@ import itertools
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from nanoengine.core import (
     BlockTokensHasher,
@@ -23,6 +23,7 @@ from nanoengine.core.sched.interface import SchedulerInterface
 from nanoengine.core.sched.output import SchedulerOutput
 from nanoengine.engine.detokenizer import IncrementalDetokenizer
 from nanoengine.errors import EngineStalledError
+from nanoengine.parts import build_part
 from nanoengine.model.tokenizer import Tokenizer
 from nanoengine.outputs import (
     CompletionOutput,
@@ -36,6 +37,11 @@ from nanoengine.outputs import (
 from nanoengine.request import Request, RequestStatus
 from nanoengine.sampling_params import SamplingParams
 from nanoengine.spec_decode.ngram_proposer import NgramProposer
+from nanoengine.worker.worker import Worker
+
+if TYPE_CHECKING:
+    from nanoengine.config.engine import EngineConfig
+    from nanoengine.engine.arg_utils import EngineArgs
 from nanoengine.worker.model_runner import ModelRunner
 
 _FINISH_REASONS = {
@@ -137,10 +143,13 @@ class LLMEngine:
         hash_algo: str = "xxhash",
         hash_block_tokens: BlockTokensHasher | None = None,
         proposer: NgramProposer | None = None,
+        config: EngineConfig | None = None,
+        worker: Worker | None = None,
     ):
+        self.config, self.worker = config, worker  # None for an engine assembled from ready parts
         self.runner, self.scheduler, self.tokenizer = runner, scheduler, tokenizer
         self.proposer = proposer
-        self.runner_drafts = getattr(runner, "drafter", None) is not None  # a draft model proposes in the runner
+        self.runner_drafts = runner.drafter is not None  # a draft model proposes in the runner
         self.kv_cache_manager: KVCacheManagerInterface = scheduler.kv_cache_manager
         self.hash_block_tokens = hash_block_tokens  # None: the engine's own chained hash
         self.block_hasher = get_request_block_hasher(
@@ -153,6 +162,50 @@ class LLMEngine:
         # After a step raised it names where, until the next step starts.
         self.stage: str | None = None
         self._ids = itertools.count()
+
+    @classmethod
+    def from_engine_args(cls, engine_args: EngineArgs) -> LLMEngine:
+        return cls.from_config(engine_args.create_engine_config())
+
+    @classmethod
+    def from_config(cls, config: EngineConfig) -> LLMEngine:
+        """Build every layer from the config, each building its own parts, in vLLM's order (EngineCore.__init__):
+        the worker loads the model and sizes the KV cache, which it then allocates under its runner; the
+        scheduler builds its KV cache manager over that many blocks; the engine adds the tokenizer and, for
+        n-gram drafts, the proposer."""
+        worker = Worker(config)
+        kv_cache_config = worker.get_kv_cache_config()
+        runner = worker.initialize_from_config(kv_cache_config)
+        parts = config.parts
+        scheduler = build_part(
+            parts.named("scheduler_cls"),
+            lambda *args: parts.scheduler_cls.from_config(*args),
+            SchedulerInterface,
+            ".from_config(engine_config, kv_cache_config)",
+            config,
+            kv_cache_config,
+        )
+        folder = config.model_config.folder
+        spec, proposer = config.speculative_config, None
+        if spec is not None and runner.drafter is None:
+            proposer = build_part(
+                parts.named("proposer_cls"),
+                parts.proposer_cls,
+                None,
+                "(SpeculativeConfig, max_model_len)",
+                spec,
+                config.model_config.max_model_len,
+            )
+        return cls(
+            runner,
+            scheduler,
+            Tokenizer(folder) if folder is not None else None,
+            config.cache_config.hash_algo,
+            parts.hash_block_tokens,
+            proposer,
+            config=config,
+            worker=worker,
+        )
 
     def add_request(
         self,
@@ -203,9 +256,8 @@ class LLMEngine:
         for req_id in ids:
             self.outputs.pop(req_id, None)
         self.stats.num_aborted_requests += len(ids)
-        recover = getattr(self.kv_cache_manager.block_pool, "recover_free_blocks", None)
-        if recover is not None and not self.scheduler.requests:
-            recover()
+        if not self.scheduler.requests:
+            self.kv_cache_manager.block_pool.recover_free_blocks()
         if error is not None:
             raise error
 
@@ -220,8 +272,11 @@ class LLMEngine:
         computed = {r.request_id: r.num_computed_tokens for r in self.scheduler.running}
         try:
             outputs = self._step()
-        except BaseException:
-            self._recover(computed)
+        except BaseException as exc:
+            try:
+                self._recover(computed)
+            except Exception as failure:  # noqa: BLE001  (the step's own exception is the one to report)
+                exc.add_note(f"nanoengine: recovering from it raised too: {type(failure).__name__}: {failure}")
             raise
         self.stage = None
         return outputs
@@ -266,14 +321,18 @@ class LLMEngine:
                 first = computed.get(req_id, 0) // self.scheduler.block_size
                 for group in kv.get_block_ids(req_id):
                     suspect.update(b for b in group[first:] if b)
-        evict = getattr(kv, "evict_blocks", None)
-        if suspect and evict is not None:
-            evict(suspect)
+        evict_error = None
+        if suspect:
+            try:
+                kv.evict_blocks(suspect)
+            except Exception as exc:  # noqa: BLE001  (any failure: the fallback below holds for all)
+                evict_error = exc
         self.abort_request([*self.outputs, *self.scheduler.requests])
         self.runner.remove_requests(list(self.runner.requests))
-        if suspect and evict is None:
-            # A manager of one's own without evict_blocks: drop the whole cache rather than serve unwritten KV.
+        if evict_error is not None:
+            # The suspect blocks may still be cached: drop the whole cache rather than serve unwritten KV.
             kv.reset_prefix_cache()
+            raise evict_error
 
     def _stalled(self) -> None:
         scheduler = self.scheduler

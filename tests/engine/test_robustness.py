@@ -194,7 +194,7 @@ def test_a_part_that_raises_mid_step_leaves_the_engine_whole(seam):
         with pytest.raises(Fault) as info:
             tokens(llm)
         note = "\n".join(getattr(info.value, "__notes__", []))
-        assert f"your part plugged in as LLM({seam}=...)" in note, note
+        assert f"the part given as LLM({seam}=...)" in note, note
         assert "unfinished request(s) were aborted" in note
         trigger.at = None
         assert_clean(llm)

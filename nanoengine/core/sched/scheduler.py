@@ -16,41 +16,21 @@ token is ever cached.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import TYPE_CHECKING, Self
 
-from nanoengine.core import KVCacheManagerInterface
+from nanoengine.config.scheduler import SchedulerConfig
+from nanoengine.core import BlockPool, BlockPoolInterface, KVCacheManagerInterface
 from nanoengine.core.sched.output import CachedRequestData, NewRequestData, SchedulerOutput
 from nanoengine.core.sched.request_queue import RequestQueue, SchedulingPolicy, create_request_queue
+from nanoengine.kv_cache_interface import KVCacheConfig
 from nanoengine.outputs import ModelRunnerOutput
+from nanoengine.parts import build_part, check_pool_names_groups
 from nanoengine.request import Request, RequestStatus
 
+if TYPE_CHECKING:
+    from nanoengine.config.engine import EngineConfig
 
-@dataclass(slots=True)
-class SchedulerConfig:
-    """max_num_batched_tokens: the per-step token budget, shared by prefill chunks and decodes.
-    max_num_seqs: the most requests running at once.
-    long_prefill_token_threshold: the largest chunk one request may take in a step (0: no cap), while
-    another request is running or waiting.
-    policy: "fcfs" or "priority" (lower priority value first, then earlier arrival).
-    long_prefill_token_threshold_adaptive: never cap below a fair share of the budget,
-    max_num_batched_tokens // (requests running and waiting) (vLLM 0.33's option; off by default).
-    num_lookahead_tokens: KV slots reserved past each request's scheduled tokens, for a draft model's own KV
-    (SpeculativeConfig.num_lookahead_tokens; 0 without one).
-    """
-
-    max_num_batched_tokens: int = 2048
-    max_num_seqs: int = 64
-    long_prefill_token_threshold: int = 0
-    policy: str = "fcfs"
-    max_model_len: int = 8192
-    long_prefill_token_threshold_adaptive: bool = False
-    num_lookahead_tokens: int = 0
-
-    def __post_init__(self) -> None:
-        if self.policy not in {p.value for p in SchedulingPolicy}:
-            raise ValueError(f"policy must be 'fcfs' or 'priority', got {self.policy!r}")
-        if self.max_num_batched_tokens < 1 or self.max_num_seqs < 1:
-            raise ValueError("max_num_batched_tokens and max_num_seqs must be >= 1")
+__all__ = ["Scheduler", "SchedulerConfig"]
 
 
 class Scheduler:
@@ -73,6 +53,47 @@ class Scheduler:
         self.finished_req_ids: set[str] = set()
         self._capped: list[Request] = []  # finished inside schedule(); reported by update_from_output
         self.num_preemptions = 0
+
+    @classmethod
+    def from_config(cls, config: EngineConfig, kv_cache_config: KVCacheConfig) -> Self:
+        """A scheduler for the engine `config` describes, over a KV cache of kv_cache_config's blocks and groups:
+        it builds its KV cache manager (and the manager's pool) from the cache settings and the engine's parts,
+        as vLLM's Scheduler.__init__ builds its KVCacheManager, then itself as cls(scheduler_config, manager)."""
+        parts, cache = config.parts, config.cache_config
+        groups = kv_cache_config.kv_cache_groups
+        if parts.block_pool is None:
+            pool = BlockPool(
+                kv_cache_config.num_blocks,
+                cache.enable_prefix_caching,
+                hash_block_size=cache.block_size,
+                **({"free_queue_cls": parts.free_queue_cls} if parts.free_queue_cls else {}),
+            )
+        else:
+            # A factory of two arguments (another eviction policy's) still works when no queue is given.
+            pool = build_part(
+                "block_pool",
+                parts.block_pool,
+                BlockPoolInterface,
+                "(num_blocks, enable_caching)",
+                kv_cache_config.num_blocks,
+                cache.enable_prefix_caching,
+                **({"free_queue_cls": parts.free_queue_cls} if parts.free_queue_cls else {}),
+            )
+            if len(groups) > 1:
+                check_pool_names_groups(pool)
+        manager = build_part(
+            parts.named("kv_cache_manager_cls"),
+            parts.kv_cache_manager_cls,
+            KVCacheManagerInterface,
+            "(block_size, block_pool, kv_cache_groups=..., ...)",
+            cache.block_size,
+            pool,
+            kv_cache_groups=groups,
+            full_attention_manager_cls=parts.full_attention_manager_cls,
+            sliding_window_manager_cls=parts.sliding_window_manager_cls,
+            **({"use_eagle": True} if config.use_eagle else {}),
+        )
+        return cls(config.scheduler_config, manager)
 
     def add_request(self, request: Request) -> None:
         self.requests[request.request_id] = request

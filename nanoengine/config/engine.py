@@ -1,0 +1,84 @@
+"""Every setting of one engine in one tree (vllm/config/vllm.py's VllmConfig), built by EngineArgs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nanoengine.attention.backend import is_pow2
+from nanoengine.config.cache import CacheConfig
+from nanoengine.config.model import ModelConfig
+from nanoengine.config.scheduler import SchedulerConfig
+from nanoengine.config.speculative import SpeculativeConfig
+from nanoengine.errors import InvalidEngineArgumentError, UnsupportedModelError
+from nanoengine.kv_cache_interface import KVCacheGroupSpec, get_kv_cache_groups
+from nanoengine.parts import EngineParts
+
+
+@dataclass(slots=True, frozen=True, kw_only=True)
+class EngineConfig:
+    """The model, cache, scheduler and speculative settings, and the engine's parts, checked against each other
+    once, here (as VllmConfig.__post_init__ checks its configs together).
+
+    Each setting has one owner: block_size is cache_config's, max_model_len model_config's (scheduler_config
+    holds a copy, as vLLM's does), num_lookahead_tokens speculative_config's (likewise).
+    """
+
+    model_config: ModelConfig
+    cache_config: CacheConfig
+    scheduler_config: SchedulerConfig
+    parts: EngineParts
+    speculative_config: SpeculativeConfig | None = None
+
+    def __post_init__(self) -> None:
+        block_size, max_model_len = self.cache_config.block_size, self.model_config.max_model_len
+        if self.scheduler_config.max_model_len != max_model_len:
+            raise ValueError("scheduler_config.max_model_len must be model_config.max_model_len")
+        spec = self.speculative_config
+        if self.scheduler_config.num_lookahead_tokens != (spec.num_lookahead_tokens if spec else 0):
+            raise ValueError("scheduler_config.num_lookahead_tokens must be speculative_config's")
+        if self.parts.attention_backend.name == "triton" and not is_pow2(block_size, 8):
+            raise InvalidEngineArgumentError(
+                f"block_size must be a power of two >= 8 for the Triton kernels, got {block_size}. Use 8, 16 or 32, "
+                "or attention_backend='torch', which takes any block size.",
+                parameter="block_size",
+                value=block_size,
+            )
+        windows = [g.sliding_window for g in self.kv_cache_groups if g.sliding_window]
+        if windows and min(windows) < block_size:
+            raise UnsupportedModelError(
+                f"sliding_window={min(windows)} is below one block of {block_size} tokens. Blocks leave a window "
+                "whole, so such a window would hold as many blocks as a window of one block; nanoengine serves "
+                f"windows of at least one block. Use block_size <= {min(windows)}."
+            )
+        if windows and max(windows) > max_model_len:
+            raise UnsupportedModelError(
+                f"sliding_window={max(windows)} exceeds max_model_len={max_model_len}: no token could ever leave the "
+                "window, so its layers are full attention. Give a smaller window, or full_attention layer types."
+            )
+        if spec is not None and spec.method != "ngram" and windows:
+            raise InvalidEngineArgumentError(
+                f'speculative_config["method"]="{spec.method}" serves full-attention models only: the draft\'s KV '
+                "follows the target's one block table. Use a target without sliding windows, or n-gram drafts.",
+                parameter="speculative_config",
+                value=spec,
+            )
+        if spec is not None and spec.use_eagle() and "full_attention_manager_cls" in self.parts.given:
+            cls = self.parts.full_attention_manager_cls
+            raise InvalidEngineArgumentError(
+                f"{cls.__name__} is given as full_attention_manager_cls, and EAGLE drafts need the engine's "
+                "find_longest_cache_hit, which drops the last hit block when use_eagle is set. With "
+                'speculative_config["method"]="eagle", leave full_attention_manager_cls out.',
+                parameter="full_attention_manager_cls",
+                value=cls,
+            )
+
+    @property
+    def kv_cache_groups(self) -> tuple[KVCacheGroupSpec, ...]:
+        """The model's KV cache groups: one for a model with one attention type, several for a hybrid."""
+        hf = self.model_config.hf_config
+        return tuple(get_kv_cache_groups([hf.window(i) for i in range(hf.num_hidden_layers)]))
+
+    @property
+    def use_eagle(self) -> bool:
+        """Whether a prefix hit drops its last block for an EAGLE head (vLLM's VllmConfig.use_eagle)."""
+        return self.speculative_config is not None and self.speculative_config.use_eagle()
