@@ -24,11 +24,11 @@ import torch
 from tqdm.auto import tqdm
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run as a script, it still finds the course's prompts
+sys.path.insert(0, str(ROOT))  # run as a script, it still finds the engine's packages
 
 from bench.hf_reference import hf_model
 from bench.machine import machine_info
-from nanocourse.workloads import SYSTEM_PROMPT, USER_TURNS
+from nanoengine.benchmarks.datasets import SYSTEM_PROMPT, USER_TURNS
 from nanoengine.config import LlamaConfig
 from nanoengine.entrypoints.llm import LLM, default_dtype, resolve_device
 from nanoengine.model import LlamaForCausalLM

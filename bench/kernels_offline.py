@@ -111,7 +111,7 @@ class _Catch:
         return lambda *args, **kwargs: self.sink.append(Launch(self.case, self.name, args, kwargs))
 
 
-KERNELS = ("_store_kernel", "_decode_kernel", "_reduce_splits_kernel", "_prefill_kernel")
+KERNELS = ("store_kernel", "decode_kernel", "reduce_splits_kernel", "prefill_kernel")
 
 
 def _launches(case: str, call) -> list[Launch]:
@@ -225,7 +225,7 @@ def compile_launch(launch: Launch, target: str, hints: bool = True) -> dict:
     shared = res["shared"] + compiled.metadata.shared
     return {
         "case": launch.case,
-        "kernel": launch.kernel.strip("_"),
+        "kernel": launch.kernel,
         "target": target,
         "hints": "engine" if hints else "none",
         "registers": res["reg"],

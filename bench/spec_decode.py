@@ -1,7 +1,7 @@
 """N-gram speculative decoding against plain decoding: output tokens/s and draft acceptance.
 
 Run as `python bench/spec_decode.py`. Two workloads, each submitted all at once, greedy:
-  - repetitive: chat requests that ask the model to copy a given text or function (nanocourse.workloads'
+  - repetitive: chat requests that ask the model to copy a given text or function (nanoengine.benchmarks.datasets'
     seeded prose and code), whose answers the context already holds: drafts should be accepted;
   - chat: USER_TURNS behind SYSTEM_PROMPT (bench/engine.py's chatbot), whose answers are new text: few drafts.
 Each runs with speculation off and with k = 2, 4, 8 (vLLM's n-gram defaults otherwise: prompt_lookup_min =
@@ -21,11 +21,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run as a script, it still finds the course's prompts and bench/engine.py
+sys.path.insert(0, str(ROOT))  # run as a script, it still finds the engine's packages and bench/engine.py
 
 from bench.engine import all_at_once
 from bench.machine import machine_info
-from nanocourse.workloads import SYSTEM_PROMPT, USER_TURNS, chatbot, prose
+from nanoengine.benchmarks.datasets import SYSTEM_PROMPT, USER_TURNS, chatbot, prose
 from nanoengine.entrypoints.llm import LLM
 from nanoengine.sampling_params import SamplingParams
 

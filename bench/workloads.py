@@ -1,10 +1,10 @@
-"""Chapter 08's six workloads at the "bench" scale: prefix-cache hit rate and TTFT p50, cache on vs off.
+"""The six prefix-caching workloads at the "bench" scale: prefix-cache hit rate and TTFT p50, cache on vs off.
 
     python bench/workloads.py [--threads 1]
 
 Prompts are sent one at a time with max_tokens=1 (TTFT only). The workloads, the measuring and the table
-all come from nanocourse/workloads.py; this script only picks the scale and writes the JSON that
-the chapter's notebook reads: bench/results/workloads_<device>.json.
+come from nanoengine/benchmarks/ (datasets.py and prefix_caching.py); this script only picks the scale and
+writes the report: bench/results/workloads_<device>.json.
 """
 
 from __future__ import annotations
@@ -20,17 +20,9 @@ from tqdm.auto import tqdm
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script, it still finds bench/machine.py
 
 from bench.machine import machine_info
-from nanocourse.workloads import (
-    SCALES,
-    make_workloads,
-    measure,
-    prefix_sweep,
-    results_markdown,
-    save_run,
-    sizes,
-    sweep_cost_model,
-)
 from nanoengine import LLM, SamplingParams
+from nanoengine.benchmarks.datasets import SCALES, make_workloads, sizes
+from nanoengine.benchmarks.prefix_caching import measure, prefix_sweep, results_markdown, save_run, sweep_cost_model
 from nanoengine.entrypoints.llm import resolve_device
 
 

@@ -104,7 +104,7 @@ def merge_splits(m: torch.Tensor, l: torch.Tensor, acc: torch.Tensor) -> torch.T
     exp of a score overflows fp32. A range with no token has m = -inf, l = 0, acc = 0 and weighs nothing; when
     every range is empty, and when there is no range at all (S = 0), the result is zeros, never NaN.
     (vLLM 0.33: reduce_segments in vllm/v1/attention/ops/triton_unified_attention.py, which returns 0 where
-    the total exp sum is 0; nanoengine's _reduce_splits_kernel.)
+    the total exp sum is 0; nanoengine's reduce_splits_kernel.)
     Example: m [0, 1], l [1, 1], acc [[1], [2]] gives (e**-1 * 1 + 2) / (e**-1 + 1) = 1.7311;
     m [-inf, 0], l [0, 2], acc [[0], [6]] gives 3.0; m and l of shape [0] with acc [0, 2] give [0, 0].
     """

@@ -20,11 +20,7 @@ from typing import Any
 import ipywidgets as widgets
 
 from nanocourse.live import show_view
-from nanoengine.core import BlockPool, KVCacheManager, get_request_block_hasher
-from nanoengine.core.sched.scheduler import Scheduler, SchedulerConfig
-from nanoengine.engine.llm_engine import LLMEngine
-from nanoengine.outputs import ModelRunnerOutput
-from nanoengine.policies import (
+from nanocourse.policies import (
     CacheAwareRouter,
     FrequencyAwareBlockPool,
     RadixTree,
@@ -34,6 +30,10 @@ from nanoengine.policies import (
     prefix_match,
     run_requests,
 )
+from nanoengine.core import BlockPool, KVCacheManager, get_request_block_hasher
+from nanoengine.core.sched.scheduler import Scheduler, SchedulerConfig
+from nanoengine.engine.llm_engine import LLMEngine
+from nanoengine.outputs import ModelRunnerOutput
 from nanoengine.request import Request
 from nanoengine.sampling_params import SamplingParams
 

@@ -113,7 +113,7 @@ def interpreter_active() -> bool:
     """True when the engine's kernels were defined under TRITON_INTERPRET=1."""
     from triton.runtime.interpreter import InterpretedFunction
 
-    return isinstance(triton_kernels._decode_kernel, InterpretedFunction)
+    return isinstance(triton_kernels.decode_kernel, InterpretedFunction)
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,7 +246,7 @@ def run_decode(batch: PagedBatch, num_splits: int = 1, block_n: int = 16) -> Ker
         lambda: triton_kernels.paged_decode(
             b.q, b.k_cache, b.v_cache, b.block_tables, b.seq_lens, b.scale, num_splits=num_splits, block_n=block_n
         ),
-        "_decode_kernel",
+        "decode_kernel",
         b,
         ref,
     )
@@ -258,7 +258,7 @@ def run_prefill(batch: PagedBatch, block_m: int = 16, block_n: int = 16) -> Kern
     args = (b.q, b.k_cache, b.v_cache, b.block_tables, b.query_start_loc, b.seq_lens, b.max_query_len, b.scale)
     ref = TorchBackend().prefill(*args)
     return _traced(
-        lambda: triton_kernels.paged_prefill(*args, block_m=block_m, block_n=block_n), "_prefill_kernel", b, ref
+        lambda: triton_kernels.paged_prefill(*args, block_m=block_m, block_n=block_n), "prefill_kernel", b, ref
     )
 
 

@@ -3,7 +3,7 @@
 `out.outputs[0].text` runs on both engines. A request here has one completion, so RequestOutput also
 offers documented aliases for it: `text`, `token_ids` and `finish_reason` read `outputs[0]`, and
 `arrival_time`, `first_token_time`, `finish_time` read `metrics`. vLLM's v1 metrics object is
-`RequestStateStats` with its own clock fields; ours keeps the three times the course measures.
+`RequestStateStats` with its own clock fields; ours keeps three times: arrival, first token and finish.
 """
 
 from __future__ import annotations

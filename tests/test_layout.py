@@ -4,6 +4,7 @@ an import graph with no cycle, and every module importable where Triton is not (
 import ast
 import importlib
 import pkgutil
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -35,7 +36,10 @@ VLLM_PATHS = {
     "entrypoints/llm.py": "vllm/entrypoints/llm.py",
     "sampling_params.py": "vllm/sampling_params.py",
     "outputs.py": "vllm/outputs.py",
+    "benchmarks/datasets.py": "vllm/benchmarks/datasets.py",
 }
+# Words of the course, not of the engine: nanoengine/ describes the engine (nanocourse/ teaches it).
+COURSE_WORDS = re.compile(r"chapter|learner|course|notebook", re.IGNORECASE)
 
 
 def _modules(package: str) -> list[str]:
@@ -80,6 +84,37 @@ def test_importing_the_engine_pulls_in_no_course_library():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]", f"`import nanoengine` imported {out.strip()}"
+
+
+def test_no_engine_file_speaks_of_the_course():
+    """Code, comments and strings alike: the engine's docstrings state its contracts, its errors what the
+    caller did wrong, neither in chapters, learners, the course or notebooks."""
+    offenders = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for path in sorted((ROOT / "nanoengine").rglob("*"))
+        if path.is_file() and path.suffix in (".py", ".pyi", ".md", ".txt", ".json", ".toml", ".cfg")
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if COURSE_WORDS.search(line)
+    ]
+    assert offenders == [], "course words in the engine:\n" + "\n".join(offenders)
+
+
+def test_bench_does_not_import_the_course():
+    """bench/ measures the engine: its datasets come from nanoengine.benchmarks, never from nanocourse."""
+    offenders = []
+    for path in sorted((ROOT / "bench").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom) and not node.level
+                else []
+            )
+            offenders += [
+                f"{path.relative_to(ROOT)}:{node.lineno}: {n}" for n in names if n.split(".")[0] == "nanocourse"
+            ]
+    assert offenders == [], f"bench/ imports the course: {offenders}"
 
 
 def test_the_engine_import_graph_has_no_cycle():

@@ -9,10 +9,10 @@ from hypothesis import strategies as st
 
 from nanocourse.differential import short
 from nanocourse.hash_chains import block_chain
+from nanocourse.policies import longest_common_prefix
 from nanoengine.core import KVCacheManager, get_request_block_hasher
 from nanoengine.model.loader import unpacked_folder
 from nanoengine.model.tokenizer import Tokenizer
-from nanoengine.policies import longest_common_prefix
 from nanoengine.request import Request
 
 CHAPTER = "ch00_tour"

@@ -39,7 +39,7 @@ def _engine_merge_splits(m, l, acc):
     """The engine's reduce kernel, which keeps its maxima in log2 units (it uses exp2)."""
     batch, heads, splits, head_dim = acc.shape
     out = torch.empty(batch, heads, head_dim, device=acc.device)
-    triton_kernels._reduce_splits_kernel[(batch, heads)](
+    triton_kernels.reduce_splits_kernel[(batch, heads)](
         acc.contiguous(),
         (m * math.log2(math.e)).contiguous(),
         l.contiguous(),

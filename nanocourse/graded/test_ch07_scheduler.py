@@ -10,10 +10,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nanocourse.differential import per_group, replay_workload, scheduler_config, scheduler_workloads, within
+from nanocourse.policies import longest_common_prefix
 from nanoengine.core import KVCacheManager
 from nanoengine.core.sched.scheduler import Scheduler, SchedulerConfig
 from nanoengine.outputs import ModelRunnerOutput
-from nanoengine.policies import longest_common_prefix
 from nanoengine.request import Request
 from nanoengine.sampling_params import SamplingParams
 

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nanocourse import workloads
+from nanocourse.policies import longest_common_prefix
 from nanoengine.core import PrefixCacheStats
-from nanoengine.policies import longest_common_prefix
 from nanoengine.sampling_params import SamplingParams
 
 CHAPTER = "ch08_end_to_end"

@@ -10,8 +10,7 @@ from hypothesis import strategies as st
 
 from nanocourse.beyond import GREEDY_ONE, ModelFreeReplica, hash_map_match
 from nanocourse.differential import Story
-from nanoengine.core import AllBlocksCleared, BlockRemoved, BlockStored
-from nanoengine.policies import (
+from nanocourse.policies import (
     FrequencyAwareBlockPool,
     RadixTree,
     ReplicaIndex,
@@ -19,6 +18,7 @@ from nanoengine.policies import (
     route,
     run_requests,
 )
+from nanoengine.core import AllBlocksCleared, BlockRemoved, BlockStored
 
 CHAPTER = "ch09_beyond"
 

@@ -12,7 +12,7 @@ the last (query_start_loc[i+1] - query_start_loc[i]) of which are the new ones.
 
 A sliding-window layer passes `sliding_window=W` to decode and prefill: the token at position p then
 sees keys p - W + 1 .. p only. Full-attention layers pass nothing, so a backend that only serves
-full attention (chapter 03's) needs no such argument.
+full attention (KernelBackend's launchers, for one) needs no such argument.
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ class KernelBackend:
     """An AttentionBackend over three launchers with the Triton kernels' signatures: store_kvcache(k, v,
     k_cache, v_cache, slot_mapping), paged_decode(q, k_cache, v_cache, block_tables, seq_lens, scale) and
     paged_prefill(q, k_cache, v_cache, block_tables, query_start_loc, seq_lens, max_query_len, scale).
-    Chapter 03's TritonBackend puts a learner's kernels behind the engine's attention seam with it."""
+    Any module of such launchers (nanoengine's own Triton kernels, or a replacement) serves the engine through it."""
 
     supports_cuda_graphs = False
 

@@ -1,7 +1,7 @@
 """One request's K/V in one preallocated buffer: the KV cache before paging.
 
 This is how a naive server keeps KV: reserve max_len slots per request up front. It is correct and
-simple, and chapter 02 measures what it wastes: every slot past the request's real length is
+simple, and it wastes memory: every slot past the request's real length is
 reserved but never used, which is the fragmentation that paging removes.
 """
 

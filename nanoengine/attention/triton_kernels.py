@@ -14,6 +14,12 @@ Shared invariants of the kernels:
 
 The launchers take torch tensors and return torch tensors; on a CPU tensor they run under the Triton
 interpreter (TRITON_INTERPRET=1 must be set before triton is imported).
+
+The launchers (store_kvcache, paged_decode, paged_prefill) are the API. The @triton.jit kernels they launch
+are public too, so that tools can name them without reaching into the module: store_kernel, decode_kernel,
+reduce_splits_kernel (split-K's merge) and prefill_kernel. vLLM 0.33's counterparts are
+reshape_and_cache_kernel_flash, kernel_unified_attention_3d with reduce_segments, and
+kernel_unified_attention_2d.
 """
 
 from __future__ import annotations
@@ -53,7 +59,7 @@ MAX_SPLITS = 32
 
 
 @triton.jit
-def _store_kernel(
+def store_kernel(
     k_ptr,
     v_ptr,
     k_cache_ptr,
@@ -135,7 +141,7 @@ def _online_softmax_step(q, k, v, mask, m_i, l_i, acc, qk_scale, DOT_PRECISION: 
 
 
 @triton.jit
-def _decode_kernel(
+def decode_kernel(
     q_ptr,
     k_cache_ptr,
     v_cache_ptr,
@@ -173,7 +179,7 @@ def _decode_kernel(
     The group is padded to GROUP_PAD rows (a power of two, at least DOT_MIN) so K and V are read
     once per group. Without SPLIT the program covers the whole context and writes the output; with
     SPLIT it writes the unnormalised partial (max, sum, acc) rows at index `split`, laid out
-    [B, Hq, num_splits(, D)] with stride s_ps between splits, for _reduce_splits_kernel.
+    [B, Hq, num_splits(, D)] with stride s_ps between splits, for reduce_splits_kernel.
     With SLIDING the query sees the last `window` tokens only; tiles wholly before them are skipped,
     so a split that lies before the window reads nothing and weighs 0 in the reduce. (A constexpr, so
     full attention compiles to the kernel it was: the window's bounds cost registers and occupancy.)
@@ -221,7 +227,7 @@ def _decode_kernel(
 
 
 @triton.jit
-def _reduce_splits_kernel(
+def reduce_splits_kernel(
     part_acc_ptr,
     part_m_ptr,
     part_l_ptr,
@@ -255,7 +261,7 @@ def _reduce_splits_kernel(
 
 
 @triton.jit
-def _prefill_kernel(
+def prefill_kernel(
     q_ptr,
     k_cache_ptr,
     v_cache_ptr,
@@ -400,7 +406,7 @@ def store_kvcache(
     if num_tokens == 0:
         return
     k, v = _aligned(k), _aligned(v)
-    _store_kernel[(num_tokens,)](
+    store_kernel[(num_tokens,)](
         k,
         v,
         k_cache,
@@ -486,7 +492,7 @@ def paged_decode(
     else:
         part_m = part_l = dst = out
         s_b, s_h, s_s = out.stride(0), out.stride(1), 0
-    _decode_kernel[(num_seqs, num_kv_heads, num_splits)](
+    decode_kernel[(num_seqs, num_kv_heads, num_splits)](
         q,
         k_cache,
         v_cache,
@@ -518,7 +524,7 @@ def paged_decode(
         num_stages=NUM_STAGES,
     )
     if split:
-        _reduce_splits_kernel[(num_seqs, num_heads)](
+        reduce_splits_kernel[(num_seqs, num_heads)](
             part_acc,
             part_m,
             part_l,
@@ -564,7 +570,7 @@ def paged_prefill(
     if num_tokens == 0 or num_reqs == 0:
         return out
     group = num_heads // k_cache.shape[2]
-    _prefill_kernel[(num_reqs, triton.cdiv(max_query_len, block_m), num_heads)](
+    prefill_kernel[(num_reqs, triton.cdiv(max_query_len, block_m), num_heads)](
         q,
         k_cache,
         v_cache,

@@ -146,7 +146,7 @@ class BlockPool:
         # Tokens per entry of request.block_hashes; None trusts every caller.
         self.hash_block_size = hash_block_size
         self.blocks = [KVCacheBlock(block_id=i) for i in range(num_gpu_blocks)]
-        # Swappable so a learner's own queue (chapter 05) can run the real pool.
+        # Any FreeBlockQueue implementation (free_queue_cls) can back the pool.
         self.free_block_queue = free_queue_cls(self.blocks)
         self.cached_block_hash_to_block = BlockHashToBlockMap()
         self.null_block = self.free_block_queue.popleft()

@@ -97,7 +97,8 @@ class UnitaryKVCacheCoordinator(KVCacheCoordinator):
     """One group: its manager's hit is the hit."""
 
     def find_longest_cache_hit(self, block_hashes, max_length, token_ids=None):
-        # The learner's managers take no token_ids: they are passed only to a pool that checks collisions.
+        # token_ids is passed only when given (to a pool that checks collisions), so a replacement manager class
+        # may leave it out of its find_longest_cache_hit signature.
         tokens = {} if token_ids is None else {"token_ids": token_ids}
         hits = self.single_type_managers[0].find_longest_cache_hit(block_hashes, max_length, [0], **tokens)
         return hits, len(hits[0]) * self.block_size

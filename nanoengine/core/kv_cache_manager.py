@@ -117,7 +117,7 @@ class KVCacheManager:
     sliding group's old entries become the null block), so the block table on the device only grows.
     num_blocks may be a ready pool (any BlockPoolInterface), which then keeps its own caching, event
     and collision settings. kv_cache_groups defaults to one full-attention group; the manager classes
-    are the seams of chapters 06 (full attention) and 12 (sliding windows).
+    are replaceable (full_attention_manager_cls, sliding_window_manager_cls).
     """
 
     def __init__(

@@ -26,13 +26,13 @@ BlockHash = NewType("BlockHash", bytes)
 HashFn = Callable[[bytes], bytes]
 
 # A fixed seed makes NONE_HASH, and hence every block hash, identical across
-# processes and machines: notebooks can show stable hashes and a router can
+# processes and machines: logs and tests can show stable hashes and a router can
 # predict which replica holds a prefix. The price is that anyone can compute
 # the hash of any prompt and probe whether another tenant cached it. vLLM 0.33
 # (resolve_none_hash_seed) uses PYTHONHASHSEED when set, else a fixed seed for
 # its default sha256 and random bytes for xxhash, whose collisions could be
 # crafted by whoever knows the root. nanoengine keeps xxh3 with a fixed root for
-# reproducible notebooks; isolation between tenants is the job of cache_salt, a
+# reproducible hashes; isolation between tenants is the job of cache_salt, a
 # shared engine should use sha256, and a random root is one
 # `make_none_hash(fn, hash_seed=None)` away.
 DEFAULT_HASH_SEED = "nanoengine"
@@ -80,8 +80,8 @@ def make_block_hash_with_group_id(block_hash: BlockHash, kv_cache_group_id: int)
 
     The same tokens have one hash in every group, but each group's block holds other layers'
     KV, so a full-attention layer must never be served a sliding layer's block. Group 0 keeps
-    the bare hash (vLLM appends 0 too): a model with one group, every chapter before 12, names
-    its blocks by the hashes chapter 04 computes. Every hash of one hasher has one length, so a
+    the bare hash (vLLM appends 0 too): a model with one group names its blocks by the hashes of
+    hash_block_tokens. Every hash of one hasher has one length, so a
     bare hash never equals another group's longer key.
     """
     if kv_cache_group_id == 0:
@@ -170,9 +170,9 @@ def generate_block_hash_extra_keys(request: HashableRequest, start_token_idx: in
 
 
 class BlockTokensHasher(Protocol):
-    """The seam of chapter 04: name one block by its content, chained to its parent.
+    """The block-hash seam: name one block by its content, chained to its parent.
 
-    hash_block_tokens above is the engine's; a learner's own function of this shape runs the real
+    hash_block_tokens above is the engine's; any other function of this shape runs the real
     engine through get_request_block_hasher(hash_block=...) or LLM(hash_block_tokens=...). It must
     be deterministic, and differ when the parent, the tokens (in order) or the extra keys differ.
     """
@@ -196,8 +196,8 @@ def get_request_block_hasher(
     It returns only the new hashes; the caller extends request.block_hashes.
     A partial last block is left for a later call, once it is full.
     none_hash defaults to the root of hash_fn with the default seed.
-    hash_block(parent, tokens, extra_keys) replaces hash_block_tokens, so a
-    learner's own chained hash can run the real engine.
+    hash_block(parent, tokens, extra_keys) replaces hash_block_tokens, so another
+    chained hash (a BlockTokensHasher) can run the real engine.
     """
     if block_size <= 0:
         raise ValueError(f"block_size must be positive, got {block_size}.")
@@ -266,7 +266,7 @@ class KVCacheBlock:
 
 @runtime_checkable
 class FreeBlockQueue(Protocol):
-    """The seam of chapter 05: what BlockPool calls on its free queue.
+    """The free-queue seam (BlockPool's free_queue_cls): what BlockPool calls on its free queue.
 
     The head is evicted first. A block is in the queue iff its ref_cnt is 0 (the pool keeps that
     true); remove must be O(1), because a prefix-cache hit on a free block takes it out of the

@@ -135,7 +135,7 @@ class FullAttentionManager(SingleTypeKVCacheManager):
     def find_longest_cache_hit(self, block_hashes, max_length, group_ids, token_ids=None):
         """Walk from the left: a miss ends the hit, since every later hash chains through it. With
         use_eagle the last hit block is dropped, so its tokens are recomputed for EAGLE's draft head.
-        token_ids (the request's) come only for a pool that checks hash collisions (chapter 04)."""
+        token_ids (the request's) come only for a pool that checks hash collisions."""
         hits: tuple[list[KVCacheBlock], ...] = tuple([] for _ in group_ids)
         size = self.block_size
         for i, block_hash in enumerate(islice(block_hashes, max_length // size)):

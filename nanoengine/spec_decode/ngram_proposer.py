@@ -49,7 +49,7 @@ class NgramProposer:
         self.k = config.num_speculative_tokens
         self.max_model_len = max_model_len
 
-    # The rule, a plain function: chapter 13's proposer is this class with the learner's rule in its place.
+    # The matching rule, a plain function: a subclass that overrides `rule` proposes with another one.
     rule = staticmethod(find_longest_matched_ngram_and_propose_tokens)
 
     def propose(self, token_ids: Sequence[int], k: int | None = None) -> list[int]:

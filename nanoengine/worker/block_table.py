@@ -7,7 +7,7 @@ from typing import Protocol, runtime_checkable
 
 @runtime_checkable
 class BlockTableInterface(Protocol):
-    """The seam of chapter 02: each running request's block ids, and where its tokens go.
+    """The block-table seam (LLM(block_table_cls=...)): each running request's block ids, and where its tokens go.
 
     Row of a request: its block ids in order; token t lives in block row[t // block_size] at offset
     t % block_size, flat slot row[t // block_size] * block_size + t % block_size. Rows only grow

@@ -30,7 +30,7 @@ from nanoengine.attention.paged import PagedKVCache
 from nanoengine.model import LlamaForCausalLM
 
 # vLLM captures 1, 2, 4, then multiples of 8 up to 256 and of 16 beyond (its cudagraph_capture_sizes);
-# powers of two keep the count, and the capture time, small for a course engine.
+# powers of two keep the count, and the capture time, small for an engine serving small batches.
 CAPTURE_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
 

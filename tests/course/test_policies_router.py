@@ -2,8 +2,7 @@
 model-free replicas (the real engine loop, scheduler and pool, without a model)."""
 
 from nanocourse.beyond import GREEDY_ONE, ModelFreeReplica
-from nanoengine.core import AllBlocksCleared, BlockRemoved, BlockStored, KVCacheManager
-from nanoengine.policies import (
+from nanocourse.policies import (
     CacheAwareRouter,
     ReplicaCluster,
     ReplicaIndex,
@@ -12,6 +11,7 @@ from nanoengine.policies import (
     route,
     run_requests,
 )
+from nanoengine.core import AllBlocksCleared, BlockRemoved, BlockStored, KVCacheManager
 
 
 def stored(*hashes):

@@ -963,7 +963,7 @@ R(
     ],
     [
         ("nanoengine/entrypoints/llm.py", '        pool = _build("block_pool" if block_pool else None'),
-        ("nanoengine/policies/eviction.py", "class FrequencyAwareBlockPool"),
+        ("nanocourse/policies/eviction.py", "class FrequencyAwareBlockPool"),
     ],
 )
 R(

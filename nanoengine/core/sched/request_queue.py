@@ -1,7 +1,7 @@
 """The waiting queue, one class per scheduling policy (vllm/v1/core/sched/request_queue.py).
 
 The scheduler asks the queue which request comes next and never asks which policy is in force,
-so a scheduler written against RequestQueue (chapter 07's exercise) serves both policies.
+so any scheduler written against RequestQueue serves both policies.
 
 vLLM's RequestQueue is an abstract base class that also has prepend_requests and remove_requests;
 vLLM 0.33 has the same two policies (SchedulingPolicy.FCFS and PRIORITY). Its priority heap holds the

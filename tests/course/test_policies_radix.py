@@ -3,7 +3,7 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nanoengine.policies import RadixTree, longest_common_prefix
+from nanocourse.policies import RadixTree, longest_common_prefix
 
 
 def test_longest_common_prefix():

@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from nanocourse.policies import FrequencyAwareBlockPool
 from nanoengine.core import BlockPool, KVCacheManager, get_request_block_hasher
-from nanoengine.policies import FrequencyAwareBlockPool
 from nanoengine.request import Request
 
 BS = 4
