@@ -40,7 +40,7 @@ from tqdm import tqdm
 from nanoengine.attention.backend import TorchBackend, decode_step_bytes
 from nanoengine.attention.triton_backend import TritonBackend
 from nanoengine.attention.triton_kernels import default_num_splits
-from nanoengine.entrypoints.llm import default_dtype
+from nanoengine.engine.arg_utils import default_dtype
 
 RESULTS = ROOT / "bench" / "results"
 

@@ -101,7 +101,7 @@ def engine_figures(device: torch.device, dtype: torch.dtype, workload: dict) -> 
 
 def main() -> None:
     from nanocourse.gpu_results import load_json
-    from nanoengine.entrypoints.llm import default_dtype
+    from nanoengine.engine.arg_utils import default_dtype
 
     device = torch.device("cuda")
     dtype = default_dtype(device)

@@ -18,7 +18,7 @@ from nanocourse.live import show_view
 from nanoengine.attention import AttentionContext, ContiguousKVCache
 from nanoengine.attention.paged import PagedKVCache
 from nanoengine.config import LlamaConfig
-from nanoengine.entrypoints.llm import DEFAULT_CPU_KV_BYTES
+from nanoengine.worker.worker import DEFAULT_CPU_KV_BYTES
 
 
 # ---- what the model hands to attention -------------------------------------------------------

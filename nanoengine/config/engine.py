@@ -9,8 +9,10 @@ from nanoengine.config.cache import CacheConfig
 from nanoengine.config.model import ModelConfig
 from nanoengine.config.scheduler import SchedulerConfig
 from nanoengine.config.speculative import SpeculativeConfig
+from nanoengine.core.single_type_kv_cache_manager import FullAttentionManager
 from nanoengine.errors import InvalidEngineArgumentError, UnsupportedModelError
-from nanoengine.kv_cache_interface import KVCacheGroupSpec, get_kv_cache_groups
+from nanoengine.attention.paged import kv_cache_groups
+from nanoengine.kv_cache_interface import KVCacheGroupSpec
 from nanoengine.parts import EngineParts
 
 
@@ -62,12 +64,16 @@ class EngineConfig:
                 parameter="speculative_config",
                 value=spec,
             )
-        if spec is not None and spec.use_eagle() and "full_attention_manager_cls" in self.parts.given:
-            cls = self.parts.full_attention_manager_cls
+        cls = self.parts.full_attention_manager_cls
+        if (
+            spec is not None
+            and spec.use_eagle()
+            and cls.find_longest_cache_hit is not FullAttentionManager.find_longest_cache_hit
+        ):
             raise InvalidEngineArgumentError(
-                f"{cls.__name__} is given as full_attention_manager_cls, and EAGLE drafts need the engine's "
-                "find_longest_cache_hit, which drops the last hit block when use_eagle is set. With "
-                'speculative_config["method"]="eagle", leave full_attention_manager_cls out.',
+                f"{cls.__name__}.find_longest_cache_hit is not the engine's, and EAGLE drafts need it to drop the "
+                'last hit block when use_eagle is set. With speculative_config["method"]="eagle", leave '
+                "full_attention_manager_cls out.",
                 parameter="full_attention_manager_cls",
                 value=cls,
             )
@@ -75,8 +81,7 @@ class EngineConfig:
     @property
     def kv_cache_groups(self) -> tuple[KVCacheGroupSpec, ...]:
         """The model's KV cache groups: one for a model with one attention type, several for a hybrid."""
-        hf = self.model_config.hf_config
-        return tuple(get_kv_cache_groups([hf.window(i) for i in range(hf.num_hidden_layers)]))
+        return tuple(kv_cache_groups(self.model_config.hf_config))
 
     @property
     def use_eagle(self) -> bool:

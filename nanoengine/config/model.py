@@ -12,8 +12,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import torch
 
-    from nanoengine.model.llama import LlamaForCausalLM
-
 LAYER_TYPES = ("full_attention", "sliding_attention")
 
 
@@ -21,7 +19,7 @@ LAYER_TYPES = ("full_attention", "sliding_attention")
 class LlamaConfig:
     """The shape of a Llama-architecture model.
 
-    Field names follow Hugging Face's LlamaConfig so a learner can compare the two side by side.
+    Field names follow Hugging Face's LlamaConfig, so the two compare side by side.
     Invariants: num_attention_heads is a multiple of num_key_value_heads (GQA groups are whole),
     and hidden_size == num_attention_heads * head_dim.
 
@@ -179,7 +177,7 @@ class ModelConfig:
     enforce_eager: never replay CUDA graphs. progress: show a bar while a GGUF is unpacked the first time.
     """
 
-    model: str | os.PathLike | LlamaForCausalLM | None
+    model: str | os.PathLike | torch.nn.Module | None  # a LlamaForCausalLM when ready
     model_path: Path | None
     folder: Path | None
     hf_config: LlamaConfig

@@ -102,7 +102,6 @@ def check_device(device) -> torch.device:
             parameter="device",
             value=device,
         ) from None
-    name = str(resolved)
     usable = (
         resolved.type == "cpu"
         or (resolved.type == "cuda" and torch.cuda.is_available() and (resolved.index or 0) < torch.cuda.device_count())
@@ -115,7 +114,7 @@ def check_device(device) -> torch.device:
             parameter="device",
             value=device,
         )
-    return torch.device("cuda", 0) if name == "cuda" else resolved
+    return resolved
 
 
 @dataclass(kw_only=True)
@@ -265,7 +264,9 @@ class EngineArgs:
                     value=self.hash_block_tokens,
                 )
         if self.free_queue_cls is not None:  # a queue of two blocks first, so that a broken queue is named as such
-            build_part("free_queue_cls", self.free_queue_cls, FreeBlockQueue, "(blocks)", [KVCacheBlock(0), KVCacheBlock(1)])
+            build_part(
+                "free_queue_cls", self.free_queue_cls, FreeBlockQueue, "(blocks)", [KVCacheBlock(0), KVCacheBlock(1)]
+            )
         if isinstance(self.attention_backend, str):  # a name picks one of the engine's own backends
             given -= {"attention_backend"}
         return EngineParts(**resolved, given=given)
@@ -281,8 +282,7 @@ class EngineArgs:
                 parameter="model",
                 value=model,
             )
-        if not isinstance(model, LlamaForCausalLM):
-            check_device(self.device)
+        check_device(self.device)  # a ready model runs where its weights are, but a bad device is still a mistake
         if self.dtype is not None and not any(self.dtype is d for d in _FLOAT_DTYPES):
             raise err(
                 f"dtype must be None (the device's default) or one of {_FLOAT_DTYPES}, got {self.dtype!r}.",

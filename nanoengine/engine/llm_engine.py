@@ -104,7 +104,7 @@ class _OutputState:
 
 
 class StepObserver(Protocol):
-    """Watches every engine step through public state only (the course's timelines and maps).
+    """Watches every engine step through public state only (timelines, pool maps, metrics).
 
     on_schedule runs after schedule() and before the forward pass, while the pool still shows what
     the scheduler just allocated; running_before lists the running request ids as the step began.

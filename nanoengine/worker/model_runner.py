@@ -167,7 +167,7 @@ class ModelRunner:
         input_ids, positions, metadata, starts = self._prepare_inputs(batch)
         graphs = self.cuda_graphs if self.cuda_graphs and self.cuda_graphs.can_replay(metadata[0], len(order)) else None
         # Set for a replayed step too: a replay reads the graph's own buffers, but whoever inspects
-        # kv_cache.metadata (the course's views) must see this step's, not the last eager one's.
+        # kv_cache.metadata (an observer) must see this step's, not the last eager one's.
         self.kv_cache.group_metadata = metadata
         if graphs:  # every request decodes one token, so row i is request i's last token
             all_logits = graphs.replay(input_ids, positions, metadata[0])

@@ -205,8 +205,8 @@ class Worker:
             raise refuse(f"expected a GGUF path or a LlamaForCausalLM, got a {type(spec.model).__name__}.")
         if draft.config.sliding_window is not None:
             raise refuse(
-                "the draft model has sliding-window layers; a draft's KV follows the target's one block table, "
-                "so it must be a full-attention model."
+                "the draft model has sliding-window layers, and drafts serve full-attention models only: a "
+                "draft's KV follows the target's one block table."
             )
         if draft.config.vocab_size != mc.hf_config.vocab_size:
             raise refuse(

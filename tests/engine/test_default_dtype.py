@@ -1,4 +1,4 @@
-"""The engine's dtype on each device (LLM's default_dtype): fp32 on the CPU, bf16 on CUDA from compute
+"""The engine's dtype on each device (EngineArgs' default_dtype): fp32 on the CPU, bf16 on CUDA from compute
 capability 8.0, fp16 below it (a T4 is 7.5 and has no bf16), as vLLM 0.33 falls back; and bf16 asked
 for on such a GPU is refused naming `dtype`. The CUDA queries are faked, so this runs on a CPU."""
 
@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from nanoengine import LLM
-from nanoengine.entrypoints import llm as llm_module
+from nanoengine.engine import arg_utils
+from nanoengine.worker import worker as worker_module
 from nanoengine.errors import InvalidEngineArgumentError
 
 CUDA = torch.device("cuda")
@@ -18,6 +19,7 @@ def gpu(monkeypatch):
 
     def fake(capability):
         monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
         # What recent torch answers on a T4: bf16 "supported" through emulation. The engine must not ask it.
         monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)
@@ -37,12 +39,12 @@ def gpu(monkeypatch):
 )
 def test_cuda_default_is_bf16_from_ampere_and_fp16_before(gpu, capability, expected):
     gpu(capability)
-    assert llm_module.default_dtype(CUDA) is expected
-    assert llm_module.bf16_supported(CUDA) is (expected is torch.bfloat16)
+    assert arg_utils.default_dtype(CUDA) is expected
+    assert arg_utils.bf16_supported(CUDA) is (expected is torch.bfloat16)
 
 
 def test_cpu_default_is_fp32():
-    assert llm_module.default_dtype(torch.device("cpu")) is torch.float32
+    assert arg_utils.default_dtype(torch.device("cpu")) is torch.float32
 
 
 @pytest.mark.parametrize("device", ["cuda", "auto", CUDA])
@@ -54,7 +56,7 @@ def test_bf16_on_a_turing_gpu_names_dtype_and_says_fp16(gpu, device):
 
 
 def test_bf16_on_the_cpu_is_still_allowed():
-    assert llm_module.bf16_supported(torch.device("cpu"))
+    assert arg_utils.bf16_supported(torch.device("cpu"))
 
 
 def test_the_engine_takes_its_default_from_default_dtype(gpu, monkeypatch):
@@ -66,7 +68,7 @@ def test_the_engine_takes_its_default_from_default_dtype(gpu, monkeypatch):
         asked.append((device, dtype))
         raise RuntimeError("stop before the weights")
 
-    monkeypatch.setattr(llm_module, "_shared_model", stop)
+    monkeypatch.setattr(worker_module, "load_model", stop)
     with pytest.raises(RuntimeError, match="stop before"):
         LLM(device="cuda", progress=False)
     assert asked == [(CUDA, torch.float16)]

@@ -39,7 +39,7 @@ class Scheduler:
     freed at once and reported to the runner in the next SchedulerOutput.
 
     schedule() is built from small public steps (choose_victim, preempt, admit, finish_length_capped,
-    make_output) that a scheduler of one's own (chapter 07) reuses while writing the policy itself.
+    make_output) that a scheduler of one's own reuses while writing the policy itself.
     """
 
     def __init__(self, config: SchedulerConfig, kv_cache_manager: KVCacheManagerInterface):
