@@ -23,15 +23,30 @@ What you have:
   clear it), is_null;
 - in the pool: self.free_block_queue (your chapter 05 queue's interface): popleft_n, remove, append_n,
   prepend_n, get_all_free_blocks, num_free_blocks; self.cached_block_hash_to_block: get_one_block(key),
-  insert(key, block), pop(key, block_id); make_block_hash_with_group_id(block_hash, group_id), the key a
-  group's block is cached under (group 0's key is the bare hash);
+  insert(key, block), pop(key, block_id); make_block_hash_with_group_id, which turns a block hash and a group
+  id into the key that group's block is cached under (group 0's key is the bare hash);
 - in a FullAttentionManager: self.block_pool, self.block_size, self.req_to_blocks[request_id] (the request's
   blocks in this group, block i holding tokens i * block_size .. (i + 1) * block_size - 1, append-only),
   self.num_cached_block[request_id] (how many of them are named in the map; a request has an entry here
-  exactly while it holds blocks: from its admission until free), self.get_cached_blocks(block_hash, group_ids)
-  (one cached block per group, or None if any group misses);
-- in the KVCacheManager: self.coordinator, self.block_pool, self.block_size, self.enable_caching,
-  self.empty_kv_cache_blocks, self.record_prefix_cache_stats(request, num_hit_tokens);
+  exactly while it holds blocks: from its admission until free), and get_cached_blocks (a block hash and a
+  list of group ids: one cached block per group, or None if any group misses);
+- in the KVCacheManager: self.block_pool, self.block_size, self.enable_caching, self.empty_kv_cache_blocks (no
+  block in any group), record_prefix_cache_stats (a request and its hit tokens: counts one lookup), and
+  self.coordinator, whose methods each act on every group in turn:
+
+  - find_longest_cache_hit(hashes, max_length): (one hit list per group, hit tokens), the longest hit of
+    whole blocks, at most max_length tokens (a multiple of block_size), that every group can serve; changes
+    nothing;
+  - get_num_blocks_to_allocate(request_id, num_tokens, hits, num_computed): the free blocks, summed over the
+    groups, the request would take to hold slots for num_tokens tokens with these hits, free hits (ref_cnt 0)
+    included; changes nothing;
+  - remove_skipped_blocks(request_id, num_computed): gives back the blocks a window no longer sees (none for
+    full attention);
+  - allocate_new_computed_blocks(request_id, hits, num_computed): an admitted request takes its hits (one more
+    reference each; a free one leaves the queue); for a running request, nothing;
+  - allocate_new_blocks(request_id, num_tokens): new blocks from the pool until the request holds slots for
+    num_tokens tokens, returned as one list per group; it assumes they fit;
+  - cache_blocks(request, num_tokens): names every full block of the first num_tokens tokens not yet named.
 - a request: request_id, num_tokens, num_computed_tokens, block_hashes (one per full block),
   skip_reading_prefix_cache.
 
@@ -70,8 +85,8 @@ class BlockPool(EngineBlockPool):
         """Task 06.1: the block group kv_cache_group_id has cached under block_hash, or None.
 
         Contract: the same tokens have one hash in every group, but each group's block holds other layers'
-        KV, so a group finds only blocks cached for that group, under the key
-        make_block_hash_with_group_id(block_hash, kv_cache_group_id) (group 0: the bare hash). A lookup only:
+        KV, so a group finds only blocks cached for that group, under that group's key for block_hash (group 0:
+        the bare hash). A lookup only:
         no ref_cnt, queue or map changes, since the request may be left waiting. token_ids matter only to a
         pool that checks hash collisions (the engine's, with check_hash_collisions=True); yours leaves that out,
         and LLM never passes them to a custom pool.
@@ -104,15 +119,15 @@ class BlockPool(EngineBlockPool):
         """Task 06.5: name blocks[num_cached_blocks:num_full_blocks] of group kv_cache_group_id by the
         request's hashes.
 
-        Contract: afterwards block i of that range has the hash
-        make_block_hash_with_group_id(request.block_hashes[i], kv_cache_group_id), and
-        get_cached_block(request.block_hashes[i], kv_cache_group_id=that group) finds a block holding it, so a
+        Contract: afterwards block i of that range has as its hash group kv_cache_group_id's key for
+        request.block_hashes[i], and get_cached_block(request.block_hashes[i], kv_cache_group_id=that group)
+        finds a block holding it, so a
         later request with the same prefix hits in that group, and in no other; the first num_cached_blocks are
         named already and stay as they are; nothing else changes (no ref_cnt, no queue).
         (vLLM 0.33: BlockPool.cache_full_blocks.)
         Example: a request holding blocks [5, 6, 2] with 2 full blocks and num_cached_blocks 1: block 6 gets
         block_hashes[1] (group 0); blocks 5 and 2 are untouched. The same call with kv_cache_group_id=1 names
-        block 6 make_block_hash_with_group_id(block_hashes[1], 1), which group 0's lookups do not find.
+        block 6 by group 1's key for block_hashes[1], which group 0's lookups do not find.
         """
         raise NotImplementedError
 
@@ -159,10 +174,10 @@ class FullAttentionManager(EngineFullAttentionManager):
         can serve: one list of blocks per group id, in group_ids' order, all of one length.
 
         Contract:
-        - block i counts only if it is cached in every listed group (self.get_cached_blocks(block_hashes[i],
-          group_ids) is not None) and so are blocks 0 .. i - 1: the walk goes from the left and the first
-          miss ends the hit, since every later hash chains through the missing one;
-        - at most max_length // block_size blocks (the caller rounds max_length to whole blocks already);
+        - block i is in the hit only if it is cached in every listed group and so are blocks 0 .. i - 1: every
+          hash after a miss chains through the missing block, so no later block can serve this prefix;
+        - the hit is the longest such run, and at most max_length tokens long (the caller passes a multiple
+          of block_size);
         - list k holds group group_ids[k]'s own cached blocks (the pool's objects); nothing changes (no
           ref_cnt, queue or map).
         self.use_eagle: leave it be. LLM sets it only for EAGLE drafts (chapter 13), and then takes the engine's
@@ -184,8 +199,9 @@ class FullAttentionManager(EngineFullAttentionManager):
         nothing changes.
 
         Contract:
-        - the request needs ceil(num_tokens / block_size) blocks in all; the blocks it holds already
-          (self.req_to_blocks) and the hits count towards them; the rest are new blocks, never fewer than 0;
+        - afterwards the request would hold slots for num_tokens tokens: enough whole blocks, no more; the
+          blocks it holds already (self.req_to_blocks) and the hits count towards them; the rest are new blocks,
+          never fewer than 0;
         - a hit on a free cached block (ref_cnt 0) leaves the free queue when the request takes it: it costs a
           free block just as a new block does; a hit that another request holds costs nothing;
         - a running request (one in self.num_cached_block) takes no new hits: only its new blocks count.
@@ -200,7 +216,7 @@ class FullAttentionManager(EngineFullAttentionManager):
     def free(self, request_id: str) -> None:
         """Task 06.2b: release every block the request holds in this group and forget the request.
 
-        Contract: the pool gets the request's blocks back last block first, in one free_blocks call (so its
+        Contract: the pool gets the request's blocks back in one free_blocks call, last block first (so its
         chain's root, shared most, is evicted last); the request has no entry left in req_to_blocks or
         num_cached_block; freeing a request that holds nothing (never admitted, or freed already) changes
         nothing. (vLLM 0.33: SingleTypeKVCacheManager.free.)
@@ -218,17 +234,16 @@ class KVCacheManager(EngineKVCacheManager):
         """Task 06.1: the longest cached prefix of a waiting request: (its blocks, the tokens they cover).
 
         Contract:
-        - the hit is what self.coordinator.find_longest_cache_hit(request.block_hashes, max_length) finds: one
-          list per KV cache group, returned as KVCacheBlocks, and its length in tokens;
-        - it never covers the request's last token, whose logits give the next token: max_length is
-          num_tokens - 1 rounded down to whole blocks;
+        - the hit is whole blocks that every KV cache group can serve (one list per group, as KVCacheBlocks),
+          by each group's own rule (the coordinator knows them), and the longest such hit that leaves the
+          request's last token uncomputed: that token's logits give the next token, so it is always computed;
         - nothing changes: no ref_cnt, queue or map (the request may be left waiting);
-        - no hit (self.empty_kv_cache_blocks, 0) with prefix caching off (self.enable_caching False), nor for a
-          request that skips reading the cache (request.skip_reading_prefix_cache: it wants prompt logprobs,
-          which need every position), and then nothing is counted;
-        - otherwise the lookup is counted once in the prefix-cache stats when record_stats is true, never when
-          false (self.record_prefix_cache_stats(request, num_hit_tokens) counts one; a scheduler that may hold
-          the request back counts it at admission instead).
+        - no hit (empty_kv_cache_blocks and 0 tokens) with prefix caching off (self.enable_caching False), nor
+          for a request that skips reading the cache (request.skip_reading_prefix_cache: it wants prompt
+          logprobs, which need every position), and then nothing is counted;
+        - otherwise the lookup is counted exactly once in the prefix-cache stats (record_prefix_cache_stats)
+          when record_stats is true, and not at all when false (a scheduler that may hold the request back
+          counts it at admission instead).
         (vLLM 0.33: KVCacheManager.get_computed_blocks, which returns a third value for hybrid models and leaves
         all counting to the scheduler.)
         Example: block size 4, blocks 0 and 2 of a 13-token request cached, block 1 not: blocks ([block 0],), 4
@@ -256,20 +271,20 @@ class KVCacheManager(EngineKVCacheManager):
           (new_computed_blocks.blocks[g] in group g), then new blocks from the pool; the return value holds
           the new blocks alone;
         - the hits are in use from now on: each holds one more reference, and a free one has left the queue;
-        - all or nothing: the free blocks needed, hits at ref_cnt 0 included, are what
-          self.coordinator.get_num_blocks_to_allocate(request_id, num_tokens, hits, num_computed) says, summed
-          over the groups; when self.block_pool.get_num_free_blocks() cannot cover them, return None and change
-          nothing at all;
-        - with full_sequence_must_fit, the same holds for the request's whole sequence first, hits counted the
-          same way: unless the blocks for all request.num_tokens tokens fit in the free blocks now, return None
-          and change nothing. This is the scheduler's admission gate: it admits a request only if its whole
-          prompt fits, so that it is not preempted halfway through its prefill and readmitted over and over;
-        - blocks that a sliding window has left behind are given back (self.coordinator.remove_skipped_blocks)
-          before the room is counted, so they can serve this step (nothing, for full attention alone);
+        - all or nothing: the slots are granted only if the free blocks they take in all groups together,
+          free hits (ref_cnt 0) included, are at most the pool's free blocks (self.block_pool.get_num_free_blocks());
+          otherwise return None, and no ref_cnt, queue, map or block table has changed;
+        - with full_sequence_must_fit, a second gate: unless slots for the request's whole sequence
+          (request.num_tokens tokens, hits counted the same way) fit in the free blocks now, return None and
+          change nothing. This is the scheduler's admission gate: it admits a request only if its whole prompt
+          fits, so that it is not preempted halfway through its prefill and readmitted over and over;
+        - blocks that a sliding window has left behind (up to the computed and new computed tokens) are given
+          back before the room for the new tokens is counted, so they can serve this step (nothing, for full
+          attention alone); the whole-sequence gate is decided before anything is given back;
+        - a new block never evicts a hit that this call is about to take;
         - with caching on, every block that is full once the computed, new computed and new tokens are in
-          (never counting past request.num_tokens) is named in the cache map; with caching off none is.
-        The coordinator does each step for every group (allocate_new_computed_blocks, allocate_new_blocks,
-        cache_blocks, remove_skipped_blocks): this method decides which, in what order, and when to stop.
+          (lookahead slots not counted, never past request.num_tokens) is named in the cache map; with caching
+          off none is.
         (vLLM 0.33: KVCacheManager.allocate_slots.)
         Example: block size 4, 5 free blocks, a new 10-token request with a 4-token hit on a free cached block:
         allocate_slots(r, 6, 4, hit) takes the hit out of the queue and returns KVCacheBlocks(([new, new],));
@@ -285,8 +300,8 @@ def eviction_order(pool: EngineBlockPool, num_blocks: int) -> list[int]:
     """Task 06.4: the ids of the cached blocks pool.get_new_blocks(num_blocks) would evict, in eviction order,
     without changing the pool.
 
-    Contract: exactly the blocks that get_new_blocks(num_blocks) (task 06.4b) would hand out that still have
-    a hash, in the order it would hand them out; a handed-out block without a hash evicts nothing; the pool
+    Contract: exactly the blocks that get_new_blocks(num_blocks) (task 06.4b) would hand out and that still
+    have a hash, in the order it would hand them out; a handed-out block without a hash evicts nothing; the pool
     is left as it was; fewer than num_blocks free blocks raises ValueError.
     Example: queue [2, 8, 3, 1] with blocks 3 and 1 hashed: eviction_order(pool, 3) == [3].
     """

@@ -4,23 +4,25 @@ Check your work with:   make grade CH=07
 Stuck? In the notebook, `from nanocourse import hint; hint("07")` lists this chapter's hints, from a nudge to
 close-to-code; open them one at a time with hint("07", n).
 
-Your Scheduler subclasses the engine's, so the bookkeeping is there to reuse and you write the policy:
+Your Scheduler subclasses the engine's, so the bookkeeping is there to reuse and you write the policy. What you
+have (a reference: which of these a step uses, and when, is yours to decide):
 
-| you have | what it does |
+| you have | what it guarantees |
 |---|---|
-| `self.config` | `max_num_batched_tokens` (the budget), `max_num_seqs`, `long_prefill_token_threshold` |
-| `self.long_prefill_threshold()` | this step's chunk cap: the threshold, or 0 while one request is alone (vLLM 0.33) |
+| `self.config` | `max_num_batched_tokens` (the budget), `max_num_seqs`, `max_model_len`, ... |
+| `long_prefill_threshold()` | this step's chunk cap: the threshold, or 0 while one request is alone (vLLM 0.33) |
 | `self.running` | the running requests, in admission order (a list) |
 | `self.waiting` | a RequestQueue: `peek_request()`, `bool(self.waiting)`; FCFS or priority order already |
-| `self.kv_cache_manager` | `get_computed_blocks(...)`, `allocate_slots(..., full_sequence_must_fit=...)` (chapter 06) |
+| `self.kv_cache_manager` | chapter 06's `get_computed_blocks` and `allocate_slots`, with the contracts stated there |
 | `self.policy` | `SchedulingPolicy.FCFS` or `SchedulingPolicy.PRIORITY` |
-| `request.status` | `RequestStatus.RUNNING`, `PREEMPTED` (after `self.preempt`), ... |
-| `self.preempt(r)` | frees r's blocks, resets its progress, puts it back in the waiting queue |
-| `self.admit(r, n)` | moves the queue's head r (slots already allocated, n tokens cached) to running |
-| `self.finish_length_capped(r)` | ends a lone running request that the whole pool cannot hold |
-| `self.make_output(num_scheduled, new_blocks, new_reqs, preempted)` | packages the step |
+| `request.status` | `RequestStatus.RUNNING`, `PREEMPTED` (after `preempt`), ... |
+| `preempt(r)` | frees r's blocks, resets its progress, puts it back in the waiting queue |
+| `admit(r, n)` | moves the queue's head r (slots allocated, n tokens cached) to running; counts its lookup |
+| `finish_length_capped(r)` | ends a lone running request that the whole pool cannot hold |
+| `make_output(num_scheduled, new_blocks, new_reqs, preempted)` | packages the step as a SchedulerOutput |
 
-A request has `request_id`, `num_tokens`, `num_computed_tokens`, `priority` and `arrival_time`.
+A request has `request_id`, `num_tokens`, `num_computed_tokens`, `num_tokens_with_spec` (num_tokens plus its
+drafts, chapter 13), `priority` and `arrival_time`.
 
 get_computed_blocks returns (the hit as a KVCacheBlocks, its length in tokens); allocate_slots returns the new
 blocks as a KVCacheBlocks, or None. A `KVCacheBlocks` (vLLM's name) holds one list of blocks per KV cache group,
@@ -40,8 +42,8 @@ from nanoengine.request import Request, RequestStatus  # noqa: F401  (schedule r
 def chunk_size(num_needed: int, budget: int, threshold: int = 0) -> int:
     """Task 07.1: the tokens a request that still needs num_needed tokens may take in this step.
 
-    Contract: the need, capped by `threshold` when it is above 0 and by the budget left; never more than any
-    of the three. (vLLM 0.33: the `num_new_tokens` lines of Scheduler.schedule.)
+    Contract: the largest count that is at most the need, at most the budget left, and at most `threshold`
+    when `threshold` is above 0 (0 caps nothing). (vLLM 0.33: the `num_new_tokens` lines of Scheduler.schedule.)
     Example: chunk_size(150, 64) == 64; chunk_size(150, 64, 24) == 24; chunk_size(5, 64, 16) == 5.
     """
     raise NotImplementedError
@@ -51,8 +53,8 @@ def chunk_plan(num_tokens: int, budget: int, threshold: int = 0) -> list[int]:
     """Task 07.1: the chunk sizes a prompt of num_tokens gets, one per step, until it is computed, when it has
     each step's whole budget and other requests wait (so the threshold applies).
 
-    Contract: every chunk is chunk_size of what remains; the chunks sum to num_tokens; a budget below 1 can
-    never finish a prompt, so it raises ValueError.
+    Contract: every chunk is what chunk_size grants the tokens still to compute; the chunks sum to num_tokens;
+    a budget below 1 can never finish a prompt, so it raises ValueError.
     Example: chunk_plan(150, 64) == [64, 64, 22]; chunk_plan(150, 64, 24) == [24] * 6 + [6].
     """
     raise NotImplementedError
@@ -63,42 +65,43 @@ class Scheduler(EngineScheduler):
 
     def schedule(self) -> SchedulerOutput:
         """Tasks 07.2, 07.3, 07.5, 07.6 and 07.8: plan one step as vLLM 0.33's Scheduler.schedule does
-        (vllm/v1/core/sched/scheduler.py; read it beside this), and return
-        self.make_output(num_scheduled, new_blocks, new_reqs, preempted).
+        (vllm/v1/core/sched/scheduler.py; read it beside this), and return it as make_output packages it.
 
         What the plan must satisfy:
-        - Budget: the planned tokens sum to at most config.max_num_batched_tokens. Each planned request takes
-          chunk_size(what it still needs, budget left, self.long_prefill_threshold()), the threshold read once
-          at the start of the step (it caps nobody while one request alone runs or waits). What a running
-          request still needs is request.num_tokens_with_spec - request.num_computed_tokens: num_tokens until
-          chapter 13 gives it draft tokens, which are scheduled too, none at position config.max_model_len - 1
-          or past it.
+        - Budget: the planned tokens sum to at most config.max_num_batched_tokens. A planned request gets as
+          many tokens as chunk_size (task 07.1) allows for what it still needs, the budget left when its turn
+          comes, and this step's threshold: the one in force when the step starts (it caps nobody while one
+          request alone runs or waits). A running request still needs every token it has not computed, its
+          drafts included (chapter 13 gives it some), but never one at position config.max_model_len - 1 or
+          past it; a waiting request needs its tokens past its cache hit.
         - Running first: the running requests are planned in self.running's order before any waiting one;
           the step stops planning when the budget is spent.
-        - Memory: a running request is planned only with the blocks kv_cache_manager.allocate_slots grants it.
-          When the pool is short, choose_victim() and preempt() free room until the allocation succeeds. A
-          victim already planned this step leaves the plan and gives its tokens back. A request that
-          preempts itself is not planned: under FCFS that ends the running requests' turn, under priority
-          the next running request still gets its turn (it ranks higher and may fit in the freed blocks).
-          A request running alone that still does not fit is finish_length_capped().
+        - Memory: a running request is planned only if the KV cache manager grants it slots for its tokens.
+          While the pool is short, running requests are preempted, each victim the one choose_victim() names,
+          until the grant succeeds. A victim already planned this step leaves the plan and gives its tokens
+          back. A request that becomes the victim itself is not planned: under FCFS that ends the running
+          requests' turn, under priority the next running request still gets its turn (it ranks higher and
+          may fit in the freed blocks). A request running alone that still does not fit is ended
+          (finish_length_capped) and not planned.
         - Admission: only in a step that preempted nobody, while budget is left and fewer than
-          config.max_num_seqs run, the waiting queue's head is admitted (self.admit) if allocate_slots grants
-          its first chunk with full_sequence_must_fit=True, that is, only if its whole sequence (num_tokens)
-          fits in the free blocks now (vLLM 0.33's waiting loop passes scheduler_reserve_full_isl, True by
-          default); its lookup is get_computed_blocks(request, record_stats=False), counted once by admit().
-          The first request that does not get in ends admission.
+          config.max_num_seqs run, the waiting queue's head is admitted, with its cache hit, if slots for its
+          first chunk are granted and slots for its whole sequence (num_tokens) fit in the free blocks now,
+          hit included (vLLM 0.33's waiting loop passes scheduler_reserve_full_isl, True by default). Nothing
+          changes for a request that is not admitted. The first request that does not get in ends admission.
+        - Stats: each admitted request's prefix-cache lookup is counted exactly once (admit counts it); the
+          lookups of requests left waiting are not counted.
         - Output: num_scheduled maps each planned request id to its tokens (running ones in order, then
           admitted ones); new_blocks maps each planned running request to get_block_ids() of the KVCacheBlocks
-          allocate_slots just gave it: a tuple with one list of block ids per KV cache group, in the order
+          its grant returned this step: a tuple with one list of block ids per KV cache group, in the order
           given (([],) when a one-group request got no new block; vLLM's scheduler sends None then);
-          new_reqs lists admit()'s results; preempted lists the victims.
+          new_reqs lists admit()'s results in admission order; preempted lists the victims in order.
 
         Example: budget 64, no threshold, a decoding (1 token) and b waiting with a 150-token prompt that
         fits: the step plans {a: 1, b: 63}; the next plans {a: 1, b: 63}; then {a: 1, b: 24}.
         Task 07.8 runs your schedule() beside the engine's over random workloads, a third of them with 2 drafts
         per running request and step, and compares every step's plan, drafts, blocks, queues and prefix-cache
         counts: the rules above, and nothing else, decide them all.
-        Stuck? hint("07") lists the hints; hint("07", 2) starts on schedule().
+        Stuck? hint("07") lists the hints.
         """
         raise NotImplementedError
 
@@ -106,8 +109,9 @@ class Scheduler(EngineScheduler):
         """Task 07.4: remove the request to preempt from self.running and return it.
 
         Contract (vLLM 0.33's Scheduler.schedule, the "Preempt the lowest-priority request" lines): under FCFS
-        the newest admitted, the running list's tail (not the latest arrival: a readmitted request sits at
-        the tail); under PRIORITY the worst, the largest (priority, arrival_time).
+        the newest admitted, which is self.running's last entry (not the latest arrival: a readmitted request
+        is the newest admitted); under PRIORITY the worst: the largest priority value, and of those the latest
+        arrival. The victim is no longer in self.running afterwards; the others keep their order.
         Example: running [old (arrived 1.0), x (5.0), y (3.0, readmitted)]: FCFS takes y, priority takes x.
         """
         raise NotImplementedError

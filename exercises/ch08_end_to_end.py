@@ -44,9 +44,9 @@ def p50(values: Sequence[float]) -> float:
 def ttft_reduction(cold_ms: Sequence[float], warm_ms: Sequence[float]) -> float:
     """Task 08.2: the share of the median time to first token that the cache removes.
 
-    Contract: 1 - p50(warm_ms) / p50(cold_ms), for non-empty lists with a median cold time above 0. 0.8 means
-    the median TTFT is 80% shorter with the cache; a cached run that was slower (noise, or overhead) gives a
-    negative value, not 0.
+    Contract: the share of the cold median (p50 of cold_ms) that the warm median no longer takes, for non-empty
+    lists with a median cold time above 0: 0.8 means the median TTFT is 80% shorter with the cache; a cached run
+    that was slower (noise, or overhead) gives a negative value, not 0.
     Example: ttft_reduction([200.0, 180.0, 220.0], [50.0, 60.0, 40.0]) == 1 - 50 / 200 == 0.75;
     ttft_reduction([100.0], [125.0]) == -0.25.
     """
@@ -85,8 +85,8 @@ def predict_hit_tokens(prompts_token_ids: Sequence[Sequence[int]], block_size: i
       block of tokens somewhere else.
     - The lookup takes the prompt's leading full blocks while their hashes are cached and stops at the first
       miss (vLLM 0.33: FullAttentionManager.find_longest_cache_hit, vllm/v1/core/single_type_kv_cache_manager.py).
-    - It never covers the prompt's last token, whose logits must be computed: at most (len - 1) // block_size
-      blocks (vLLM 0.33: KVCacheManager.get_computed_blocks sets max_cache_hit_length = request.num_tokens - 1,
+    - It never covers the prompt's last token, whose logits must be computed: only whole blocks before that
+      token count (vLLM 0.33: KVCacheManager.get_computed_blocks sets max_cache_hit_length = request.num_tokens - 1,
       vllm/v1/core/kv_cache_manager.py). So a block-aligned repeat recomputes its last block.
     - Once a prompt has run, every full block of it is cached, the recomputed last one included, and stays:
       a later prompt can hit any earlier prompt, not only the previous one.

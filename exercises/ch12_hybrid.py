@@ -36,8 +36,8 @@ class SlidingWindowManager(EngineSlidingWindowManager):
         raise NotImplementedError
 
     def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
-        """Task 12.2: give back the blocks whose every token is skipped, and put the null block in their
-        places in self.req_to_blocks[request_id].
+        """Task 12.2: give back the blocks whose every token is skipped; the null block takes their places in
+        self.req_to_blocks[request_id].
 
         Contract:
         - Only whole blocks go: a block is freed when all its tokens are among the
@@ -45,12 +45,12 @@ class SlidingWindowManager(EngineSlidingWindowManager):
         - The skipped blocks are capped at the blocks the request holds (a short hit may leave it fewer);
           a request with no entry in req_to_blocks (allocate_slots calls this for a request being admitted)
           is left alone: no KeyError, no entry added.
-        - Each freed block drops exactly one reference, through self.block_pool.free_blocks, and its entry
-          becomes self.null_block; the other entries stay where they were. A block an earlier call already
+        - Each freed block drops exactly one reference, in the pool (free_blocks), and its entry becomes
+          self.null_block; the other entries stay where they were. A block an earlier call already
           nulled is never freed again (the pool raises on a double free), so a repeat, or a call with fewer
           tokens computed, frees nothing.
-        - The skipped blocks are freed last block first (the one nearest the window first, then back to
-          block 0), in one free_blocks call: the pool queues them in that order, so a chain's later blocks
+        - The pool gets the newly skipped blocks in one free_blocks call, last block first (the one nearest
+          the window first, then back towards block 0): it queues them in that order, so a chain's later blocks
           are evicted before its earlier ones, as when a finished request is freed. This order decides which
           cached blocks later prefix hits still find.
         (vLLM 0.33: SingleTypeKVCacheManager.remove_skipped_blocks and its _remove_blocks_in_range.)
@@ -69,24 +69,24 @@ class SlidingWindowManager(EngineSlidingWindowManager):
         entry i is the cached block of block_hashes[i], or the null block where no query past the
         hit can see those tokens.
 
-        Contract, with n = ceil((W - 1) / block_size) (the query's own token is computed, not cached, so the
-        window needs only W - 1 cached tokens behind it), plus 1 with self.use_eagle, and m = max(n, 1):
-        - "Cached" means cached in every group of group_ids (self.get_cached_blocks is not None).
-        - L is the largest length, in whole blocks and at most max_length // block_size, whose last m
-          blocks, L - m .. L - 1, are all cached; a shorter run that reaches block 0 counts too, since nothing
-          before it exists (L < m and blocks 0 .. L - 1 all cached). No such L: every list is [].
-        - In each list, entries max(0, L - m) .. L - 1 are that group's cached blocks of block_hashes[i];
-          every entry before them is self.null_block.
-        - With self.use_eagle, a non-empty hit (found with the extra block) then drops its last entry in
-          every list: EAGLE's draft head needs that block's hidden states, so it is computed again.
-        - W = 1 without EAGLE (n = 0, m = 1): no earlier token is needed, yet a hit still ends on a cached
-          block: L ends at the rightmost block cached in every group, with null before it, and is 0 (every
-          list []) when none is cached, never a run of null blocks alone.
+        Contract ("cached" means cached in every group of group_ids):
+        - What a hit guarantees: after a hit of L blocks, the next query sits at token L * block_size and sees
+          the W - 1 tokens before it (its own token is computed, not cached). Every block holding one of those
+          tokens is cached, and so is block L - 1 even when W = 1: a hit ends on a cached block, never on null
+          blocks alone. Tokens before token 0 do not exist, so a run of cached blocks from block 0 guarantees it.
+        - Each list holds, for those visible blocks, that group's cached block of block_hashes[i]; every entry
+          before them is self.null_block (no later query sees those tokens).
+        - L is the largest such length, in whole blocks and at most max_length // block_size; no such L: every
+          list is [].
+        - With self.use_eagle, the hit is the one a window block_size tokens longer would get, less its last
+          entry in every list when it is not empty: EAGLE's draft head needs that block's hidden states, so it
+          is computed again.
+        - A lookup only: no ref_cnt, queue or map changes.
         (vLLM 0.33: SlidingWindowManager.find_longest_cache_hit, a classmethod there that also takes the
         pool, the spec and an alignment and returns the hit length too.)
-        Example: W = 8, block_size 4, so n = 2; blocks 0..6 cached as X X . X X X . (X: cached, c_i its
-        block), max_length 28, one group: [null, null, null, null, c4, c5], a 24-token hit. With EAGLE
-        (n = 3): [null, null, null, c3, c4]. W = 13 (n = 3), blocks X X . X, max_length 16: [c0, c1].
+        Example: W = 8, block_size 4 (the 7 visible tokens span 2 blocks); blocks 0..6 cached as X X . X X X .
+        (X: cached, c_i its block), max_length 28, one group: [null, null, null, null, c4, c5], a 24-token hit.
+        With EAGLE: [null, null, null, c3, c4]. W = 13 (3 blocks), blocks X X . X, max_length 16: [c0, c1].
         W = 1, blocks X X . X, max_length 16: [null, null, null, c3]; nothing cached: [].
         """
         raise NotImplementedError

@@ -31,14 +31,15 @@ def find_longest_matched_ngram_and_propose_tokens(
     """Task 13.1: the drafts of an n-gram proposer for a request whose verified tokens are `tokens`.
 
     Contract:
-    - Room first: k is cut to max_model_len - len(tokens), so that no draft sits at position max_model_len or
-      past it (the scheduler then schedules only what the step can hold). k <= 0 after the cut, or fewer tokens
-      than min_ngram: return [].
-    - The n-gram: for n from max_ngram down to min_ngram (the longest wins), the suffix tokens[-n:] must occur
-      earlier in tokens: an occurrence tokens[s:s + n] == tokens[-n:] that ends before the last token
+    - Room: the drafts sit at positions len(tokens), len(tokens) + 1, ...; none at position max_model_len or
+      past it (the scheduler then schedules only what the step can hold), and at most k. No room, k <= 0, or
+      fewer tokens than min_ngram: return [].
+    - The n-gram: the longest n in [min_ngram, max_ngram] whose suffix tokens[-n:] also occurs earlier in
+      tokens: an occurrence tokens[s:s + n] == tokens[-n:] that ends before the last token
       (s + n <= len(tokens) - 1). It may overlap the suffix; it is never the suffix itself (which would propose
-      nothing). Of the occurrences of the longest such n, the earliest (smallest s) wins.
-    - Propose the tokens that follow it, tokens[s + n:], at most k of them: fewer when the context ends sooner.
+      nothing). Of the occurrences of that n, the earliest (smallest s) wins.
+    - The drafts are the tokens that follow that occurrence, as many as the room allows: fewer when the
+      context ends sooner.
     - Nothing matches for any n in [min_ngram, max_ngram]: return [] (the request takes a plain decode step).
     (vLLM 0.33: _find_longest_matched_ngram_and_propose_tokens in vllm/v1/spec_decode/ngram_proposer.py, the V1
     runner's proposer, which finds the same n-gram with a KMP scan of the reversed tokens in numba. The default V2
@@ -85,14 +86,16 @@ def rejection_sample(
     [3]. Two requests with drafts [[2], []] over rows with argmax [3, 5, 6]: [[3], [6]].
 
     Task 13.3, sampled requests: rejection sampling (Leviathan et al., arXiv:2211.17192) against an n-gram draft,
-    whose draft distribution q is one-hot (vLLM's NO_DRAFT_PROBS). With p the row's target distribution,
-    target_probs(logits[row], params[r]) (tempered, then top-k/top-p filtered, as the sampler draws):
-    - draft d_i is accepted with probability min(1, p(d_i) / q(d_i)) = p(d_i): draw u uniform in [0, 1) with
-      the request's generator (torch.rand((), generator=gen)) and accept when u < p(d_i). So a draft of
-      probability 0 (outside top-k or top-p) is never accepted, and one of probability 1 always is;
-    - at the first rejection, emit a token drawn from max(0, p - q) renormalized, which is p with d_i's entry
-      set to 0 (draw(probs, gen) takes unnormalized weights), and stop: the rejected draft is never emitted there;
-    - all accepted: the bonus token, drawn from the last row's p.
+    whose draft distribution q is one-hot (vLLM's NO_DRAFT_PROBS). With p a row's target distribution (tempered,
+    then top-k/top-p filtered, as the sampler draws):
+    - draft d_i is accepted with probability min(1, p(d_i) / q(d_i)), decided by a fresh uniform number in
+      [0, 1) for each draft, accepting when it is below that probability. So a draft of probability 0 (outside
+      top-k or top-p) is never accepted, and one of probability 1 always is;
+    - at the first rejection, emit a token drawn from max(0, p - q) renormalized, and stop: the rejected draft
+      is never emitted there;
+    - all accepted: the bonus token, drawn from the last row's p;
+    - every random number of request r comes from generators[r] (torch's global generator when it is None), so
+      the same seeds give the same tokens whatever else draws meanwhile.
     Then each emitted token is distributed exactly as plain sampling would draw it. The tests count over many
     verify steps: the first token must follow row 0's p whatever the draft, two drafts must be accepted together
     as often as p(d1) * p(d2), and the same generator seeds must give the same tokens.
@@ -100,7 +103,8 @@ def rejection_sample(
     with its kernels in rejection_sampler_utils.py, accepts when p(d) > u for u in (0, 1), as here. The V1
     runner's, rejection_random_sample_kernel and sample_recovered_tokens in vllm/v1/sample/rejection_sampler.py,
     accepts on target_prob / draft_prob >= u, that is u <= p; the two differ only when u equals p(d).)
-    Helpers: nanoengine.sample.sampler's target_probs(logits_row, params) and draw(probs, generator).
+    Helpers (nanoengine.sample.sampler): target_probs(logits_row, params) is a row's p, a fresh tensor;
+    draw(probs, generator) draws one token id from unnormalized non-negative weights.
     Example: p = [0.5, 0.3, 0.2] on row 0 and draft [1]: [1, x] with probability 0.3 (x from row 1's p); else
     [0] or [2] (the rejection ends the step) with probabilities 0.5 / 0.7 and 0.2 / 0.7 of the rest, so overall
     token 0 comes first with probability 0.7 * 0.5 / 0.7 = 0.5, token 1 with 0.3, token 2 with 0.2: p itself.
@@ -116,10 +120,10 @@ class Scheduler(EngineScheduler):
         (request id -> tokens scheduled this step). A running request was scheduled from num_computed_tokens up
         to at most num_tokens_with_spec (its verified tokens, then request.spec_token_ids), cut by the budget and
         max_model_len. Contract:
-        - A request's drafts verified this step are its scheduled tokens past num_tokens:
-          num_scheduled[id] + num_computed_tokens - num_tokens of them, the first ones of spec_token_ids. When
-          that count is 0 or less (a prompt chunk, or a budget that left room for the last verified token only)
-          the request has no entry; with drafts verified, its entry is that prefix of spec_token_ids.
+        - A request's drafts verified this step are those of its scheduled positions that lie at num_tokens or
+          past it: the first drafts of spec_token_ids, one per such position. When no scheduled position lies
+          there (a prompt chunk, or a budget that left room for the last verified token only) the request has
+          no entry; with drafts verified, its entry is that prefix of spec_token_ids.
         - Every scheduled request's spec_token_ids becomes [] (verified or not: the engine proposes anew after the
           step, and a step never verifies drafts it did not schedule). A request not in num_scheduled keeps its
           drafts.
@@ -141,13 +145,14 @@ class Scheduler(EngineScheduler):
         verified, what scheduled_spec_decode_tokens returned for it; [] for none). When it is called,
         num_computed_tokens already counts every scheduled token: the last verified token and all the drafts.
         Contract:
-        - Rollback: the rejected drafts are len(spec_token_ids) - (len(new_token_ids) - 1); take them off
-          num_computed_tokens. Their KV slots hold guesses; the next step overwrites them. (allocate_slots caches
-          blocks only up to num_tokens, so no block with a rejected draft is cached as long as num_computed_tokens
-          is right.)
-        - Append the tokens one at a time (request.append_output_token_ids(token), which keeps the block hashes
-          up), and after each check the stop rules with self._check_stop(request) (EOS unless ignore_eos,
-          max_tokens, max_model_len): at a stop, drop the tokens after it and return its status.
+        - Rollback: a rejected draft is no longer computed. Every token of new_token_ids but its last is an
+          accepted draft; the other verified drafts were rejected. Their KV slots hold guesses; the next step
+          overwrites them. (allocate_slots caches blocks only up to num_tokens, so no block with a rejected
+          draft is cached as long as num_computed_tokens is right.)
+        - The tokens join the output in order, each through append_output_token_ids (it keeps the block hashes
+          up), and the stop rules (self._check_stop: EOS unless ignore_eos, max_tokens, max_model_len) hold
+          after every one of them: the output ends at the first token that stops the request, the tokens after
+          it are dropped, and its status is returned.
         - Afterwards num_computed_tokens == num_tokens - 1: every appended token is computed but the last, whose
           KV the next step computes. At a stop, the dropped tokens come off num_computed_tokens too (vLLM keeps this
           so that a resumable request resumes from it).

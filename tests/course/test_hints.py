@@ -2,6 +2,7 @@
 and a wrong chapter or number says what exists."""
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -44,3 +45,115 @@ def test_every_attribute_a_hint_names_is_one_the_worked_solution_uses(chapter):
         f"chapter {chapter}'s hints name self.{', self.'.join(unknown)}, which its worked solution "
         "never uses: the contract's names are the ones the grader reads"
     )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The worked solutions stay out of the stubs, and out of every hint but the last of its exercise.
+#
+# A hint's title starts with its exercise: a task id and a name, then a colon ("06.2 free_blocks: what if a block
+# is freed twice?"). An exercise's hints sit together, and only the last of them may hold code. A hint whose title
+# starts otherwise speaks to the whole chapter and holds no code at all.
+
+ROOT = HINTS_DIR.parents[1]
+MIN_CHARS = 25  # shorter lines (`i += 1`, `return None`) are the same in any code and give nothing away
+MIN_PART_CHARS = 30  # a line's right-hand side or condition: a tool's bare name (`KVCacheBlock(block_id=-1)`) is not
+_LEAD = re.compile(r"^(?:return|yield|raise|assert|if|elif|while|else|not|await)\b\s*")
+_ASSIGN = re.compile(r"^[^=()\[\]{}'\"]*?\s(?:[-+*/%|&]|//)?=\s")
+
+
+def _exercise(title: str) -> str | None:
+    """The exercise a hint belongs to ("06.2 free_blocks"), or None for a hint on the whole chapter."""
+    match = re.match(r"(\d\d\.\d+[a-z]?\b[^:]*):", title)
+    return match.group(1) if match else None
+
+
+def _normalise(text: str) -> str:
+    return " ".join(text.replace("`", " ").split())
+
+
+def _solution_lines(source: str) -> list[str]:
+    """The non-trivial lines of the solution's function bodies (docstrings and signatures left out: a stub
+    repeats the signature on purpose), each normalised, with its right-hand side and its condition too, so that
+    a hint that quotes `self.x.f(a, b)` out of `hits = self.x.f(a, b)` is caught."""
+    import ast
+
+    lines = source.splitlines()
+    body_lines: set[int] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                body = body[1:]  # the docstring
+            for stmt in body:
+                body_lines.update(range(stmt.lineno, stmt.end_lineno + 1))
+    found = []
+    for number in sorted(body_lines):
+        code = lines[number - 1].split("  #")[0]
+        code = code.split("# ")[0] if code.lstrip().startswith("#") else code
+        line = _normalise(code).rstrip(",:")
+        parts = {_LEAD.sub("", line)}
+        parts |= {_ASSIGN.sub("", part, count=1) for part in parts}
+        found += [(line, line)] if len(line) >= MIN_CHARS else []
+        found += [(line, part) for part in parts - {line} if len(part) >= MIN_PART_CHARS]
+    return found
+
+
+def _leaks(chapter: str, root: Path = ROOT) -> list[str]:
+    """Every solution line of the chapter that its stub or a hint before its exercise's last one shows."""
+    stub = next((root / "exercises").glob(f"ch{chapter}_*.py")).read_text()
+    given = {line for line, _ in _solution_lines(stub)}  # code the stub hands the learner ready-made
+    solution = [
+        (line, part)
+        for line, part in _solution_lines(next((root / "solutions").glob(f"ch{chapter}_*.py")).read_text())
+        if line not in given
+    ]
+    texts = {"the stub": _normalise(stub)}
+    hints_path = root / "nanocourse" / "hints" / f"{chapter}.md"
+    if hints_path.exists():
+        parts = re.split(r"^## (.+)$", hints_path.read_text(), flags=re.MULTILINE)[1:]
+        titles, bodies = [t.strip() for t in parts[::2]], parts[1::2]
+        exercises = [_exercise(t) for t in titles]
+        for i, (exercise, body) in enumerate(zip(exercises, bodies)):
+            last_of_exercise = exercise is not None and exercise not in exercises[i + 1 :]
+            if not last_of_exercise:
+                texts[f"hint {chapter}.{i + 1} ({titles[i]})"] = _normalise(body)
+    leaks = []
+    for where, text in texts.items():
+        shown = sorted({line for line, candidate in solution if candidate in text})
+        leaks += [f"chapter {chapter}, {where}: {line}" for line in shown]
+    return leaks
+
+
+SOLVED = sorted(p.name[2:4] for p in (ROOT / "solutions").glob("ch[0-9][0-9]_*.py"))
+
+
+@pytest.mark.parametrize("chapter", SOLVED)
+def test_no_stub_and_no_early_hint_shows_a_line_of_the_worked_solution(chapter):
+    """The stub states a contract and the hints climb a ladder (a question, the idea, the vLLM lines to read);
+    a line of the worked solution belongs only in the last hint of its exercise."""
+    leaks = _leaks(chapter)
+    assert leaks == [], f"{len(leaks)} solution line(s) shown too early:\n" + "\n".join(leaks)
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_an_exercises_hints_sit_together(chapter):
+    """A ladder is read in order: one exercise's hints are consecutive, so its last one is the code."""
+    exercises = [e for e in map(_exercise, (h.title for h in chapter_hints(chapter))) if e]
+    runs = [e for i, e in enumerate(exercises) if i == 0 or exercises[i - 1] != e]
+    assert len(runs) == len(set(runs)), f"chapter {chapter}: an exercise's hints are split: {runs}"
+
+
+def test_the_leak_check_catches_a_quoted_solution_line(tmp_path):
+    """The check itself: a stub that quotes a solution line, and a hint that does before its exercise's last."""
+    for folder in ("solutions", "exercises", "nanocourse/hints"):
+        (tmp_path / folder).mkdir(parents=True)
+    (tmp_path / "solutions" / "ch99_x.py").write_text(
+        "def f(xs):\n    '''Doc.'''\n    total = sum(x * x for x in xs if x > 0)  # squares\n    return total\n"
+    )
+    (tmp_path / "exercises" / "ch99_x.py").write_text("def f(xs):\n    '''Return sum(x * x for x in xs if x > 0).'''\n")
+    (tmp_path / "nanocourse" / "hints" / "99.md").write_text(
+        "## 99.1 f: a question\n\n`total = sum(x * x for x in xs if x > 0)`\n\n## 99.1 f: code\n\n"
+        "`total = sum(x * x for x in xs if x > 0)`\n\n## Close to code: f\n\n`sum(x * x for x in xs if x > 0)`\n"
+    )
+    leaks = _leaks("99", tmp_path)
+    assert len(leaks) == 3 and "the stub" in leaks[0] and "hint 99.1" in leaks[1] and "hint 99.3" in leaks[2], leaks
