@@ -27,6 +27,7 @@ import dataclasses
 import inspect
 import reprlib
 import traceback
+import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -124,8 +125,10 @@ def given_parts(parts: EngineParts, built: dict[str, Any]) -> dict[Any, str]:
         if name not in parts.given:
             continue
         part = built.get(name, getattr(parts, name))
-        key = getattr(part, "__code__", None) or (part if isinstance(part, type) else type(part))
-        found[key] = name
+        if isinstance(part, types.FunctionType):
+            found[part.__code__] = name
+        else:
+            found[part if isinstance(part, type) else type(part)] = name
     return found
 
 

@@ -24,8 +24,8 @@ BUGS = [
     (
         "06.1",
         "the group id is ignored by the pool's lookup",
-        "return self.cached_block_hash_to_block.get_one_block(make_block_hash_with_group_id(block_hash, kv_cache_group_id))",
-        "return self.cached_block_hash_to_block.get_one_block(block_hash)",
+        "make_block_hash_with_group_id(block_hash, kv_cache_group_id)",
+        "block_hash",
     ),
     (
         "06.1",

@@ -24,8 +24,8 @@ BUGS = [
     (
         "13.1",
         "one token too many proposed",
-        "return tokens[start + n:start + n + k]",
-        "return tokens[start + n:start + n + k + 1]",
+        "return tokens[start + n : start + n + k]",
+        "return tokens[start + n : start + n + k + 1]",
     ),
     (
         "13.2",
@@ -36,13 +36,13 @@ BUGS = [
     (
         "13.2",
         "no bonus token when every draft is accepted",
-        "return target[:accepted + 1]",
+        "return target[: accepted + 1]",
         "return target[:accepted + (accepted < len(drafts))]",
     ),
     (
         "13.2",
         "the rejected draft emitted instead of the argmax",
-        "return target[:accepted + 1]",
+        "return target[: accepted + 1]",
         "return drafts[:accepted + 1] if accepted < len(drafts) else target",
     ),
     (
