@@ -69,7 +69,7 @@ def test_installing_the_course_keeps_the_torch_already_installed(tmp_path):
         str(report),
         f"{ROOT}[{EXTRAS}]",
     ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     installs = [i["metadata"]["name"] for i in json.loads(report.read_text())["install"]]
     assert installs == ["nanoengine"], f"pip would also install or replace {installs}"
@@ -126,7 +126,7 @@ def test_every_macos_requirement_has_a_macos_arm64_wheel(tmp_path):
         str(tmp_path),
         *pins,
     ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
     if proc.returncode and any(
         s in proc.stderr
         for s in ("NewConnectionError", "Temporary failure in name", "Network is unreachable", "Could not fetch URL")
