@@ -14,7 +14,6 @@ This module is also the pytest plugin that records the results.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import runpy
@@ -27,11 +26,13 @@ from pathlib import Path
 
 import pytest
 
-# The graded suites ship inside the package, so grade() works wherever the course is installed. They grade
-# the `exercises` (or `solutions`) package found on the path: the learner's files in a checkout.
+from nanocourse.checkout import use_checkout
+
+# The graded suites ship inside the package. They grade the `exercises` (or `solutions`) folder of the checkout
+# nanocourse lies in (nanocourse/checkout.py), whose root the graded run starts in.
 GRADED = Path(__file__).resolve().parent / "graded"
 BUGS = GRADED.parent / "bugs"
-ROOT = Path(importlib.util.find_spec("exercises").submodule_search_locations[0]).parent
+ROOT = use_checkout()
 IMPLS = ("exercises", "solutions", "nanoengine")  # or a folder holding chapter modules
 MAX_MESSAGE_LINES = 40
 MAX_LINE_CHARS = 1000
