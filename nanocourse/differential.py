@@ -9,6 +9,7 @@ them first, so the failure shows the shortest sequence it found.
 
 from __future__ import annotations
 
+import functools
 import reprlib
 import signal
 from collections.abc import Callable
@@ -258,7 +259,7 @@ def replay_workload(build: Callable[[bool], Scheduler], cfg: dict, ops: list, bl
                 if who == "engine"
                 else within(
                     2,
-                    lambda: story.call(f"step {steps[0]}{why}: schedule()", s.schedule),
+                    functools.partial(story.call, f"step {steps[0]}{why}: schedule()", s.schedule),
                     f"schedule() at step {steps[0]}",
                 )
             )

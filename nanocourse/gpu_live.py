@@ -38,6 +38,7 @@ def measure(timeout_s: int = 300) -> dict | None:
         capture_output=True,
         text=True,
         timeout=timeout_s,
+        check=False,  # a failure is raised below with the child's stderr
     )
     if run.returncode != 0:
         raise RuntimeError(f"measuring on the GPU failed:\n{run.stderr[-3000:]}")

@@ -20,6 +20,12 @@ from nanoengine.model import LlamaForCausalLM
 from nanoengine.request import Request
 from nanoengine.worker.block_table import BlockTable
 
+
+def _prefixed(where: str):
+    """assert_close's msg: its own message after `where`, bound now (the loop moves on)."""
+    return lambda message: f"{where}: {message}"
+
+
 CHAPTER = "ch02_paging"
 
 
@@ -173,9 +179,9 @@ def test_gather_kv_reads_the_engine_cache(impl, tiny):
                 contiguous[layer],
                 rtol=0,
                 atol=1e-5,
-                msg=lambda m: (
+                msg=_prefixed(
                     f"layer {layer} {name}: gather_kv(cache, {table.tolist()}, {n}) over the engine's paged "
-                    f"cache differs from the contiguous cache's {name}: {m}"
+                    f"cache differs from the contiguous cache's {name}"
                 ),
             )
 

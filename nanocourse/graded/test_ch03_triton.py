@@ -5,6 +5,7 @@ the output into NaN. Shapes stay tiny: on a CPU the kernels run in the Triton in
 """
 
 import dataclasses
+import functools
 import inspect
 import math
 from contextlib import contextmanager
@@ -24,6 +25,12 @@ from nanocourse.kernel_lab import random_paged_batch
 from nanoengine.attention import triton_kernels
 from nanoengine.attention.backend import TorchBackend
 from nanoengine.attention.triton_backend import TritonBackend
+
+
+def _prefixed(where: str):
+    """assert_close's msg: its own message after `where`, bound now (the loop moves on)."""
+    return lambda message: f"{where}: {message}"
+
 
 CHAPTER = "ch03_triton"
 DEVICE = "cpu" if kernel_lab.interpreter_active() else "cuda"
@@ -147,7 +154,7 @@ def test_decode_reference(impl):
             f"{list(b.q[i].shape)}, the shape of q; got {list(out.shape)}"
         )
         assert not out.isnan().any(), f"request {i}: NaN, so a slot past seq_len (or of another request) was read"
-        torch.testing.assert_close(out, expected[i], atol=TOL, rtol=TOL, msg=lambda m: f"request {i}: {m}")
+        torch.testing.assert_close(out, expected[i], atol=TOL, rtol=TOL, msg=_prefixed(f"request {i}"))
 
 
 def _partials(scores, values, bounds):
@@ -173,7 +180,7 @@ def test_merge_splits(impl):
     for bounds in ([0, 40], [0, 13, 40], [0, 7, 7, 21, 40]):  # the 7..7 split is empty
         out = impl.merge_splits(*_partials(scores, values, bounds))
         assert not out.isnan().any(), f"splits {bounds}: NaN (an empty split's -inf, or an overflowed exp)"
-        torch.testing.assert_close(out, expected, atol=TOL, rtol=TOL, msg=lambda m: f"splits {bounds}: {m}")
+        torch.testing.assert_close(out, expected, atol=TOL, rtol=TOL, msg=_prefixed(f"splits {bounds}"))
     m, l, acc = _partials(scores, values, [0, 0, 0])  # every split empty: a padded batch row
     out = impl.merge_splits(m, l, acc)
     assert torch.equal(out, torch.zeros_like(out)), "with every split empty the output must be zeros, not NaN"
@@ -194,12 +201,14 @@ def test_decode_kernel(impl):
     ):
         b = _on_device(random_paged_batch([1, 8, 17, 33], **kw, seed=4))
         out, ran = _traced(
-            impl, lambda: impl.paged_decode(b.q, b.k_cache, b.v_cache, b.block_tables, b.seq_lens, b.scale), b
+            impl,
+            functools.partial(impl.paged_decode, b.q, b.k_cache, b.v_cache, b.block_tables, b.seq_lens, b.scale),
+            b,
         )
         assert ran is None or ran, "paged_decode must run a Triton kernel of its own module, not torch"
         assert out is not None and out.shape == b.q.shape, "return the [B, Hq, D] output"
         assert not out.isnan().any(), f"{kw}: NaN, so a masked or unowned slot was read"
-        torch.testing.assert_close(out, _decode_reference(b), atol=TOL, rtol=TOL, msg=lambda m: f"{kw}: {m}")
+        torch.testing.assert_close(out, _decode_reference(b), atol=TOL, rtol=TOL, msg=_prefixed(f"{kw}"))
 
 
 @pytest.mark.task("03.4b", "paged_decode gives zeros, not NaN, for a request with no context")

@@ -23,6 +23,7 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Self
 
 REPO = Path(__file__).resolve().parents[2]
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
@@ -179,7 +180,7 @@ class NotebookPage:
         for event, listener in self._listeners.items():
             page.on(event, listener)
 
-    def __enter__(self) -> NotebookPage:
+    def __enter__(self) -> Self:
         try:
             return self.open()
         except BaseException:
@@ -189,7 +190,7 @@ class NotebookPage:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def open(self, timeout_ms: int = 90_000) -> NotebookPage:
+    def open(self, timeout_ms: int = 90_000) -> Self:
         """The command a double click in the file browser runs: the notebook in a new tab, with a kernel."""
         self.page.evaluate(
             "(path) => { window.jupyterapp.commands.execute('docmanager:open', {path}); }", self.notebook

@@ -1,6 +1,8 @@
 """Each mechanism has one seam: a Protocol that the engine's own part implements and LLM takes as an argument;
 the waiting queue is one class per policy."""
 
+from typing import ClassVar
+
 import pytest
 
 from nanoengine import LLM, SamplingParams
@@ -49,7 +51,7 @@ class CountingQueue(FreeKVCacheBlockQueue):
 
 
 class RecordingScheduler(Scheduler):
-    plans: list = []
+    plans: ClassVar[list] = []
 
     def schedule(self):
         out = super().schedule()

@@ -38,6 +38,7 @@ def test_kernels_compile_for_sm75_sm80_and_sm90_without_spills(tmp_path):
         text=True,
         env=_compiler_env(tmp_path),
         timeout=300,
+        check=False,
     )
     report = json.loads(out.read_text())
     assert run.returncode == 0 and not report["gate_failures"], run.stdout[-3000:] + run.stderr[-3000:]
@@ -91,7 +92,12 @@ def test_the_gpu_compiler_needs_16_along_the_reduction_only(tmp_path):
     script = tmp_path / "dot_rule.py"  # @triton.jit reads its source from a file
     script.write_text(DOT_RULE)
     run = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, env=_compiler_env(tmp_path), timeout=300
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        env=_compiler_env(tmp_path),
+        timeout=300,
+        check=False,
     )
     assert run.stdout.split("\n")[:4] == [
         "bf16 4 64 64 compiles",
