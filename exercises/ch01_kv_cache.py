@@ -47,8 +47,8 @@ def max_cached_tokens(budget_bytes: int, block_size: int, bytes_per_token: int) 
     block_size tokens; a leftover smaller than one block is wasted. Block 0 is the null block: it is allocated
     but never holds a real token, so it does not count. Returns the tokens the other blocks hold (a multiple of
     block_size). A budget that gives fewer than two whole blocks cannot serve anything: it raises MemoryError
-    (any subclass will do). The result is the engine's own pool sizing: (LLM._num_kv_blocks(...) - 1) x
-    block_size, whose KVCacheTooSmallError is a MemoryError (nanoengine/entrypoints/llm.py).
+    (any subclass will do). The result is what the engine's own pool sizing leaves for tokens, whose
+    KVCacheTooSmallError is a MemoryError (num_kv_blocks in nanoengine/worker/worker.py).
     (vLLM 0.33: get_kv_cache_config_from_groups in vllm/v1/core/kv_cache_planning.py,
     num_blocks = available_memory // bytes_per_block; BlockPool.__init__ in vllm/v1/core/block_pool.py pops the
     first free block as its null_block. vLLM's own check, _check_enough_kv_cache_memory, raises ValueError.)

@@ -135,7 +135,7 @@ class Scheduler(EngineScheduler):
         """
         raise NotImplementedError
 
-    def _update_request_with_output(
+    def update_request_with_output(
         self, request: Request, new_token_ids: list[int], spec_token_ids: list[int]
     ) -> RequestStatus | None:
         """Task 13.5: a request's tokens from one step: roll back the rejected drafts, append, stop.

@@ -88,7 +88,7 @@ class Scheduler(EngineScheduler):
             request.spec_token_ids = []
         return verified
 
-    def _update_request_with_output(
+    def update_request_with_output(
         self, request: Request, new_token_ids: list[int], spec_token_ids: list[int]
     ) -> RequestStatus | None:
         """Task 13.5: roll back the rejected drafts, then append one token at a time and stop where a stop rule says."""

@@ -1,7 +1,5 @@
 """Chapter 01 graded tasks: the KV cache's bytes, and decode attention. Run with `make grade CH=01`."""
 
-from types import SimpleNamespace
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -11,8 +9,8 @@ from hypothesis import strategies as st
 from nanoengine.attention import ContiguousKVCache, TorchBackend
 from nanoengine.attention.paged import PagedKVCache
 from nanoengine.config import LlamaConfig
-from nanoengine.entrypoints.llm import LLM
 from nanoengine.model import LlamaForCausalLM
+from nanoengine.worker.worker import num_kv_blocks
 
 CHAPTER = "ch01_kv_cache"
 _DTYPE_OF_SIZE = {1: torch.float8_e4m3fn, 2: torch.float16, 4: torch.float32, 8: torch.float64}
@@ -35,11 +33,8 @@ def _shape(num_layers, num_kv_heads, head_dim):
 
 
 def _engine_pool_tokens(budget_bytes, block_size, bytes_per_token):
-    """The engine's own pool sizing (LLM._num_kv_blocks), run without loading a model."""
-    sizing = SimpleNamespace(
-        device=torch.device("cpu"), block_size=block_size, _bytes_per_block=block_size * bytes_per_token
-    )
-    return (LLM._num_kv_blocks(sizing, budget_bytes, 0.0) - 1) * block_size
+    """The engine's own pool sizing (nanoengine.worker.worker.num_kv_blocks), run without loading a model."""
+    return (num_kv_blocks(block_size * bytes_per_token, torch.device("cpu"), budget_bytes, 0.0) - 1) * block_size
 
 
 def _engine_decode(q, k_cache, v_cache):
@@ -141,7 +136,7 @@ def _pool_matches_the_engine(impl, block_size, bytes_per_token, data):
     got = _pool_tokens_or_error(impl.max_cached_tokens, budget, block_size, bytes_per_token)
     assert got == want, (
         f"max_cached_tokens({budget:,}, {block_size}, {bytes_per_token:,}) must give {want}, as the "
-        f"engine's pool sizing (LLM._num_kv_blocks, less the null block) does; got {got}"
+        f"engine's pool sizing (num_kv_blocks, less the null block) does; got {got}"
     )
 
 

@@ -22,7 +22,7 @@ BS = 4
 
 
 def _engine_chunk_size(num_needed, budget, threshold=0):
-    return Scheduler._chunk(num_needed, budget, threshold)
+    return Scheduler.chunk_size(num_needed, budget, threshold)
 
 
 def _engine_chunk_plan(num_tokens, budget, threshold=0):

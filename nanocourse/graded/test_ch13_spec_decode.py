@@ -381,7 +381,7 @@ def check_sampled_distribution(impl):
 
 # ---- 13.4 and 13.5: the scheduler's speculative pieces ---------------------------------------------------------
 # Each task grades its own method: the other of the two is the engine's, so 13.4's grade never depends on 13.5.
-ENGINE_PIECE = {"13.4": "_update_request_with_output", "13.5": "scheduled_spec_decode_tokens"}
+ENGINE_PIECE = {"13.4": "update_request_with_output", "13.5": "scheduled_spec_decode_tokens"}
 
 
 def scheduler_for(impl, task):
@@ -475,7 +475,7 @@ def replay(impl, task, workload):
             scheduler_config(cfg), KVCacheManager(BS, cfg["num_blocks"], cfg["caching"])
         )
 
-    mine = "scheduled_spec_decode_tokens" if task == "13.4" else "_update_request_with_output"
+    mine = "scheduled_spec_decode_tokens" if task == "13.4" else "update_request_with_output"
     replay_workload(
         build,
         cfg,
@@ -508,7 +508,7 @@ def verify_step(impl, drafts, new, **kw):
     request = decoding(s, **kw)
     before = list(request.output_token_ids)
     request.num_computed_tokens = request.num_tokens + len(drafts)
-    status = s._update_request_with_output(request, list(new), list(drafts))
+    status = s.update_request_with_output(request, list(new), list(drafts))
     return request, status, before
 
 
@@ -546,7 +546,7 @@ UPDATE_EXAMPLES = [  # (drafts, tokens emitted, request kwargs, output added, st
 ]
 
 
-@pytest.mark.task("13.5", "_update_request_with_output: roll back the rejected drafts, append, stop mid-run")
+@pytest.mark.task("13.5", "update_request_with_output: roll back the rejected drafts, append, stop mid-run")
 def test_update_request_with_output(impl):
     """Named examples, then 13.4's replay: after every verify step the computed tokens, the cached blocks and the
     queues agree with the engine's."""

@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from nanoengine.attention.backend import is_pow2
+from nanoengine.attention.paged import kv_cache_groups
 from nanoengine.config.cache import CacheConfig
 from nanoengine.config.model import ModelConfig
 from nanoengine.config.scheduler import SchedulerConfig
 from nanoengine.config.speculative import SpeculativeConfig
 from nanoengine.core.single_type_kv_cache_manager import FullAttentionManager
 from nanoengine.errors import InvalidEngineArgumentError, UnsupportedModelError
-from nanoengine.attention.paged import kv_cache_groups
 from nanoengine.kv_cache_interface import KVCacheGroupSpec
 from nanoengine.parts import EngineParts
 

@@ -17,7 +17,6 @@ from nanoengine.config.engine import EngineConfig
 from nanoengine.config.scheduler import SCHEDULING_POLICIES
 from nanoengine.core import (
     HASH_ALGOS,
-    BlockPool,
     FreeBlockQueue,
     FullAttentionManager,
     KVCacheBlock,

@@ -23,7 +23,6 @@ from nanoengine.core.sched.interface import SchedulerInterface
 from nanoengine.core.sched.output import SchedulerOutput
 from nanoengine.engine.detokenizer import IncrementalDetokenizer
 from nanoengine.errors import EngineStalledError
-from nanoengine.parts import build_part
 from nanoengine.model.tokenizer import Tokenizer
 from nanoengine.outputs import (
     CompletionOutput,
@@ -34,6 +33,7 @@ from nanoengine.outputs import (
     RequestOutput,
     SampleLogprobs,
 )
+from nanoengine.parts import build_part
 from nanoengine.request import Request, RequestStatus
 from nanoengine.sampling_params import SamplingParams
 from nanoengine.spec_decode.ngram_proposer import NgramProposer
@@ -249,7 +249,7 @@ class LLMEngine:
         for request in requests:
             try:
                 self.scheduler.finish_requests([request.request_id], RequestStatus.FINISHED_ABORTED)
-            except BaseException as exc:  # a part raised while letting go: free its blocks once more below
+            except BaseException as exc:  # noqa: BLE001  (a part raised while letting go: free its blocks once more)
                 error = error or exc
                 self.kv_cache_manager.free(request)  # freeing twice is a no-op (the Protocol's rule)
         self.runner.remove_requests(ids)

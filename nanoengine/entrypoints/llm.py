@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import numbers
+import os
 import reprlib
 from collections.abc import Iterator, Sequence
+from typing import Self
 
 import torch
 
@@ -436,7 +437,7 @@ class _Call:
         self.pending.difference_update(self.done)
         return mine
 
-    def __enter__(self) -> _Call:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:

@@ -143,7 +143,9 @@ class ModelRunner:
                     num_decodes=num_decodes,
                     # Cascade attention serves full attention only: under a window the shared prefix is partly
                     # out of sight. (vLLM 0.33 removed cascade attention and reports no common prefix for any group.)
-                    num_common_prefix_blocks=0 if group.sliding_window else _common_prefix(tables[:num_decodes]),
+                    num_common_prefix_blocks=0
+                    if group.sliding_window
+                    else num_common_prefix_blocks(tables[:num_decodes]),
                 )
             )
         ids = torch.tensor(input_ids, dtype=torch.int64, device=dev)
@@ -289,7 +291,7 @@ class ModelRunner:
         return complete
 
 
-def _common_prefix(tables: list[list[int]]) -> int:
+def num_common_prefix_blocks(tables: list[list[int]]) -> int:
     """How many leading block ids all the given block tables share (0 for fewer than two tables)."""
     if len(tables) < 2:
         return 0

@@ -1033,7 +1033,7 @@ R(
     [
         (
             "nanoengine/worker/model_runner.py",
-            "                num_common_prefix_blocks=0 if group.sliding_window else _common_prefix",
+            "                num_common_prefix_blocks=0 if group.sliding_window else num_common_prefix_blocks",
         ),
         ("nanoengine/attention/backend.py", "    def _cascade_decode("),
     ],

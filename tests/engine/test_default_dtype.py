@@ -7,8 +7,8 @@ import torch
 
 from nanoengine import LLM
 from nanoengine.engine import arg_utils
-from nanoengine.worker import worker as worker_module
 from nanoengine.errors import InvalidEngineArgumentError
+from nanoengine.worker import worker as worker_module
 
 CUDA = torch.device("cuda")
 

@@ -102,8 +102,8 @@ def test_cascade_decode_equals_plain_decode(prefix_blocks):
 
 
 def test_common_prefix_counts_shared_leading_blocks():
-    from nanoengine.worker.model_runner import _common_prefix
+    from nanoengine.worker.model_runner import num_common_prefix_blocks
 
-    assert _common_prefix([[4, 5, 6, 9], [4, 5, 7, 0], [4, 5, 6, 8]]) == 2
-    assert _common_prefix([[4, 5, 0], [4, 5, 0]]) == 2, "null-block padding is never a shared prefix"
-    assert _common_prefix([[4, 5]]) == 0
+    assert num_common_prefix_blocks([[4, 5, 6, 9], [4, 5, 7, 0], [4, 5, 6, 8]]) == 2
+    assert num_common_prefix_blocks([[4, 5, 0], [4, 5, 0]]) == 2, "null-block padding is never a shared prefix"
+    assert num_common_prefix_blocks([[4, 5]]) == 0

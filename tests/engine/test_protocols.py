@@ -26,7 +26,6 @@ from nanoengine.parts import protocol_members
 from nanoengine.worker import model_runner
 from nanoengine.worker.block_table import BlockTable, BlockTableInterface
 
-
 VIOLATIONS: list[str] = []
 
 

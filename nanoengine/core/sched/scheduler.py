@@ -119,7 +119,7 @@ class Scheduler:
             # Drafts count inside the budget, and no position may reach max_model_len - 1 (vLLM's schedule();
             # without drafts the cap never binds, since a running request has num_tokens < max_model_len).
             n = min(
-                self._chunk(request.num_tokens_with_spec - request.num_computed_tokens, budget, threshold),
+                self.chunk_size(request.num_tokens_with_spec - request.num_computed_tokens, budget, threshold),
                 self.config.max_model_len - request.num_computed_tokens - 1,
             )
             while (blocks := kv.allocate_slots(request, n, num_lookahead_tokens=self.lookahead(request, n))) is None:
@@ -152,7 +152,7 @@ class Scheduler:
         while not preempted and self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
             request = self.waiting.peek_request()
             computed_blocks, num_computed = kv.get_computed_blocks(request, record_stats=False)
-            n = self._chunk(request.num_tokens - num_computed, budget, threshold)
+            n = self.chunk_size(request.num_tokens - num_computed, budget, threshold)
             # Admit only what can hold its whole sequence: a prompt that fits just its first chunk would
             # be preempted mid-prefill and readmitted over and over (the thrashing vLLM users reported).
             lookahead = self.lookahead(request, n, num_computed)
@@ -184,7 +184,7 @@ class Scheduler:
         return threshold
 
     @staticmethod
-    def _chunk(num_needed: int, budget: int, threshold: int) -> int:
+    def chunk_size(num_needed: int, budget: int, threshold: int) -> int:
         """The tokens a request may take now: its need, capped by the threshold (when set) and the budget."""
         if 0 < threshold < num_needed:
             num_needed = threshold
@@ -310,7 +310,7 @@ class Scheduler:
             request = self.requests.get(req_id)
             if request is None or request.num_computed_tokens < request.num_tokens:
                 continue
-            status = self._update_request_with_output(
+            status = self.update_request_with_output(
                 request,
                 model_runner_output.sampled_token_ids[req_id],
                 scheduler_output.scheduled_spec_decode_tokens.get(req_id, []),
@@ -320,7 +320,7 @@ class Scheduler:
                 finished.append(request)
         return finished
 
-    def _update_request_with_output(
+    def update_request_with_output(
         self, request: Request, new_token_ids: list[int], spec_token_ids: list[int]
     ) -> RequestStatus | None:
         """A request's tokens from one step (the accepted drafts and one token more, after a verify step of
