@@ -29,10 +29,10 @@ def main(argv: list[str] | None = None) -> int:
     _add_sampling(chat)
     args = parser.parse_args(argv)
 
-    from nanoengine.entrypoints.llm import LLM
-    from nanoengine.sampling_params import SamplingParams
-
     try:
+        from nanoengine.entrypoints.llm import LLM
+        from nanoengine.sampling_params import SamplingParams
+
         params = SamplingParams(
             temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens, seed=args.seed
         )
@@ -46,6 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     except NanoEngineError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: one line and the shell's status for SIGINT, not a traceback
+        print("interrupted", file=sys.stderr)
+        return 130
     print(out.text)
     print(
         f"\n[{len(out.prompt_token_ids)} prompt tokens, {len(out.token_ids)} generated ({out.finish_reason}) | "

@@ -192,7 +192,8 @@ class LLM:
         priority: int = 0,
         progress: bool = False,
     ) -> list[RequestOutput]:
-        """Complete every prompt together (continuous batching); outputs come back in input order.
+        """Complete every prompt together (continuous batching); outputs come back in input order (an empty
+        list of prompts gives an empty list, as in vLLM).
 
         cache_salt isolates these requests' prefix-cache entries from everyone else's (a tenant id);
         priority matters only with scheduling_policy="priority" (lower runs first).
@@ -330,11 +331,11 @@ class LLM:
         if (prompts is None) == (prompt_token_ids is None):
             raise InvalidRequestError("Pass exactly one of prompts (text) or prompt_token_ids.")
         if prompts is not None:
-            if self.tokenizer is None:
+            prompts = [prompts] if isinstance(prompts, str) else prompts
+            if self.tokenizer is None and prompts != []:
                 raise InvalidRequestError(
                     "This LLM was built from a model without a tokenizer; pass prompt_token_ids=."
                 )
-            prompts = [prompts] if isinstance(prompts, str) else prompts
             if not isinstance(prompts, (list, tuple)) or not all(isinstance(p, str) for p in prompts):
                 raise InvalidRequestError(
                     "prompts must all be strings (one string or a list of them); pass token ids separately via "
@@ -355,8 +356,6 @@ class LLM:
             batch = [(p, self.tokenizer.encode(p)) for p in prompts]
         else:
             batch = [(None, ids) for ids in _token_id_lists(prompt_token_ids)]
-        if not batch:
-            raise InvalidRequestError("No prompts given.")
         for _, ids in batch:
             self._validate(ids)
         return batch

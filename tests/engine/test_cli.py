@@ -1,7 +1,9 @@
 """`python -m nanoengine generate|chat` prints text, TTFT and tokens/s."""
 
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -47,3 +49,14 @@ def test_bad_input_exits_2_with_a_message():
     r = run("generate", "--prompt", "hi", "--max-tokens", "0")
     assert r.returncode == 2
     assert "max_tokens must be an integer >= 1" in r.stderr
+
+
+def test_ctrl_c_exits_130_with_one_line():
+    """Ctrl-C while the model loads or generates: a line on stderr and the shell's status for SIGINT, no traceback."""
+    cmd = [sys.executable, "-m", "nanoengine", "generate", "--prompt", "Once", "--max-tokens", "100000"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(4)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines()[-1] == "interrupted" and "Traceback" not in err, err

@@ -162,6 +162,9 @@ def test_any_engine_arguments_work_or_raise_the_documented_error(engine):
         ({"hash_block_tokens": lambda *a: None}, "hash_block_tokens"),
         ({"hash_block_tokens": lambda *a: [1]}, "hash_block_tokens"),
         ({"device": "tpu"}, "device"),
+        ({"device": "mps"}, "device"),  # this machine has no MPS (nor CUDA): refused at construction
+        ({"device": "meta"}, "device"),
+        ({"device": "cuda:7"}, "device"),
         ({"dtype": torch.int8}, "dtype"),
         ({"gpu_memory_utilization": float("nan")}, "gpu_memory_utilization"),
     ],
