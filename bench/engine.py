@@ -30,7 +30,8 @@ from bench.hf_reference import hf_model
 from bench.machine import machine_info
 from nanoengine.benchmarks.datasets import SYSTEM_PROMPT, USER_TURNS
 from nanoengine.config import LlamaConfig
-from nanoengine.entrypoints.llm import LLM, default_dtype, resolve_device
+from nanoengine.engine.arg_utils import default_dtype, resolve_device
+from nanoengine.entrypoints.llm import LLM
 from nanoengine.model import LlamaForCausalLM
 from nanoengine.model.loader import embedded_gguf_path, unpacked_folder
 from nanoengine.model.tokenizer import Tokenizer

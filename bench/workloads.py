@@ -23,7 +23,7 @@ from bench.machine import machine_info
 from nanoengine import LLM, SamplingParams
 from nanoengine.benchmarks.datasets import SCALES, make_workloads, sizes
 from nanoengine.benchmarks.prefix_caching import measure, prefix_sweep, results_markdown, save_run, sweep_cost_model
-from nanoengine.entrypoints.llm import resolve_device
+from nanoengine.engine.arg_utils import resolve_device
 
 
 def main(argv: list[str] | None = None) -> None:

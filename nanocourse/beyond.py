@@ -52,6 +52,8 @@ ROUTERS = {"round-robin": RoundRobinRouter, "cache-aware": CacheAwareRouter}
 class _ModelFreeRunner:
     """Samples token 0 for every request whose prompt the step completes, as ModelRunner would."""
 
+    drafter = None  # no draft model
+
     def __init__(self, scheduler: Scheduler) -> None:
         self.scheduler = scheduler
 
@@ -74,7 +76,9 @@ class ModelFreeReplica:
         long_prefill_token_threshold: int = 0,
     ) -> None:
         manager = KVCacheManager(block_size, block_pool(num_blocks, True))
-        config = SchedulerConfig(max_num_batched_tokens, long_prefill_token_threshold=long_prefill_token_threshold)
+        config = SchedulerConfig(
+            max_num_batched_tokens=max_num_batched_tokens, long_prefill_token_threshold=long_prefill_token_threshold
+        )
         scheduler = Scheduler(config, manager)
         self.engine = LLMEngine(_ModelFreeRunner(scheduler), scheduler, None)  # no tokenizer: max_tokens ends requests
 
