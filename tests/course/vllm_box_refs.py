@@ -17,8 +17,16 @@ R(
     [
         ("vllm/vllm/entrypoints/llm.py", "        model: str,"),
         ("vllm/vllm/entrypoints/llm.py", "        **kwargs: Any,"),
+        ("vllm/vllm/entrypoints/llm.py", "        engine_args = EngineArgs("),
     ],
-    [("nanoengine/entrypoints/llm.py", "model: str | os.PathLike | LlamaForCausalLM | None = None")],
+    [
+        ("nanoengine/entrypoints/llm.py", "model: str | os.PathLike | LlamaForCausalLM | None = None"),
+        (
+            "nanoengine/entrypoints/llm.py",
+            "        self.engine = LLMEngine.from_engine_args(EngineArgs.from_kwargs(model, kwargs))",
+        ),
+        ("nanoengine/engine/arg_utils.py", "class EngineArgs:"),
+    ],
 )
 R(
     "00",
@@ -168,9 +176,10 @@ R(
         ("vllm/vllm/config/cache.py", "    kv_cache_memory_bytes: int | None = None"),
     ],
     [
-        ("nanoengine/entrypoints/llm.py", "DEFAULT_CPU_KV_BYTES = 512 * 2**20"),
-        ("nanoengine/entrypoints/llm.py", "        gpu_memory_utilization: float = 0.9,"),
-        ("nanoengine/entrypoints/llm.py", "                budget = int(free * utilization)"),
+        ("nanoengine/worker/worker.py", "DEFAULT_CPU_KV_BYTES = 512 * 2**20"),
+        ("nanoengine/config/cache.py", "    gpu_memory_utilization: float = 0.9"),
+        ("nanoengine/worker/worker.py", "            budget = int(free * utilization)"),
+        ("nanoengine/worker/worker.py", "    def get_kv_cache_config(self) -> KVCacheConfig:"),
     ],
 )
 
@@ -334,7 +343,7 @@ R(
     ],
     [
         ("nanoengine/attention/paged.py", "        kc, vc = self.k_caches[slot], self.v_caches[slot]"),
-        ("nanoengine/attention/triton_kernels.py", "    s_kb, s_kt, s_kh, s_vb, s_vt, s_vh,"),
+        ("nanoengine/attention/triton_kernels.py", "    s_kb,\n    s_kt,\n    s_kh,\n    s_vb,\n    s_vt,\n    s_vh,"),
     ],
 )
 R(
@@ -349,7 +358,11 @@ R(
         ),
     ],
     [
-        ("nanoengine/entrypoints/llm.py", '        if self.backend.name == "triton" and not is_pow2(block_size, 8):'),
+        (
+            "nanoengine/config/engine.py",
+            '        if self.parts.attention_backend.name == "triton" and not is_pow2(block_size, 8):',
+        ),
+        ("nanoengine/config/engine.py", "    def __post_init__(self) -> None:"),
         ("nanoengine/attention/triton_kernels.py", "    assert is_pow2(head_dim, 16)"),
         ("nanoengine/attention/backend.py", "def is_pow2("),
         ("nanoengine/attention/triton_kernels.py", "so no head_dim mask is needed"),
@@ -419,7 +432,8 @@ R(
     [
         ("nanoengine/core/kv_cache_utils.py", "def sha256(data: bytes) -> bytes:"),
         ("nanoengine/core/kv_cache_utils.py", "_HASH_FUNCTIONS: dict[str, HashFn]"),
-        ("nanoengine/entrypoints/llm.py", '        hash_algo: str = "xxhash",'),
+        ("nanoengine/engine/arg_utils.py", '    hash_algo: str = "xxhash"'),
+        ("nanoengine/config/cache.py", '    hash_algo: str = "xxhash"'),
     ],
 )
 R(
@@ -531,7 +545,7 @@ R(
         ("nanoengine/core/kv_cache_utils.py", "@dataclass(slots=True, eq=False)"),
         (
             "nanoengine/core/kv_cache_utils.py",
-            '                f"Block {self.block_id} already has a hash; reset_hash() it first."',
+            '            raise ValueError(f"Block {self.block_id} already has a hash; reset_hash() it first.")',
         ),
     ],
 )
@@ -545,7 +559,7 @@ R(
     ],
     [
         ("nanoengine/core/block_pool.py", "        free_queue_cls: type[FreeBlockQueue] = FreeKVCacheBlockQueue,"),
-        ("nanoengine/entrypoints/llm.py", "        free_queue_cls: type[FreeBlockQueue] | None = None,"),
+        ("nanoengine/engine/arg_utils.py", "    free_queue_cls: type[FreeBlockQueue] | None = None"),
     ],
 )
 
@@ -672,7 +686,7 @@ R(
         ),
         (
             "nanoengine/core/single_type_kv_cache_manager.py",
-            "    def get_num_blocks_to_allocate(self, request_id: str, num_tokens: int,\n                                   new_computed_blocks: list[KVCacheBlock], num_computed_tokens: int) -> int:",
+            "    def get_num_blocks_to_allocate(\n        self, request_id: str, num_tokens: int, new_computed_blocks: list[KVCacheBlock], num_computed_tokens: int\n    ) -> int:",
         ),
         ("nanoengine/core/kv_cache_coordinator.py", "        return hits, len(hits[0]) * self.block_size"),
     ],
@@ -692,7 +706,7 @@ R(
         ),
         (
             "nanoengine/core/single_type_kv_cache_manager.py",
-            "    def get_cached_blocks(self, block_hash: BlockHash, group_ids: list[int],",
+            "    def get_cached_blocks(\n        self, block_hash: BlockHash, group_ids: list[int], token_ids: Sequence[int] | None = None\n    )",
         ),
     ],
 )
@@ -764,6 +778,11 @@ R(
             "nanoengine/core/sched/scheduler.py",
             "    def __init__(self, config: SchedulerConfig, kv_cache_manager: KVCacheManagerInterface):",
         ),
+        (
+            "nanoengine/core/sched/scheduler.py",
+            "    def from_config(cls, config: EngineConfig, kv_cache_config: KVCacheConfig) -> Self:",
+        ),
+        ("nanoengine/core/sched/scheduler.py", "        return cls(config.scheduler_config, manager)"),
         ("nanoengine/core/sched/scheduler.py", "    def schedule(self) -> SchedulerOutput:"),
     ],
 )
@@ -782,8 +801,9 @@ R(
         ("vllm/vllm/v1/core/sched/scheduler.py", "        token_budget = self.max_num_scheduled_tokens"),
     ],
     [
-        ("nanoengine/core/sched/scheduler.py", "    max_num_batched_tokens: int = 2048"),
-        ("nanoengine/core/sched/scheduler.py", "    max_num_seqs: int = 64"),
+        ("nanoengine/config/scheduler.py", "@dataclass(slots=True, kw_only=True)\nclass SchedulerConfig:"),
+        ("nanoengine/config/scheduler.py", "    max_num_batched_tokens: int = 2048"),
+        ("nanoengine/config/scheduler.py", "    max_num_seqs: int = 64"),
     ],
 )
 R(
@@ -862,6 +882,60 @@ R(
 # 08
 R(
     "08",
+    "how the engine is built",
+    [
+        ("vllm/vllm/entrypoints/llm.py", "        engine_args = EngineArgs("),
+        ("vllm/vllm/entrypoints/llm.py", "        self.llm_engine = LLMEngine.from_engine_args("),
+        ("vllm/vllm/v1/engine/llm_engine.py", "        vllm_config = engine_args.create_engine_config(usage_context)"),
+        ("vllm/vllm/config/vllm.py", "class VllmConfig:"),
+        ("vllm/vllm/v1/engine/core.py", "        self.model_executor = executor_class(vllm_config)"),
+        ("vllm/vllm/v1/executor/uniproc_executor.py", "            self.driver_worker.load_model()"),
+        ("vllm/vllm/v1/worker/gpu_worker.py", "    def load_model(self, *, load_dummy_weights: bool = False) -> None:"),
+        ("vllm/vllm/v1/engine/core.py", "        kv_cache_config = self._initialize_kv_caches(vllm_config)"),
+        (
+            "vllm/vllm/v1/engine/core.py",
+            "                available_gpu_memory = self.model_executor.determine_available_memory()",
+        ),
+        ("vllm/vllm/v1/engine/core.py", "        kv_cache_configs = get_kv_cache_configs("),
+        ("vllm/vllm/v1/engine/core.py", "        self.model_executor.initialize_from_config(kv_cache_configs)"),
+        (
+            "vllm/vllm/v1/worker/gpu_worker.py",
+            "    def initialize_from_config(self, kv_cache_config: KVCacheConfig) -> None:",
+        ),
+        ("vllm/vllm/v1/engine/core.py", "        self.scheduler: SchedulerInterface = Scheduler("),
+        ("vllm/vllm/v1/core/sched/scheduler.py", "        self.kv_cache_manager = KVCacheManager("),
+        ("vllm/vllm/v1/engine/llm_engine.py", "        if envs.VLLM_ENABLE_V1_MULTIPROCESSING:"),
+    ],
+    [
+        (
+            "nanoengine/entrypoints/llm.py",
+            "        self.engine = LLMEngine.from_engine_args(EngineArgs.from_kwargs(model, kwargs))",
+        ),
+        ("nanoengine/engine/llm_engine.py", "        return cls.from_config(engine_args.create_engine_config())"),
+        ("nanoengine/engine/arg_utils.py", "    def create_engine_config(self) -> EngineConfig:"),
+        ("nanoengine/config/engine.py", "class EngineConfig:"),
+        (
+            "nanoengine/config/engine.py",
+            "    cache_config: CacheConfig\n    scheduler_config: SchedulerConfig\n    parts: EngineParts",
+        ),
+        (
+            "nanoengine/engine/llm_engine.py",
+            "        worker = Worker(config)\n        kv_cache_config = worker.get_kv_cache_config()",
+        ),
+        ("nanoengine/engine/llm_engine.py", "        runner = worker.initialize_from_config(kv_cache_config)"),
+        (
+            "nanoengine/worker/worker.py",
+            "            self.model = load_model(mc.folder, mc.hf_config, mc.device, mc.dtype)",
+        ),
+        ("nanoengine/engine/llm_engine.py", "            lambda *args: parts.scheduler_cls.from_config(*args),"),
+        (
+            "nanoengine/worker/worker.py",
+            "vLLM's worker runs in a process of its own per GPU; nanoengine's is an object in the engine's process.",
+        ),
+    ],
+)
+R(
+    "08",
     "LLMEngine.add_request",
     [
         ("vllm/vllm/v1/engine/llm_engine.py", "    def add_request("),
@@ -870,7 +944,7 @@ R(
     [
         (
             "nanoengine/engine/llm_engine.py",
-            "    def add_request(self, prompt_token_ids: list[int], params: SamplingParams",
+            "    def add_request(\n        self,\n        prompt_token_ids: list[int],\n        params: SamplingParams,\n        prompt: str | None = None,\n        priority: int = 0,\n        cache_salt: str | None = None,\n    ) -> str:",
         )
     ],
 )
@@ -962,7 +1036,10 @@ R(
         ("vllm/vllm/v1/core/block_pool.py", "        self.free_block_queue = FreeKVCacheBlockQueue(self.blocks)"),
     ],
     [
-        ("nanoengine/entrypoints/llm.py", '        pool = _build("block_pool" if block_pool else None'),
+        (
+            "nanoengine/core/sched/scheduler.py",
+            '            pool = build_part(\n                "block_pool",\n                parts.block_pool,',
+        ),
         ("nanocourse/policies/eviction.py", "class FrequencyAwareBlockPool"),
     ],
 )
@@ -1016,7 +1093,7 @@ R(
         ("nanoengine/entrypoints/llm.py", "        cache_salt: str | None = None,"),
         (
             "nanoengine/engine/llm_engine.py",
-            "                    priority: int = 0, cache_salt: str | None = None) -> str:",
+            "        priority: int = 0,\n        cache_salt: str | None = None,\n    ) -> str:",
         ),
     ],
 )
@@ -1033,7 +1110,11 @@ R(
     [
         (
             "nanoengine/worker/model_runner.py",
-            "                num_common_prefix_blocks=0 if group.sliding_window else num_common_prefix_blocks",
+            "                    num_common_prefix_blocks=0\n                    if group.sliding_window\n                    else num_common_prefix_blocks(tables[:num_decodes]),",
+        ),
+        (
+            "nanoengine/worker/model_runner.py",
+            "def num_common_prefix_blocks(tables: list[list[int]]) -> int:",
         ),
         ("nanoengine/attention/backend.py", "    def _cascade_decode("),
     ],
@@ -1048,7 +1129,18 @@ R(
         ("vllm/vllm/v1/engine/core.py", "        Scheduler = vllm_config.scheduler_config.get_scheduler_cls()"),
         ("vllm/vllm/v1/engine/core.py", "        self.scheduler: SchedulerInterface = Scheduler("),
     ],
-    [("nanoengine/entrypoints/llm.py", '        scheduler = _build(_given("scheduler_cls", scheduler_cls)')],
+    [
+        ("nanoengine/engine/llm_engine.py", "            lambda *args: parts.scheduler_cls.from_config(*args),"),
+        (
+            "nanoengine/core/sched/scheduler.py",
+            "    def from_config(cls, config: EngineConfig, kv_cache_config: KVCacheConfig) -> Self:",
+        ),
+        (
+            "nanoengine/core/sched/scheduler.py",
+            '        manager = build_part(\n            parts.named("kv_cache_manager_cls"),',
+        ),
+        ("nanoengine/core/sched/scheduler.py", "        return cls(config.scheduler_config, manager)"),
+    ],
 )
 R(
     "10",
@@ -1057,8 +1149,23 @@ R(
         ("vllm/vllm/v1/core/sched/interface.py", "class SchedulerInterface(ABC):"),
         ("vllm/vllm/v1/core/sched/interface.py", "    def schedule(self, throttle_prefills: bool = False)"),
         ("vllm/vllm/v1/core/sched/interface.py", "    def shutdown(self) -> None:"),
+        ("vllm/vllm/v1/core/sched/interface.py", "    @abstractmethod\n    def __init__("),
+        (
+            "vllm/vllm/v1/core/sched/interface.py",
+            '    def update_draft_token_ids(self, draft_token_ids: "DraftTokenIds") -> None:',
+        ),
     ],
-    [("nanoengine/core/sched/interface.py", "class SchedulerInterface(Protocol):")],
+    [
+        ("nanoengine/core/sched/interface.py", "class SchedulerInterface(Protocol):"),
+        (
+            "nanoengine/core/sched/interface.py",
+            "    @classmethod\n    def from_config(cls, config: EngineConfig, kv_cache_config: KVCacheConfig) -> Self: ...",
+        ),
+        (
+            "nanoengine/core/sched/interface.py",
+            "    def update_draft_token_ids(self, draft_token_ids: dict[str, list[int]]) -> None: ...",
+        ),
+    ],
 )
 R(
     "10",
@@ -1071,10 +1178,20 @@ R(
         ("vllm/vllm/v1/worker/gpu_input_batch.py", "        self.block_table = MultiGroupBlockTable("),
     ],
     [
-        ("nanoengine/entrypoints/llm.py", "_SEAMS = ("),
+        ("nanoengine/parts.py", "class EngineParts:"),
         (
-            "nanoengine/entrypoints/llm.py",
-            "        full_attention_manager_cls: type[FullAttentionManager] = FullAttentionManager,",
+            "nanoengine/engine/arg_utils.py",
+            "    full_attention_manager_cls: type[FullAttentionManager] | None = FullAttentionManager",
+        ),
+        ("nanoengine/core/sched/scheduler.py", "            pool = BlockPool("),
+        (
+            "nanoengine/core/kv_cache_coordinator.py",
+            "            (full_attention_manager_cls if g.sliding_window is None else sliding_window_manager_cls)(",
+        ),
+        ("nanoengine/core/block_pool.py", "        free_queue_cls: type[FreeBlockQueue] = FreeKVCacheBlockQueue,"),
+        (
+            "nanoengine/worker/model_runner.py",
+            "        self.input_block_table = MultiGroupBlockTable(self.block_size, len(kv_cache.groups), block_table_cls)",
         ),
     ],
 )
@@ -1092,7 +1209,12 @@ R(
             '    TRITON_ATTN = "vllm.v1.attention.backends.triton_attn.TritonAttentionBackend"',
         ),
     ],
-    [("nanoengine/entrypoints/llm.py", "        attention_backend: str | AttentionBackend | None = None,")],
+    [
+        ("nanoengine/engine/arg_utils.py", "    attention_backend: Any = None"),
+        ("nanoengine/engine/arg_utils.py", "            if missing := missing_members(backend, AttentionBackend):"),
+        ("nanoengine/attention/backend.py", "class AttentionBackend(Protocol):"),
+        ("nanoengine/attention/backend.py", "    name: str\n    supports_cuda_graphs: bool"),
+    ],
 )
 R(
     "10",
@@ -1103,7 +1225,7 @@ R(
             'PrefixCachingHashAlgo = Literal["sha256", "sha256_cbor", "xxhash", "xxhash_cbor"]',
         )
     ],
-    [("nanoengine/entrypoints/llm.py", "        hash_block_tokens: BlockTokensHasher | None = None,")],
+    [("nanoengine/engine/arg_utils.py", "    hash_block_tokens: Callable | None = None")],
 )
 
 # 11
@@ -1123,8 +1245,12 @@ R(
     [
         ("nanoengine/worker/cuda_graphs.py", "class DecodeGraphs:"),
         (
-            "nanoengine/entrypoints/llm.py",
-            '        if not (enforce_eager or hybrid or eagle) and self.device.type == "cuda"',
+            "nanoengine/worker/worker.py",
+            "    def initialize_from_config(self, kv_cache_config: KVCacheConfig) -> ModelRunner:",
+        ),
+        (
+            "nanoengine/worker/worker.py",
+            '        if (\n            not (config.model_config.enforce_eager or len(groups) > 1 or config.use_eagle)\n            and self.device.type == "cuda"\n            and self.backend.supports_cuda_graphs\n        ):',
         ),
     ],
 )
@@ -1159,7 +1285,12 @@ R(
     ],
     [
         ("nanoengine/attention/triton_backend.py", "    supports_cuda_graphs = True"),
-        ("nanoengine/entrypoints/llm.py", 'getattr(self.backend, "supports_cuda_graphs", False)'),
+        ("nanoengine/attention/backend.py", "    supports_cuda_graphs: bool"),
+        (
+            "nanoengine/attention/backend.py",
+            "    supports_cuda_graphs = False  # the gather's shapes follow each step's seq_lens",
+        ),
+        ("nanoengine/worker/worker.py", "            and self.backend.supports_cuda_graphs"),
     ],
 )
 R(
@@ -1189,11 +1320,11 @@ R(
         ("vllm/vllm/platforms/cuda.py", '                    "Bfloat16 is only supported on GPUs "'),
     ],
     [
-        ("nanoengine/entrypoints/llm.py", "            self.dtype = dtype or default_dtype(self.device)"),
-        ("nanoengine/entrypoints/llm.py", "    return torch.bfloat16 if bf16_supported(device) else torch.float16"),
+        ("nanoengine/engine/arg_utils.py", "            dtype = self.dtype or default_dtype(device)"),
+        ("nanoengine/engine/arg_utils.py", "    return torch.bfloat16 if bf16_supported(device) else torch.float16"),
         (
-            "nanoengine/entrypoints/llm.py",
-            '            raise err(f"dtype=torch.bfloat16 needs compute capability 8.0 (Ampere) or newer; this GPU has "',
+            "nanoengine/engine/arg_utils.py",
+            '                    f"dtype=torch.bfloat16 needs compute capability 8.0 (Ampere) or newer; this GPU has "',
         ),
     ],
 )
@@ -1246,7 +1377,7 @@ R(
         ),
         (
             "nanoengine/core/kv_cache_coordinator.py",
-            "                               token_ids: Sequence[int] | None = None) -> tuple[tuple[list[KVCacheBlock], ...], int]:",
+            "        self, block_hashes: list[BlockHash], max_length: int, token_ids: Sequence[int] | None = None\n    ) -> tuple[tuple[list[KVCacheBlock], ...], int]:",
         ),
         ("nanoengine/core/kv_cache_utils.py", "    if kv_cache_group_id == 0:\n        return block_hash"),
     ],
@@ -1402,7 +1533,7 @@ R(
         ("vllm/vllm/v1/sample/rejection_sampler.py", "    def parse_output("),
     ],
     [
-        ("nanoengine/sample/rejection_sampler.py", "def rejection_sample(logits: torch.Tensor"),
+        ("nanoengine/sample/rejection_sampler.py", "def rejection_sample(\n    logits: torch.Tensor,"),
         ("nanoengine/sample/rejection_sampler.py", "if float(torch.rand((), generator=gen)) < float(probs[draft]):"),
     ],
 )
@@ -1475,10 +1606,10 @@ R(
         ("nanoengine/spec_decode/draft_model.py", "class DraftModelProposer:"),
         (
             "nanoengine/worker/model_runner.py",
-            "            self._draft_token_ids = self.drafter.propose(self._prepare_inputs, self._draft_requests(batch, starts, done),",
+            "            self._draft_token_ids = self.drafter.propose(\n                self._prepare_inputs, self._draft_requests(batch, starts, done), hidden_states\n            )",
         ),
-        ("nanoengine/core/sched/scheduler.py", "    num_lookahead_tokens: int = 0"),
-        ("nanoengine/entrypoints/llm.py", "the target's one block table."),
+        ("nanoengine/config/scheduler.py", "    num_lookahead_tokens: int = 0"),
+        ("nanoengine/config/engine.py", "follows the target's one block table."),
     ],
 )
 R(
@@ -1498,8 +1629,8 @@ R(
         ("nanoengine/model/llama_eagle.py", "class EagleLlamaForCausalLM(nn.Module):"),
         ("nanoengine/entrypoints/llm.py", "nanoengine reads no EAGLE checkpoint"),
         (
-            "nanoengine/entrypoints/llm.py",
-            '        if not (enforce_eager or hybrid or eagle) and self.device.type == "cuda"',
+            "nanoengine/worker/worker.py",
+            '        if (\n            not (config.model_config.enforce_eager or len(groups) > 1 or config.use_eagle)\n            and self.device.type == "cuda"\n            and self.backend.supports_cuda_graphs\n        ):',
         ),
     ],
 )
