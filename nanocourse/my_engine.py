@@ -287,6 +287,7 @@ def my_llm(model=None, *, source: str = "exercises", use_kernels: bool | None = 
     import torch
 
     from nanoengine.entrypoints.llm import LLM
+    from nanoengine.errors import InvalidEngineArgumentError
 
     if source not in SOURCES:
         raise ValueError(f"source must be one of {sorted(SOURCES)}, got {source!r}")
@@ -300,7 +301,12 @@ def my_llm(model=None, *, source: str = "exercises", use_kernels: bool | None = 
     if not quiet:
         print(parts_table(statuses, source))
     kwargs.setdefault("progress", False)
-    return LLM(model, **{**my_parts(statuses, source), **kwargs})
+    try:
+        return LLM(model, **{**my_parts(statuses, source), **kwargs})
+    except InvalidEngineArgumentError as exc:
+        if exc.parameter in my_parts(statuses, source) and exc.parameter not in kwargs:
+            exc.add_note(f"my_llm() plugged in this part; give my_llm(..., {exc.parameter}=None) to take the engine's.")
+        raise
 
 
 def seam_owners(llm) -> list[tuple[str, str, str]]:

@@ -21,8 +21,9 @@ class EngineConfig:
     """The model, cache, scheduler and speculative settings, and the engine's parts, checked against each other
     once, here (as VllmConfig.__post_init__ checks its configs together).
 
-    Each setting has one owner: block_size is cache_config's, max_model_len model_config's (scheduler_config
-    holds a copy, as vLLM's does), num_lookahead_tokens speculative_config's (likewise).
+    Each setting has one owner: block_size is cache_config's, max_model_len model_config's, num_lookahead_tokens
+    speculative_config's. scheduler_config holds copies of the last two, so that a scheduler reads one config;
+    this tree refuses copies that disagree with their owner.
     """
 
     model_config: ModelConfig

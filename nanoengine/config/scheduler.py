@@ -14,7 +14,9 @@ class SchedulerConfig:
     long_prefill_token_threshold: the largest chunk one request may take in a step (0: no cap), while
     another request is running or waiting.
     policy: "fcfs" or "priority" (lower priority value first, then earlier arrival).
-    max_model_len: the longest a request may grow, prompt and output (ModelConfig's, copied here as vLLM does).
+    max_model_len: the longest a request may grow, prompt and output: ModelConfig's, which EngineArgs copies here so
+    that a scheduler needs no other config (vLLM's Scheduler reads model_config.max_model_len, and its
+    SchedulerConfig takes max_model_len only as an InitVar that checks the budgets).
     long_prefill_token_threshold_adaptive: never cap below a fair share of the budget,
     max_num_batched_tokens // (requests running and waiting) (vLLM 0.33's option; off by default).
     num_lookahead_tokens: KV slots reserved past each request's scheduled tokens, for a draft model's own KV

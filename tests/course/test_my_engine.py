@@ -116,9 +116,10 @@ def test_worked_solutions_serve_a_draft_model_and_eagle(llm, capsys):
     stats = worked.get_stats()
     assert stats.num_accepted_tokens == stats.num_draft_tokens > 0, "SmolLM2 drafting for itself"
     eagle = {"method": "eagle", "model": EagleLlamaForCausalLM.random(llm.model), "num_speculative_tokens": 3}
-    with pytest.raises(InvalidEngineArgumentError, match="full_attention_manager_cls=None") as info:
+    with pytest.raises(InvalidEngineArgumentError, match="drop the last hit block") as info:
         my_llm(source="solutions", kv_cache_memory_bytes=KV_BYTES, speculative_config=eagle)
     assert info.value.parameter == "full_attention_manager_cls"
+    assert "my_llm(..., full_attention_manager_cls=None)" in info.value.__notes__[-1], "the course says how"
     worked = my_llm(
         source="solutions", kv_cache_memory_bytes=KV_BYTES, speculative_config=eagle, full_attention_manager_cls=None
     )
