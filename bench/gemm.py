@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 from tqdm import tqdm
 
 from bench.machine import machine_info
-from nanoengine.model.llama import _ONEDNN, Linear
+from nanoengine.model.llama import ONEDNN_LINEAR, Linear
 
 RESULTS = ROOT / "bench" / "results" / "gemm_cpu.json"
 # (name, out_features, in_features) for SmolLM2-135M: hidden 576, 9 + 2 * 3 heads of 64, MLP 1536.
@@ -54,7 +54,7 @@ def median_us(fn, runs: int = 30, warmup: int = 5) -> float:
 
 
 def main() -> dict:
-    if not _ONEDNN:
+    if not ONEDNN_LINEAR:
         raise SystemExit("This torch build or CPU has no oneDNN path; Linear already runs F.linear here.")
     gen = torch.Generator().manual_seed(0)
     rows = []

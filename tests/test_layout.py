@@ -157,3 +157,40 @@ def test_every_module_imports_where_triton_may_be_missing():
                 assert "triton" in str(e).lower(), f"{module}: {e}"
             continue
         importlib.import_module(module)
+
+
+def _private_names_defined_in(package: Path) -> set[str]:
+    """Every _name the package defines: functions, classes, module globals and attributes set on self or cls."""
+    names = set().union(*(_names_defined_in_tree(ast.parse(p.read_text())) for p in package.rglob("*.py")))
+    return {n for n in names if n.startswith("_") and not n.startswith("__")}
+
+
+def test_no_code_outside_the_engine_uses_its_private_names():
+    """The course, the benchmarks, the exercises, the solutions and the tests reach the engine through its public
+    names: a private one may change without notice. A name the file defines itself is its own."""
+    engine = _private_names_defined_in(ROOT / "nanoengine")
+    offenders = []
+    for folder in ("nanocourse", "bench", "exercises", "solutions", "tests"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            tree = ast.parse(path.read_text())
+            own = _names_defined_in_tree(tree)
+            for node in ast.walk(tree):
+                used = []
+                if isinstance(node, ast.Attribute) and node.attr in engine - own:
+                    used = [node.attr]
+                elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("nanoengine"):
+                    used = [a.name for a in node.names if a.name in engine]
+                offenders += [f"{path.relative_to(ROOT)}:{node.lineno}: {name}" for name in used]
+    assert offenders == [], "engine-private names used outside the engine:\n" + "\n".join(offenders)
+
+
+def _names_defined_in_tree(tree: ast.AST) -> set[str]:
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+            names.add(node.attr)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+    return names

@@ -101,7 +101,7 @@ def store_kernel(
 def _row_ptrs(base, rows, HEAD_DIM: tl.constexpr):
     """Pointers to HEAD_DIM contiguous elements at each offset of `rows`: a [len(rows), HEAD_DIM] tile.
 
-    The launchers guarantee (_aligned) a 16-byte aligned base and row offsets of whole 16-byte
+    The launchers guarantee (aligned16) a 16-byte aligned base and row offsets of whole 16-byte
     units; saying so lets the compiler load each row in 16-byte vectors whatever Triton's launch
     specialisation inferred. Without it one 64-bit address per element filled ~210 registers.
     """
@@ -126,7 +126,7 @@ def _load_kv_tile(
 
 
 @triton.jit
-def _online_softmax_step(q, k, v, mask, m_i, l_i, acc, qk_scale, DOT_PRECISION: tl.constexpr):
+def online_softmax_step(q, k, v, mask, m_i, l_i, acc, qk_scale, DOT_PRECISION: tl.constexpr):
     """Fold one KV tile into the running (max, sum, acc) of each query row; scores in log2 units."""
     s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale
     s = tl.where(mask, s, float("-inf"))
@@ -213,7 +213,7 @@ def decode_kernel(
             n_mask = n_mask & (n >= lo)
         k = _load_kv_tile(k_cache_ptr, table, n, n_mask, kv_head, s_kb, s_kt, s_kh, HEAD_DIM, BLOCK_SIZE)
         v = _load_kv_tile(v_cache_ptr, table, n, n_mask, kv_head, s_vb, s_vt, s_vh, HEAD_DIM, BLOCK_SIZE)
-        m_i, l_i, acc = _online_softmax_step(q, k, v, n_mask[None, :], m_i, l_i, acc, qk_scale, DOT_PRECISION)
+        m_i, l_i, acc = online_softmax_step(q, k, v, n_mask[None, :], m_i, l_i, acc, qk_scale, DOT_PRECISION)
 
     if SPLIT:
         row = seq * s_ob + heads * s_oh + split * s_ps
@@ -332,7 +332,7 @@ def prefill_kernel(
         causal = (n[None, :] <= pos[:, None]) & n_mask[None, :]
         if SLIDING:
             causal = causal & (n[None, :] > pos[:, None] - window)
-        m_i, l_i, acc = _online_softmax_step(q, k, v, causal, m_i, l_i, acc, qk_scale, DOT_PRECISION)
+        m_i, l_i, acc = online_softmax_step(q, k, v, causal, m_i, l_i, acc, qk_scale, DOT_PRECISION)
 
     out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
     tl.store(
@@ -393,7 +393,7 @@ def _check_cache(k_cache: torch.Tensor, v_cache: torch.Tensor) -> None:
     assert is_pow2(head_dim, 16), "head_dim must be a power of two >= 16"
 
 
-def _aligned(x: torch.Tensor) -> torch.Tensor:
+def aligned16(x: torch.Tensor) -> torch.Tensor:
     return x if _rows_aligned(x) else x.clone(memory_format=torch.contiguous_format)
 
 
@@ -405,7 +405,7 @@ def store_kvcache(
     num_tokens, num_kv_heads, head_dim = k.shape
     if num_tokens == 0:
         return
-    k, v = _aligned(k), _aligned(v)
+    k, v = aligned16(k), aligned16(v)
     store_kernel[(num_tokens,)](
         k,
         v,
@@ -473,7 +473,7 @@ def paged_decode(
     assert is_pow2(block_n, DOT_MIN), "block_n must be a power of two >= 16"
     num_seqs, num_heads, head_dim = q.shape
     block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
-    q = _aligned(q)
+    q = aligned16(q)
     out = torch.empty_like(q)
     if num_seqs == 0:
         return out
@@ -564,7 +564,7 @@ def paged_prefill(
     block_m, block_n = block_m or default_m, block_n or default_n
     assert is_pow2(block_m, DOT_MIN) and is_pow2(block_n, DOT_MIN), "tiles must be powers of two >= 16"
     num_tokens, num_heads, head_dim = q.shape
-    q = _aligned(q)
+    q = aligned16(q)
     out = torch.empty_like(q)
     num_reqs = seq_lens.shape[0]
     if num_tokens == 0 or num_reqs == 0:

@@ -104,7 +104,7 @@ class LLM:
 
     def __init__(self, model: str | os.PathLike | LlamaForCausalLM | None = None, **kwargs):
         self.engine = LLMEngine.from_engine_args(EngineArgs.from_kwargs(model, kwargs))
-        self._unclaimed: dict[str, RequestOutput] = {}  # finished requests whose call has not collected them
+        self.unclaimed: dict[str, RequestOutput] = {}  # finished requests whose call has not collected them
         # The parts given in place of the engine's own, by their code, to name the one an exception came from.
         self._given = given_parts(
             self.engine.config.parts, {"block_pool": type(self.engine.kv_cache_manager.block_pool)}
@@ -404,7 +404,7 @@ class _Call:
     """The requests one generate(), chat() or stream() call added, which it alone owns.
 
     It steps the engine until they finish; finished requests of other calls (a paused stream's) wait in
-    LLM._unclaimed for their owner. However the call ends otherwise (an exception from any part, a
+    LLM.unclaimed for their owner. However the call ends otherwise (an exception from any part, a
     KeyboardInterrupt, a stream closed or dropped early: GeneratorExit), its unfinished requests are
     aborted at once, so the next call neither waits for them nor finds their blocks taken.
     """
@@ -422,7 +422,7 @@ class _Call:
     def step(self) -> list[RequestOutput]:
         """One engine step (none if this call's requests have all finished in others' steps); returns this
         call's requests that finished."""
-        unclaimed, running = self.llm._unclaimed, self.pending & self.engine.outputs.keys()
+        unclaimed, running = self.llm.unclaimed, self.pending & self.engine.outputs.keys()
         if lost := self.pending - running - unclaimed.keys():
             raise RequestAbortedError(
                 f"Request {min(lost)} was aborted while this stream was paused: "
@@ -442,7 +442,7 @@ class _Call:
     def __exit__(self, exc_type, exc, tb) -> None:
         unfinished = sorted(self.pending)
         for req_id in unfinished:
-            self.llm._unclaimed.pop(req_id, None)
+            self.llm.unclaimed.pop(req_id, None)
         self.engine.abort_request([i for i in unfinished if i in self.engine.outputs])
         if exc is not None and not isinstance(exc, GeneratorExit):
             exc.add_note(self.llm._failure_note(exc, len(unfinished)))

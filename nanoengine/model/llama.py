@@ -21,7 +21,7 @@ from nanoengine.config import LlamaConfig
 # F.linear on a CPU calls MKL's fp32 GEMM; on the AMD CPU CI runs on it is 2-3x slower than oneDNN's, which
 # also gains from the weight being packed once into its blocked layout (bench/gemm.py). vLLM's CPU backend
 # makes the same choice (dispatch_cpu_unquantized_gemm).
-_ONEDNN = (
+ONEDNN_LINEAR = (
     platform.machine().lower() in ("x86_64", "amd64")
     and torch.backends.mkldnn.is_available()
     and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
@@ -36,18 +36,20 @@ class Linear(nn.Linear):
     It is made on the first CPU call and holds as many bytes as the weight itself.
     """
 
-    _packed: tuple | None = None  # (key, packed weight)
+    packed: tuple | None = None  # (key, packed weight)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w = self.weight
-        if not (_ONEDNN and x.device.type == "cpu" and x.dtype == w.dtype == torch.float32 and not w.requires_grad):
+        if not (
+            ONEDNN_LINEAR and x.device.type == "cpu" and x.dtype == w.dtype == torch.float32 and not w.requires_grad
+        ):
             return F.linear(x, w, self.bias)
         # Tensors made under inference_mode have no version counter; only a new storage repacks those.
         key = (w.data_ptr(), None if w.is_inference() else w._version)
-        if self._packed is None or self._packed[0] != key:
+        if self.packed is None or self.packed[0] != key:
             # 32 is the batch size oneDNN tunes the layout for; any batch size still works.
-            self._packed = (key, torch.ops.mkldnn._reorder_linear_weight(w, 32))
-        return torch.ops.mkldnn._linear_pointwise(x, self._packed[1], self.bias, "none", [], "")
+            self.packed = (key, torch.ops.mkldnn._reorder_linear_weight(w, 32))
+        return torch.ops.mkldnn._linear_pointwise(x, self.packed[1], self.bias, "none", [], "")
 
 
 class RMSNorm(nn.Module):

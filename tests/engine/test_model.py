@@ -6,7 +6,7 @@ import torch
 from nanoengine.attention import ContiguousKVCache
 from nanoengine.config import LlamaConfig
 from nanoengine.model import LlamaForCausalLM
-from nanoengine.model.llama import _ONEDNN, Linear
+from nanoengine.model.llama import ONEDNN_LINEAR, Linear
 from nanoengine.sampling_params import SamplingParams
 
 
@@ -61,7 +61,7 @@ def test_linear_matches_f_linear_and_repacks_after_an_in_place_edit(shape):
     x = torch.randn(shape, generator=torch.Generator().manual_seed(0))
     with torch.inference_mode():
         torch.testing.assert_close(layer(x), torch.nn.functional.linear(x, layer.weight), rtol=0, atol=1e-5)
-        assert (layer._packed is not None) == _ONEDNN  # on x86 the oneDNN path really ran
+        assert (layer.packed is not None) == ONEDNN_LINEAR  # on x86 the oneDNN path really ran
         layer.weight.mul_(-3)  # a stale packed copy would still give the old product
         torch.testing.assert_close(layer(x), torch.nn.functional.linear(x, layer.weight), rtol=0, atol=1e-5)
 
@@ -69,7 +69,7 @@ def test_linear_matches_f_linear_and_repacks_after_an_in_place_edit(shape):
 def test_linear_with_trainable_weight_keeps_autograd():
     layer = Linear(8, 4)
     layer(torch.randn(3, 8)).sum().backward()
-    assert layer.weight.grad is not None and layer._packed is None
+    assert layer.weight.grad is not None and layer.packed is None
 
 
 LOGIT_PROMPTS = [

@@ -172,7 +172,7 @@ def assert_clean(llm: LLM) -> None:
     pool = engine.kv_cache_manager.block_pool
     assert pool.get_num_free_blocks() == llm.kv_cache.num_blocks - 1, "every non-null block is back"
     assert all(b.ref_cnt == 0 for b in pool.blocks[1:])
-    assert not llm._unclaimed
+    assert not llm.unclaimed
 
 
 def fault_points(total: int, samples: int = 9) -> list[int]:

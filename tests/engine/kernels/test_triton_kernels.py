@@ -27,9 +27,9 @@ from nanoengine.attention.triton_kernels import (
     DECODE_BLOCK_N,
     PREFILL_BLOCK_M,
     PREFILL_BLOCK_N,
-    _aligned,
-    _online_softmax_step,
+    aligned16,
     choose_num_splits,
+    online_softmax_step,
     paged_decode,
     paged_prefill,
     store_kvcache,
@@ -233,7 +233,7 @@ def _misaligned(x: torch.Tensor) -> torch.Tensor:
 def test_misaligned_queries_are_copied_not_misread():
     """_row_ptrs tells the compiler every row starts 16-byte aligned; the launchers must make it so."""
     c = decode_case([17, 33], num_kv_heads=2, group=2)
-    assert _aligned(_misaligned(c.q)).data_ptr() % 16 == 0 and _aligned(c.q) is c.q
+    assert aligned16(_misaligned(c.q)).data_ptr() % 16 == 0 and aligned16(c.q) is c.q
     assert_close(
         paged_decode(_misaligned(c.q), c.k_cache, c.v_cache, c.block_tables, c.seq_lens, c.scale, block_n=16),
         reference_decode(c),
@@ -307,7 +307,7 @@ def _softmax_step_probe(s_ptr, v_ptr, mask_ptr, out_ptr, N: tl.constexpr):
     v = tl.load(v_ptr + i[:, None] * N + i[None, :])
     mask = tl.load(mask_ptr + i[:, None] * N + i[None, :]) != 0
     m_i = tl.full([N], float("-inf"), tl.float32)
-    m_i, l_i, acc = _online_softmax_step(
+    m_i, l_i, acc = online_softmax_step(
         s, eye, v, mask, m_i, tl.zeros([N], tl.float32), tl.zeros([N, N], tl.float32), 1.0, "ieee"
     )
     tl.store(out_ptr + i[:, None] * N + i[None, :], acc)
