@@ -145,17 +145,18 @@ class EngineArgs:
     max_logprobs: int = 20
     speculative_config: dict | None = None
     progress: bool = True
+    # The parts (parts.py): None, the default, takes the engine's own (_DEFAULT_PARTS).
     attention_backend: Any = None
     hash_block_tokens: Callable | None = None
     block_pool: Callable | None = None
     free_queue_cls: type[FreeBlockQueue] | None = None
-    full_attention_manager_cls: type[FullAttentionManager] | None = FullAttentionManager
-    kv_cache_manager_cls: type | None = KVCacheManager
-    scheduler_cls: type | None = Scheduler
-    block_table_cls: type | None = BlockTable
-    sliding_window_manager_cls: type[SlidingWindowManager] | None = SlidingWindowManager
-    proposer_cls: type | None = NgramProposer
-    rejection_sampler: Callable | None = rejection_sample
+    full_attention_manager_cls: type[FullAttentionManager] | None = None
+    kv_cache_manager_cls: type | None = None
+    scheduler_cls: type | None = None
+    block_table_cls: type | None = None
+    sliding_window_manager_cls: type[SlidingWindowManager] | None = None
+    proposer_cls: type | None = None
+    rejection_sampler: Callable | None = None
 
     @classmethod
     def from_kwargs(cls, model, kwargs: dict) -> EngineArgs:
