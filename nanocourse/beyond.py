@@ -74,7 +74,9 @@ class ModelFreeReplica:
         long_prefill_token_threshold: int = 0,
     ) -> None:
         manager = KVCacheManager(block_size, block_pool(num_blocks, True))
-        config = SchedulerConfig(max_num_batched_tokens, long_prefill_token_threshold=long_prefill_token_threshold)
+        config = SchedulerConfig(
+            max_num_batched_tokens=max_num_batched_tokens, long_prefill_token_threshold=long_prefill_token_threshold
+        )
         scheduler = Scheduler(config, manager)
         self.engine = LLMEngine(_ModelFreeRunner(scheduler), scheduler, None)  # no tokenizer: max_tokens ends requests
 

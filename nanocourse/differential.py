@@ -154,7 +154,7 @@ def scheduler_workloads(**extra: st.SearchStrategy) -> st.SearchStrategy:
 
 def scheduler_config(cfg: dict) -> SchedulerConfig:
     return SchedulerConfig(
-        cfg["budget"],
+        max_num_batched_tokens=cfg["budget"],
         max_num_seqs=cfg["max_num_seqs"],
         policy=cfg["policy"],
         long_prefill_token_threshold=cfg["threshold"],

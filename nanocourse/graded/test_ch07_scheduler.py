@@ -29,7 +29,7 @@ def _engine_chunk_plan(num_tokens, budget, threshold=0):
     """The engine's chunks of one prompt while another request waits (max_num_seqs=1 keeps it waiting): alone,
     a prompt takes no threshold (nobody to starve), and chunk_plan is the busy case."""
     s = Scheduler(
-        SchedulerConfig(budget, max_num_seqs=1, long_prefill_token_threshold=threshold),
+        SchedulerConfig(max_num_batched_tokens=budget, max_num_seqs=1, long_prefill_token_threshold=threshold),
         KVCacheManager(BS, num_tokens // BS + 2, enable_caching=False),
     )
     s.add_request(req("prompt", num_tokens))
@@ -54,7 +54,9 @@ def req(rid, n, priority=0, arrival=0.0, first=0):
 
 
 def make(impl, num_blocks=64, budget=64, policy="fcfs", caching=False, **cfg):
-    return impl.Scheduler(SchedulerConfig(budget, policy=policy, **cfg), KVCacheManager(BS, num_blocks, caching))
+    return impl.Scheduler(
+        SchedulerConfig(max_num_batched_tokens=budget, policy=policy, **cfg), KVCacheManager(BS, num_blocks, caching)
+    )
 
 
 def step(s):
