@@ -228,7 +228,9 @@ def _short(report) -> str:
     # hypothesis's own report of the failing example follows it in the code's terms.
     kept = list(
         takewhile(
-            lambda line: not line.startswith(("assert ", "Falsifying example", "Failing test case")),
+            lambda line: (
+                not line.startswith(("assert ", "Falsifying example", "Failing test case", "Failing explicit example"))
+            ),
             lines[1:MAX_MESSAGE_LINES],
         )
     )
