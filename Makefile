@@ -91,8 +91,9 @@ test-fast: setup
 	$(BIN)/python -m pytest tests --ignore=tests/browser -m "not model and not reference" -q
 
 grade: setup
-	@test -n "$(CH)" || (echo "usage: make grade CH=04 (one chapter) or CH=all (the whole course)" && exit 2)
-	$(BIN)/python -m nanocourse.grading $(CH) $(if $(STRICT),--strict)
+	@test -n "$(CH)" || (echo "usage: make grade CH=04 (one chapter) or CH=all (the whole course); FIRST=1 stops at \
+	the first task that fails" && exit 2)
+	$(BIN)/python -m nanocourse.grading $(CH) $(if $(STRICT),--strict) $(if $(FIRST),--first)
 
 bench: setup
 	$(BIN)/python bench/engine.py

@@ -270,7 +270,10 @@ class KVCacheManager(EngineKVCacheManager):
           entries in every group (never fewer than it held): when it is admitted its hit blocks first
           (new_computed_blocks.blocks[g] in group g), then new blocks from the pool; the return value holds
           the new blocks alone;
-        - the hits are in use from now on: each holds one more reference, and a free one has left the queue;
+        - the hits are in use from now on: each holds exactly one more reference than before the call, and a
+          free one has left the queue. allocate_slots takes these references (through the coordinator's
+          allocate_new_computed_blocks, above), and only it: get_computed_blocks takes none, and a reference
+          taken twice keeps a block out of the queue after the request frees it;
         - all or nothing: the slots are granted only if the free blocks they take in all groups together,
           free hits (ref_cnt 0) included, are at most the pool's free blocks (self.block_pool.get_num_free_blocks());
           otherwise return None, and no ref_cnt, queue, map or block table has changed;
@@ -302,7 +305,8 @@ def eviction_order(pool: EngineBlockPool, num_blocks: int) -> list[int]:
 
     Contract: exactly the blocks that get_new_blocks(num_blocks) (task 06.4b) would hand out and that still
     have a hash, in the order it would hand them out; a handed-out block without a hash evicts nothing; the pool
-    is left as it was; fewer than num_blocks free blocks raises ValueError.
+    is left as it was; a negative num_blocks, or fewer than num_blocks free blocks, raises ValueError (as
+    get_new_blocks does).
     Example: queue [2, 8, 3, 1] with blocks 3 and 1 hashed: eviction_order(pool, 3) == [3].
     """
     raise NotImplementedError

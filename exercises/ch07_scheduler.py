@@ -10,6 +10,7 @@ have (a reference: which of these a step uses, and when, is yours to decide):
 | you have | what it guarantees |
 |---|---|
 | `self.config` | `max_num_batched_tokens` (the budget), `max_num_seqs`, `max_model_len`, ... |
+| `lookahead(r, n, num_computed)` | the lookahead slots r's grant holds past n new tokens from num_computed (default: r's own) |
 | `long_prefill_threshold()` | this step's chunk cap: the threshold, or 0 while one request is alone (vLLM 0.33) |
 | `self.running` | the running requests, in admission order (a list) |
 | `self.waiting` | a RequestQueue: `peek_request()`, `bool(self.waiting)`; FCFS or priority order already |
@@ -64,7 +65,7 @@ class Scheduler(EngineScheduler):
     """Your scheduler. LLM(scheduler_cls=Scheduler) runs it; my_llm() does once chapter 07 passes."""
 
     def schedule(self) -> SchedulerOutput:
-        """Tasks 07.2, 07.3, 07.5, 07.6 and 07.8: plan one step as vLLM 0.33's Scheduler.schedule does
+        """Tasks 07.2, 07.3, 07.5, 07.6, 07.8 and 07.9: plan one step as vLLM 0.33's Scheduler.schedule does
         (vllm/v1/core/sched/scheduler.py; read it beside this), and return it as make_output packages it.
 
         What the plan must satisfy:
@@ -88,6 +89,9 @@ class Scheduler(EngineScheduler):
           first chunk are granted and slots for its whole sequence (num_tokens) fit in the free blocks now,
           hit included (vLLM 0.33's waiting loop passes scheduler_reserve_full_isl, True by default). Nothing
           changes for a request that is not admitted. The first request that does not get in ends admission.
+        - Lookahead: every grant, to a running request or a newcomer, also holds config.num_lookahead_tokens
+          slots past the request's planned tokens (a draft model writes its own KV there, chapter 13), but none
+          at position config.max_model_len or past it. With num_lookahead_tokens 0 nothing changes.
         - Stats: each admitted request's prefix-cache lookup is counted exactly once (admit counts it); the
           lookups of requests left waiting are not counted.
         - Output: num_scheduled maps each planned request id to its tokens (running ones in order, then
@@ -98,9 +102,12 @@ class Scheduler(EngineScheduler):
 
         Example: budget 64, no threshold, a decoding (1 token) and b waiting with a 150-token prompt that
         fits: the step plans {a: 1, b: 63}; the next plans {a: 1, b: 63}; then {a: 1, b: 24}.
-        Task 07.8 runs your schedule() beside the engine's over random workloads, a third of them with 2 drafts
-        per running request and step, and compares every step's plan, drafts, blocks, queues and prefix-cache
-        counts: the rules above, and nothing else, decide them all.
+        Task 07.8 runs your schedule() beside the engine's over random workloads, many with drafts for every
+        running request each step, lookahead slots, or a max_model_len small enough to cut them, and compares
+        every step's plan, drafts, blocks, queues and prefix-cache counts: the rules above, and nothing else,
+        decide them all. Every plan is also checked as your schedule() returns it (each scheduled request
+        live and running, at least 1 token and at most its need, a newcomer starting at its cache hit, the
+        budget and max_num_seqs kept), so a broken rule is named there, not steps later.
         Stuck? hint("07") lists the hints.
         """
         raise NotImplementedError

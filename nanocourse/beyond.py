@@ -52,7 +52,7 @@ ROUTERS = {"round-robin": RoundRobinRouter, "cache-aware": CacheAwareRouter}
 class _ModelFreeRunner:
     """Samples token 0 for every request whose prompt the step completes, as ModelRunner would."""
 
-    drafter = None  # no draft model
+    drafter = None  # no draft model proposes in this runner (LLMEngine asks)
 
     def __init__(self, scheduler: Scheduler) -> None:
         self.scheduler = scheduler

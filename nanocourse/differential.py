@@ -17,6 +17,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from nanocourse.plan_rules import PlanError, checked_schedule
 from nanoengine.core import get_request_block_hasher
 from nanoengine.core.sched.scheduler import Scheduler, SchedulerConfig
 from nanoengine.outputs import ModelRunnerOutput
@@ -152,12 +153,25 @@ def scheduler_workloads(**extra: st.SearchStrategy) -> st.SearchStrategy:
     )
 
 
+def _shorter(op: tuple, longest: int) -> tuple:
+    return (op[0], min(op[1], longest), *op[2:]) if op[0] == "add" else op
+
+
+def capped_workloads(**extra: st.SearchStrategy) -> st.SearchStrategy:
+    """(config, operations) where max_model_len binds: prompts of at most 12 tokens, max_tokens up to 20, and a
+    max_model_len of 13 to 22, so requests end at it and the drafts (with extra's num_speculative_tokens) and the
+    lookahead slots (num_lookahead_tokens) of a request near it are cut."""
+    config = {**_CONFIG, "max_model_len": st.integers(13, 22), **extra}
+    return st.tuples(st.fixed_dictionaries(config), _OPS.map(lambda ops: [_shorter(op, 12) for op in ops]))
+
+
 def scheduler_config(cfg: dict) -> SchedulerConfig:
     return SchedulerConfig(
         max_num_batched_tokens=cfg["budget"],
         max_num_seqs=cfg["max_num_seqs"],
         policy=cfg["policy"],
         long_prefill_token_threshold=cfg["threshold"],
+        **{key: cfg[key] for key in ("max_model_len", "num_lookahead_tokens") if key in cfg},
     )
 
 
@@ -237,9 +251,18 @@ def _verified(req_id: str, request, drafts: list[int]) -> list[int]:
     return [_sampled(req_id, n + i) for i in range(accepted + 1)]
 
 
-def replay_workload(build: Callable[[bool], Scheduler], cfg: dict, ops: list, block_size: int, pool_text: str) -> None:
+def replay_workload(
+    build: Callable[[bool], Scheduler],
+    cfg: dict,
+    ops: list,
+    block_size: int,
+    pool_text: str,
+    plan_rules: bool = False,
+) -> None:
     """Replay ops on build(True) (the learner's) and build(False) (the engine's) without a model, comparing every
-    step; at the end both step until every request has finished (at most MAX_DRAIN_STEPS)."""
+    step; at the end both step until every request has finished (at most MAX_DRAIN_STEPS). plan_rules: check the
+    learner's every SchedulerOutput as schedule() hands it over (nanocourse.plan_rules), so a plan that breaks a
+    rule is named before anything consumes it."""
     pair = {"yours": build(True), "engine": build(False)}
     k = cfg.get("num_speculative_tokens", 0)  # > 0: every running request verifies k drafts a step
     hasher = get_request_block_hasher(block_size)
@@ -254,15 +277,23 @@ def replay_workload(build: Callable[[bool], Scheduler], cfg: dict, ops: list, bl
     def one_step(why: str = "") -> None:
         seen = {}
         for who, s in pair.items():
-            so = (
-                s.schedule()
-                if who == "engine"
-                else within(
-                    2,
-                    functools.partial(story.call, f"step {steps[0]}{why}: schedule()", s.schedule),
-                    f"schedule() at step {steps[0]}",
-                )
-            )
+            if who == "engine":
+                so = s.schedule()
+            else:
+                try:
+                    so = within(
+                        2,
+                        functools.partial(
+                            story.call,
+                            f"step {steps[0]}{why}: schedule()",
+                            functools.partial(checked_schedule, s) if plan_rules else s.schedule,
+                            expected=(PlanError,),
+                        ),
+                        f"schedule() at step {steps[0]}",
+                    )
+                except PlanError as error:  # the plan broke a rule as it was handed over: say which, before use
+                    story.add(f"step {steps[0]}{why}: your schedule() plans {short(error.plan)}")
+                    raise story.fail(f"step {steps[0]}{why}: {error}") from None
             # A request past its prompt gets a token, after the drafts its scheduled tokens cover (the verified
             # ones and one more); a prompt chunk short of the end gets none.
             spec, reqs = so.scheduled_spec_decode_tokens, s.requests

@@ -1,6 +1,7 @@
 """Grade a chapter: run its graded tests against your code and print a scorecard.
 
     make grade CH=04                          # from the shell
+    make grade CH=04 FIRST=1                  # stop at the first task that fails
     make grade CH=all                         # the whole course, one scorecard
     from nanocourse.grading import grade
     grade("04")                               # from a notebook cell
@@ -17,9 +18,12 @@ import argparse
 import json
 import os
 import runpy
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import takewhile
 from pathlib import Path
@@ -103,9 +107,10 @@ def seeded_bugs(module: str) -> list[tuple[str, str, str, str]]:
     return runpy.run_path(str(BUGS / f"{module}.py"))["BUGS"]
 
 
-def grade(chapter: str, impl: str = "exercises") -> Scorecard:
+def grade(chapter: str, impl: str = "exercises", first: bool = False) -> Scorecard:
     """Run chapter `chapter`'s graded tests against `impl`, in one process however many chapters: "04", "02,04",
-    or "all"; the result displays as a scorecard."""
+    or "all"; the result displays as a scorecard. first: stop at the first task that fails (pytest -x); the tasks
+    after it show as not run."""
     if impl not in IMPLS and not Path(impl).is_dir():
         raise ValueError(f"impl must be one of {IMPLS} or a folder of chapter modules, got {impl!r}")
     with tempfile.TemporaryDirectory() as tmp:
@@ -121,6 +126,7 @@ def grade(chapter: str, impl: str = "exercises") -> Scorecard:
             "-p",
             "nanocourse.grading",
             f"--grade-report={report}",
+            *(["-x"] if first else []),
         ]
         # No installed plugin: no graded test needs one, and loading them (nbval's nbformat and jsonschema,
         # hypothesis's, xdist's, anyio's) took 7 of a grade's 11 s.
@@ -132,6 +138,50 @@ def grade(chapter: str, impl: str = "exercises") -> Scorecard:
             raise RuntimeError(f"the graded tests did not run:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
         data = json.loads(report.read_text())
         return Scorecard(chapter, impl, [TaskResult(**r) for r in data["results"]], data["skipped"])
+
+
+# ---- the time limit of a task ---------------------------------------------------------------------
+# A graded task that runs longer than this fails with a message naming it (a loop that never ends, or a
+# mistake that makes a random grader crawl), and the chapter's other tasks still run. The slowest task on
+# the worked solutions takes well under a minute here; NANOENGINE_TASK_LIMIT (seconds) sets another limit.
+TASK_LIMIT_S = 240.0
+
+
+class TaskTimeLimit(BaseException):  # not an Exception: no `except Exception` in graded code swallows it
+    """A graded task ran past its time limit."""
+
+
+def task_limit() -> float:
+    return float(os.environ.get("NANOENGINE_TASK_LIMIT", TASK_LIMIT_S))
+
+
+@contextmanager
+def time_limit(task: str, seconds: float):
+    """Run the body, stopping it with TaskTimeLimit (naming `task` and the limit) after `seconds` of wall time.
+
+    A watchdog thread signals the main thread (SIGUSR1), whose handler raises: SIGALRM stays free for the
+    graders' own per-call limits (nanocourse.differential.within). Where there is no SIGUSR1 (Windows), or off
+    the main thread, the body runs unguarded."""
+    if not hasattr(signal, "SIGUSR1") or threading.current_thread() is not threading.main_thread() or seconds <= 0:
+        yield
+        return
+
+    def stop(*_):
+        raise TaskTimeLimit(
+            f"task {task} ran past its time limit of {seconds:g} s, so its grading was stopped: does a loop never "
+            f"end, or does your code do far more work than the task needs?"
+        )
+
+    main = threading.main_thread().ident
+    timer = threading.Timer(seconds, lambda: signal.pthread_kill(main, signal.SIGUSR1))
+    timer.daemon = True
+    previous = signal.signal(signal.SIGUSR1, stop)
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGUSR1, previous)
 
 
 # ---- the pytest plugin side -------------------------------------------------------------------
@@ -161,6 +211,17 @@ def pytest_collection_modifyitems(config, items):
             config._graded[item.nodeid] = TaskResult(
                 *marker.args, passed=False, message="did not run", variant=variant or ""
             )
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    """Each graded task runs under its time limit."""
+    marker = item.get_closest_marker("task")
+    if marker is None:
+        yield
+        return
+    with time_limit(marker.args[0], task_limit()):
+        yield
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -218,6 +279,7 @@ _CONFIG = None
 def _short(report) -> str:
     crash = getattr(report.longrepr, "reprcrash", None)
     text = crash.message if crash is not None else str(report.longrepr)
+    text = text.removeprefix(f"{__name__}.")  # TaskTimeLimit: ..., not its module's path
     if "NotImplementedError" in text:
         return "not implemented yet (the stub still raises NotImplementedError)"
     lines = text.strip().splitlines() or ["failed"]
@@ -228,7 +290,9 @@ def _short(report) -> str:
     # hypothesis's own report of the failing example follows it in the code's terms.
     kept = list(
         takewhile(
-            lambda line: not line.startswith(("assert ", "Falsifying example", "Failing test case")),
+            lambda line: (
+                not line.startswith(("assert ", "Falsifying example", "Failing test case", "Failing explicit example"))
+            ),
             lines[1:MAX_MESSAGE_LINES],
         )
     )
@@ -251,8 +315,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("chapter", help='a chapter ("04") or "all"')
     parser.add_argument("impl", nargs="?", default="exercises", help="exercises, solutions, nanoengine or a folder")
     parser.add_argument("--strict", action="store_true", help="exit 1 when any task fails")
+    parser.add_argument("--first", action="store_true", help="stop at the first task that fails")
     args = parser.parse_args(argv)
-    card = grade(args.chapter, args.impl)
+    card = grade(args.chapter, args.impl, first=args.first)
     print(card)
     return 1 if args.strict and not all(r.passed for r in card) else 0
 

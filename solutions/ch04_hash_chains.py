@@ -14,7 +14,7 @@ def hash_block_tokens(
     parent_block_hash: bytes | None, token_ids: Sequence[int], extra_keys: tuple | None = None
 ) -> bytes:
     """Task 04.1: the hash of one block, chained to its parent."""
-    data = parent_block_hash or ROOT_HASH
+    data = ROOT_HASH if parent_block_hash is None else parent_block_hash  # None, and only None, is the root
     # The count first: tokens then can never run into the extra-key bytes that follow.
     data += struct.pack(f"<I{len(token_ids)}I", len(token_ids), *token_ids)
     # Each key by its length, then its bytes: a separator could occur inside a key (("a\x00b",) against ("a", "b")).
@@ -37,7 +37,7 @@ def hash_request_blocks(token_ids: Sequence[int], block_size: int, cache_salt: s
 def num_cached_tokens(block_hashes: Sequence[bytes], cached: set[bytes], num_tokens: int, block_size: int) -> int:
     """Task 04.3: how many prompt tokens a prefix-cache lookup can skip."""
     hits = 0
-    for block_hash in block_hashes[: (num_tokens - 1) // block_size]:
+    for block_hash in block_hashes[: max(num_tokens - 1, 0) // block_size]:  # never the last token
         if block_hash not in cached:
             break
         hits += 1

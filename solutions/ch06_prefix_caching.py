@@ -149,6 +149,6 @@ class KVCacheManager(EngineKVCacheManager):
 def eviction_order(pool: EngineBlockPool, num_blocks: int) -> list[int]:
     """Task 06.4: the cached blocks get_new_blocks(num_blocks) would evict, in order."""
     free = pool.free_block_queue.get_all_free_blocks()
-    if num_blocks > len(free):
+    if not 0 <= num_blocks <= len(free):  # as get_new_blocks: a negative count is no count
         raise ValueError(f"only {len(free)} blocks are free, {num_blocks} asked")
     return [block.block_id for block in free[:num_blocks] if block.block_hash is not None]

@@ -46,7 +46,9 @@ class Scheduler(EngineScheduler):
                 chunk_size(request.num_tokens_with_spec - request.num_computed_tokens, budget, threshold),
                 self.config.max_model_len - request.num_computed_tokens - 1,
             )
-            blocks = kv.allocate_slots(request, n)
+            # Slots past them for a draft model's own KV (num_lookahead_tokens), none at max_model_len or past it.
+            lookahead = self.lookahead(request, n)
+            blocks = kv.allocate_slots(request, n, num_lookahead_tokens=lookahead)
             while blocks is None:
                 if len(self.running) == 1:
                     self.finish_length_capped(request)  # it alone has outgrown the whole pool
@@ -60,7 +62,7 @@ class Scheduler(EngineScheduler):
                 preempted.append(victim)
                 if victim is request:
                     break
-                blocks = kv.allocate_slots(request, n)
+                blocks = kv.allocate_slots(request, n, num_lookahead_tokens=lookahead)
             if blocks is None:
                 if self.policy is SchedulingPolicy.PRIORITY and request.status is RequestStatus.PREEMPTED:
                     continue  # it preempted itself: the higher-ranked requests after it may still fit
@@ -77,7 +79,11 @@ class Scheduler(EngineScheduler):
             hits, num_hit_tokens = kv.get_computed_blocks(request, record_stats=False)
             n = chunk_size(request.num_tokens - num_hit_tokens, budget, threshold)
             # The gate: the first chunk only if the whole sequence fits now, or it would thrash mid-prefill.
-            if kv.allocate_slots(request, n, num_hit_tokens, hits, full_sequence_must_fit=True) is None:
+            reserve = self.lookahead(request, n, num_hit_tokens)
+            granted = kv.allocate_slots(
+                request, n, num_hit_tokens, hits, num_lookahead_tokens=reserve, full_sequence_must_fit=True
+            )
+            if granted is None:
                 break
             new_reqs.append(self.admit(request, num_hit_tokens))
             num_scheduled[request.request_id] = n

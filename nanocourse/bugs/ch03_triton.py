@@ -25,6 +25,24 @@ BUGS = [
         "        mask = h < HEADS_PAD\n",
     ),
     (
+        "03.1c",
+        "the slot narrowed to int32: a block 2**32 elements in wraps",
+        "slot = tl.load(slot_ptr + token).to(tl.int64)",
+        "slot = tl.load(slot_ptr + token).to(tl.int32)",
+    ),
+    (
+        "03.1c",
+        "a store that ignores padding: slot -1 writes the row before the cache",
+        "    if slot >= 0:\n",
+        "    if slot >= -1:\n",
+    ),
+    (
+        "03.1c",
+        "the first slot taken for padding",
+        "    if slot >= 0:\n",
+        "    if slot > 0:\n",
+    ),
+    (
         "03.2",
         "repeat instead of repeat_interleave for the GQA groups",
         "keys = k_cache[blocks].flatten(0, 1)[:seq_len].repeat_interleave(group, dim=1)",
@@ -87,6 +105,18 @@ BUGS = [
         "the block table row of request 0 for everyone",
         "        block = tl.load(table_ptr + seq * s_bt + start // BLOCK_SIZE).to(tl.int64)",
         "        block = tl.load(table_ptr + start // BLOCK_SIZE).to(tl.int64)",
+    ),
+    (
+        "03.4",
+        "an online softmax that does not rescale when the maximum moves",
+        "        alpha = tl.exp(m_i - m_new)\n",
+        "        alpha = 1.0\n",
+    ),
+    (
+        "03.4",
+        "no running maximum subtracted: exp of a large score overflows",
+        "m_new = tl.maximum(m_i, tl.max(s, 0))",
+        "m_new = tl.maximum(m_i, 0.0)",
     ),
     ("03.4b", "an empty context divides 0 by 0", "    out = acc / tl.where(l_i > 0, l_i, 1.0)", "    out = acc / l_i"),
     (

@@ -79,6 +79,12 @@ BUGS = [
     ),
     (
         "06.2",
+        "unhashed blocks queued at the head in reverse order",
+        "self.free_block_queue.prepend_n([block for block in freed if block.block_hash is None])",
+        "self.free_block_queue.prepend_n([block for block in freed if block.block_hash is None][::-1])",
+    ),
+    (
+        "06.2",
         "hashed blocks to the head",
         "self.free_block_queue.append_n([block for block in freed if block.block_hash is not None])",
         "self.free_block_queue.prepend_n([block for block in freed if block.block_hash is not None])",
@@ -230,6 +236,12 @@ BUGS = [
         "eviction from the tail",
         "return [block.block_id for block in free[:num_blocks] if block.block_hash is not None]",
         "return [block.block_id for block in free[::-1][:num_blocks] if block.block_hash is not None]",
+    ),
+    (
+        "06.4",
+        "a negative count is taken as a count: eviction_order(pool, -1) returns a list",
+        "if not 0 <= num_blocks <= len(free):",
+        "if num_blocks > len(free):",
     ),
     # 06.4b: get_new_blocks
     (

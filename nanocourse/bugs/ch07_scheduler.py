@@ -94,8 +94,8 @@ BUGS = [
     (
         "07.6",
         "the gate checks only the first chunk",
-        "kv.allocate_slots(request, n, num_hit_tokens, hits, full_sequence_must_fit=True)",
-        "kv.allocate_slots(request, n, num_hit_tokens, hits)",
+        "num_lookahead_tokens=reserve, full_sequence_must_fit=True",
+        "num_lookahead_tokens=reserve",
     ),
     ("07.6", "max_num_seqs ignored", " and len(self.running) < self.config.max_num_seqs:", ":"),
     # 07.8, the differential grader: each makes one change that no hand-worked task above catches.
@@ -135,6 +135,60 @@ BUGS = [
         "a running request's drafts are not scheduled (num_tokens, not num_tokens_with_spec)",
         "chunk_size(request.num_tokens_with_spec - request.num_computed_tokens, budget, threshold)",
         "chunk_size(request.num_tokens - request.num_computed_tokens, budget, threshold)",
+    ),
+    (
+        "07.8",
+        "no max_model_len cap on a running request's drafts",
+        "                self.config.max_model_len - request.num_computed_tokens - 1,\n",
+        "                1 << 30,\n",
+    ),
+    (
+        "07.8",
+        "the max_model_len cap off by one: a draft may sit at position max_model_len - 1",
+        "self.config.max_model_len - request.num_computed_tokens - 1,",
+        "self.config.max_model_len - request.num_computed_tokens,",
+    ),
+    (
+        "07.8",
+        "the max_model_len cap measured from num_tokens, not num_computed_tokens",
+        "self.config.max_model_len - request.num_computed_tokens - 1,",
+        "self.config.max_model_len - request.num_tokens - 1,",
+    ),
+    (
+        "07.8",
+        "a newcomer's first chunk ignores its prefix-cache hit",
+        "n = chunk_size(request.num_tokens - num_hit_tokens, budget, threshold)",
+        "n = chunk_size(request.num_tokens, budget, threshold)",
+    ),
+    (
+        "07.8",
+        "admit() given the chunk size, not the cache hit",
+        "new_reqs.append(self.admit(request, num_hit_tokens))",
+        "new_reqs.append(self.admit(request, n))",
+    ),
+    (
+        "07.8",
+        "no lookahead slots for a newcomer",
+        "num_lookahead_tokens=reserve, full_sequence_must_fit=True",
+        "full_sequence_must_fit=True",
+    ),
+    (
+        "07.9",
+        "no lookahead slots reserved",
+        "            lookahead = self.lookahead(request, n)\n",
+        "            lookahead = 0\n",
+    ),
+    (
+        "07.9",
+        "the lookahead slots are not cut at max_model_len",
+        "reserve = self.lookahead(request, n, num_hit_tokens)",
+        "reserve = self.config.num_lookahead_tokens",
+    ),
+    (
+        "07.9",
+        "no lookahead slots at admission",
+        "num_lookahead_tokens=reserve, full_sequence_must_fit=True",
+        "full_sequence_must_fit=True",
     ),
     (
         "07.7",

@@ -143,6 +143,99 @@ def test_store_padding_and_three_heads(impl):
     _check_store(impl, k, v, buffers, slots)
 
 
+# ---- 03.1c: the store kernel, as widely as the others: random batches and a block 2**32 elements in -------------
+
+
+@st.composite
+def _store_batches(draw):
+    """(num_kv_heads, head_dim, block_size, num_blocks, slots, seed): distinct real slots, the first (0) and the
+    last of the cache among them often, and padding (-1) anywhere."""
+    num_kv_heads = draw(st.integers(1, 3))
+    head_dim = draw(st.sampled_from([16, 32]))
+    block_size = draw(st.sampled_from([8, 16]))
+    num_blocks = draw(st.integers(1, 4))
+    last = num_blocks * block_size - 1
+    real = draw(
+        st.lists(st.one_of(st.just(0), st.just(last), st.integers(0, last)), min_size=1, max_size=6, unique=True)
+    )
+    padded = draw(st.lists(st.sampled_from([0, len(real)]), max_size=2))
+    slots = list(real)
+    for where in padded:
+        slots.insert(where, -1)
+    return num_kv_heads, head_dim, block_size, num_blocks, slots, draw(st.integers(0, 999))
+
+
+def _far_store(impl):
+    """Two tokens stored at slot 3 of block `far` (2**32 elements past the cache's start, give or take a block) and
+    at slot 1 of block 3, into the 4-block probe cache (k_cache and v_cache alike, so v = k)."""
+    cache, _ = _far_case(1)
+    gen = torch.Generator().manual_seed(9)
+    k = torch.randn(2, FAR_SHAPE[1], FAR_SHAPE[2], generator=gen).to(DEVICE)
+    expected = cache.clone()
+    expected[2, 3], expected[3, 1] = k[0], k[1]
+    with _far_block(cache) as (far, pool, strays):
+        slots = torch.tensor([far * FAR_SHAPE[0] + 3, 3 * FAR_SHAPE[0] + 1], dtype=torch.int64, device=DEVICE)
+        impl.store_kvcache(k, k, pool, pool, slots)
+        got = pool.clone() if DEVICE == "cpu" else torch.stack([pool[0], pool[1], pool[far], pool[3]])
+    case = f"store_kvcache with slot_mapping [{far * FAR_SHAPE[0] + 3}, {3 * FAR_SHAPE[0] + 1}] (block {far}, then block 3)"
+    offset = (far * FAR_SHAPE[0] + 3) * FAR_SHAPE[1] * FAR_SHAPE[2]
+    assert not sum(strays), (
+        f"write the caches in place: {case} touched unmapped memory in {sum(strays)} store lanes (the grader "
+        f"reroutes block {far} of the cache it passed, not of a copy)"
+    )
+    wrapped = not torch.equal(got[1].nan_to_num(7.0), expected[1].nan_to_num(7.0))
+    assert not wrapped, (
+        f"{case}: slot {far * FAR_SHAPE[0] + 3} starts at element {offset:,}, which an int32 product wraps to "
+        f"{offset % 2**32}, in block 1: widen the slot to int64 before it multiplies a stride"
+    )
+    torch.testing.assert_close(
+        got.nan_to_num(7.0), expected.nan_to_num(7.0), atol=0, rtol=0, msg=lambda m: f"{case}: the cache differs: {m}"
+    )
+
+
+@pytest.mark.task(
+    "03.1c", "store_kvcache: random batches with padding and the first slot, and a block 2**32 elements in"
+)
+@settings(
+    max_examples=12,
+    deadline=None,
+    database=None,
+    derandomize=True,
+    report_multiple_bugs=False,
+    suppress_health_check=list(HealthCheck),
+)
+@given(batch=_store_batches())
+def test_store_random(impl, batch):
+    """Random heads, head sizes, block sizes and slots (the first and the last included, padding anywhere), k and v
+    views of a wider tensor, caches between guard blocks: the caches must equal TorchBackend.store_kvcache's. Then
+    a slot whose element offset is past 2**32."""
+    num_kv_heads, head_dim, block_size, num_blocks, slots, seed = batch
+    gen = torch.Generator().manual_seed(seed)
+    kv = torch.randn(len(slots), 2 * num_kv_heads, head_dim, generator=gen).to(DEVICE)
+    buffers = [torch.randn(num_blocks + 2, block_size, num_kv_heads, head_dim, generator=gen).to(DEVICE) for _ in "kv"]
+    slot_mapping = torch.tensor(slots, dtype=torch.int64, device=DEVICE)
+    k, v = kv[:, :num_kv_heads], kv[:, num_kv_heads:]
+    k_cache, v_cache = (buf[1:-1] for buf in buffers)
+    expected = [buf.clone() for buf in buffers]
+    TorchBackend().store_kvcache(k, v, expected[0][1:-1], expected[1][1:-1], slot_mapping)
+    impl.store_kvcache(k, v, k_cache, v_cache, slot_mapping)
+    what = (
+        f"store_kvcache of {len(slots)} tokens at slots {slots} into caches of {num_blocks} blocks of {block_size} "
+        f"tokens, {num_kv_heads} KV heads of {head_dim}"
+    )
+    for name, buf, want in zip("kv", buffers, expected):
+        assert torch.equal(buf[[0, -1]], want[[0, -1]]), (
+            f"{what}: {name} was written outside the cache, in a guard block (is a slot of -1 written, or a slot "
+            f"past the cache?)"
+        )
+        changed = sorted({int(i) for i in (buf[1:-1] != want[1:-1]).flatten(1).any(1).nonzero().flatten()})
+        assert not changed, (
+            f"{what}: {name}_cache differs from TorchBackend.store_kvcache's in blocks {changed} (each real slot's "
+            f"rows, and nothing else)"
+        )
+    _far_store(impl)
+
+
 @pytest.mark.task("03.2", "paged_decode_reference: one request, partial last block, GQA group of 3")
 def test_decode_reference(impl):
     b = _on_device(random_paged_batch([19, 1, 16, 33], num_kv_heads=2, group=3, block_size=8, seed=2))
@@ -209,6 +302,33 @@ def test_decode_kernel(impl):
         assert out is not None and out.shape == b.q.shape, "return the [B, Hq, D] output"
         assert not out.isnan().any(), f"{kw}: NaN, so a masked or unowned slot was read"
         torch.testing.assert_close(out, _decode_reference(b), atol=TOL, rtol=TOL, msg=_prefixed(f"{kw}"))
+    b = _moving_max_batch()
+    out = impl.paged_decode(b.q, b.k_cache, b.v_cache, b.block_tables, b.seq_lens, b.scale)
+    what = (
+        "one 40-token request whose keys are scaled by [1, 40, 0.5, 120, 3] block by block, so the online "
+        "softmax's running maximum moves a long way between blocks"
+    )
+    assert out is not None and not out.isnan().any() and not out.isinf().any(), (
+        f"{what}: the output holds NaN or inf: exp of a raw score overflows; subtract the running maximum"
+    )
+    torch.testing.assert_close(
+        out,
+        _decode_reference(b),
+        atol=TOL,
+        rtol=TOL,
+        msg=lambda m: f"{what}: rescale the sum and the accumulator whenever the maximum moves: {m}",
+    )
+
+
+def _moving_max_batch():
+    """One request of 40 tokens whose scores jump between blocks of 8: each block's keys are scaled by
+    [1, 40, 0.5, 120, 3], so the running maximum of the online softmax moves by a hundred and more, and
+    exp(score) alone overflows fp32."""
+    b = random_paged_batch([40], num_kv_heads=1, group=2, block_size=8, head_dim=16, seed=11)
+    owned = torch.from_numpy(b.owned_slots(0))
+    for j, factor in enumerate([1.0, 40.0, 0.5, 120.0, 3.0]):
+        b.k_cache.view(-1, 1, 16)[owned[8 * j : 8 * (j + 1)]] *= factor
+    return _on_device(b)
 
 
 @pytest.mark.task("03.4b", "paged_decode gives zeros, not NaN, for a request with no context")

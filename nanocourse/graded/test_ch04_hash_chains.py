@@ -1,5 +1,10 @@
 """Chapter 04 graded tasks: hash chains. Run with `make grade CH=04`."""
 
+import os
+import subprocess
+import sys
+import types
+
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -24,6 +29,8 @@ def _engine_num_cached(block_hashes, cached, num_tokens, block_size):
 
     from nanoengine.core import KVCacheManager
 
+    if num_tokens < 1:  # no request is empty: the engine's lookup never meets one (the contract's answer is 0)
+        return 0
     kv = KVCacheManager(block_size, len(cached) + 1)
     for block, h in zip(kv.block_pool.get_new_blocks(len(cached)), sorted(cached)):
         block.block_hash = h
@@ -43,6 +50,40 @@ NANOENGINE = {
 A, B = list(range(16)), list(range(100, 116))
 
 
+_IN_A_PROCESS = """
+import importlib, importlib.util, sys
+name, path = sys.argv[1], sys.argv[2]
+if importlib.util.find_spec(name.split(".")[0]) is None or name.startswith("graded_"):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+else:
+    module = importlib.import_module(name)
+h = module.hash_block_tokens(None, [1, 2, 3, 4], ("tenant-1", "lora-a"))
+print(h.hex() if isinstance(h, bytes) else repr(h))
+"""
+
+
+def _shown(h) -> str:
+    return h.hex() if isinstance(h, bytes) else repr(h)
+
+
+def _hash_in_a_process(impl, seed: str) -> str:
+    """hash_block_tokens(None, [1, 2, 3, 4], ('tenant-1', 'lora-a')) of impl's module, in a fresh Python with this
+    PYTHONHASHSEED."""
+    module = impl if isinstance(impl, types.ModuleType) else sys.modules[impl.hash_block_tokens.__module__]
+    env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    proc = subprocess.run(
+        [sys.executable, "-c", _IN_A_PROCESS, module.__name__, module.__file__],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return proc.stdout.strip() or f"(it raised: {proc.stderr.strip().splitlines()[-1:]})"
+
+
 @pytest.mark.task("04.1", "hash_block_tokens is deterministic, content-addressed and 16 bytes")
 def test_hash_is_content_addressed(impl):
     h = impl.hash_block_tokens(None, A)
@@ -51,6 +92,26 @@ def test_hash_is_content_addressed(impl):
         f"({type(h).__name__}{f', length {len(h)}' if isinstance(h, (bytes, str)) else ''})"
     )
     assert impl.hash_block_tokens(None, list(A)) == h, "same content must give the same hash"
+    got = impl.hash_block_tokens(None, tuple(A))
+    assert got == h, (
+        f"hash_block_tokens(None, tuple(ids)) must equal hash_block_tokens(None, list(ids)): the ids' content counts, "
+        f"not the sequence's type (an encoding through repr or str tells a list from a tuple); got {got!r:.60} and "
+        f"{h!r:.60}"
+    )
+    root = impl.hash_block_tokens(impl.ROOT_HASH, [1, 2, 3, 4])
+    assert impl.hash_block_tokens(None, [1, 2, 3, 4]) == root, (
+        f"None means the first block, whose parent is ROOT_HASH: hash_block_tokens(None, [1, 2, 3, 4]) must equal "
+        f"hash_block_tokens(ROOT_HASH, [1, 2, 3, 4]); got {impl.hash_block_tokens(None, [1, 2, 3, 4])!r:.60} and "
+        f"{root!r:.60}"
+    )
+    keyed = impl.hash_block_tokens(None, [1, 2, 3, 4], ("tenant-1", "lora-a"))
+    in_processes = {seed: _hash_in_a_process(impl, seed) for seed in ("1", "2")}
+    assert set(in_processes.values()) == {_shown(keyed)}, (
+        f"hash_block_tokens(None, [1, 2, 3, 4], ('tenant-1', 'lora-a')) must be the same in any process: here "
+        f"{_shown(keyed)}, in a process with PYTHONHASHSEED=1 {in_processes['1']}, with PYTHONHASHSEED=2 "
+        f"{in_processes['2']} (Python's hash() of a str changes from process to process: encode the keys' bytes)"
+    )
+
     assert impl.hash_block_tokens(None, B) != h, "different tokens must give different hashes"
     assert impl.hash_block_tokens(None, A[::-1]) != h, "token order must matter"
 
@@ -94,6 +155,15 @@ def test_salt(impl):
     assert salted == impl.hash_request_blocks(tokens, 16, cache_salt="alice"), (
         "hashing the same 48 tokens with the same cache_salt='alice' twice must give the same hashes"
     )
+    hs = impl.hash_request_blocks(list(range(10)), 4, cache_salt="alice")
+    first = impl.hash_block_tokens(None, [0, 1, 2, 3], ("alice",))
+    second = impl.hash_block_tokens(first, [4, 5, 6, 7])
+    assert hs == [first, second], (
+        "hash_request_blocks(list(range(10)), 4, cache_salt='alice') must be [hash_block_tokens(None, [0, 1, 2, 3], "
+        "('alice',)), hash_block_tokens(that, [4, 5, 6, 7])]: the salt is an extra key of the first block only, and "
+        f"the chain carries it on; yours matches {['no', 'the first'][len(hs) > 0 and hs[0] == first]} block"
+        + (", not the second (no key on block 1)" if len(hs) > 1 and hs[0] == first else "")
+    )
     assert salted[0] != impl.hash_request_blocks(tokens, 16, cache_salt="bob")[0], (
         "cache_salt 'alice' and 'bob' must give different first-block hashes: the salt is an extra key of block 0"
     )
@@ -112,6 +182,11 @@ def test_lookup(impl):
     assert impl.num_cached_tokens(hashes, set(hashes), 64, 16) == 48, "a block-aligned prompt recomputes its last block"
     got = impl.num_cached_tokens(hashes, set(), 70, 16)
     assert got == 0, f"num_cached_tokens(4 hashes, nothing cached, 70, 16) must be 0: block 0 misses; got {got}"
+    got = impl.num_cached_tokens(hashes, set(hashes), 0, 16)
+    assert got == 0, (
+        f"num_cached_tokens(4 hashes all cached, num_tokens=0, 16) must be 0: the hit is capped at num_tokens - 1 "
+        f"tokens and never negative; got {got}"
+    )
 
 
 @pytest.mark.task("04.4", "your hash_block_tokens runs the real engine's prefix cache")

@@ -383,6 +383,17 @@ def test_free_blocks_order(impl):
         f"block {old_block.block_id}, freed earlier, must stay ahead of A's blocks; got a free queue {queue}"
     )
     assert pool.get_cached_block(a.block_hashes[0]) is table[0], "freeing keeps the hashes (lazy eviction)"
+    # Unhashed blocks go to the head in the order given, so the first given is reused first.
+    pool = BlockPool(8, True)
+    taken = pool.get_new_blocks(3)
+    given = [taken[1], taken[0], taken[2]]
+    mine(impl, pool, "free_blocks", list(given))
+    queue = free_queue_ids(pool)
+    assert queue[:3] == [b.block_id for b in given], (
+        f"free_blocks({id_text(given)}), none of them hashed, on a pool whose free queue was {queue[3:]}: unhashed "
+        f"blocks go to the head in the order given, so the queue must start {[b.block_id for b in given]}; got "
+        f"{queue}"
+    )
 
 
 @pytest.mark.task(
@@ -748,6 +759,10 @@ def test_eviction_order(impl):
         f"only {pool.get_num_free_blocks()} blocks are free",
     ):
         impl.eviction_order(pool, 5)
+    with must_raise(
+        ValueError, "eviction_order(pool, -1) must raise ValueError, as get_new_blocks(-1) does: no count is negative"
+    ):
+        impl.eviction_order(pool, -1)
 
 
 @pytest.mark.task("06.4b", "get_new_blocks hands out the head of the queue and evicts cached blocks lazily")

@@ -6,10 +6,18 @@ The last task runs the whole engine on your scheduler with a pool small enough t
 """
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from nanocourse.differential import per_group, replay_workload, scheduler_config, scheduler_workloads, within
+from nanocourse.differential import (
+    capped_workloads,
+    per_group,
+    replay_workload,
+    scheduler_config,
+    scheduler_workloads,
+    within,
+)
+from nanocourse.plan_rules import checked_schedule
 from nanocourse.policies import longest_common_prefix
 from nanoengine.core import KVCacheManager
 from nanoengine.core.sched.scheduler import Scheduler, SchedulerConfig
@@ -61,8 +69,8 @@ def make(impl, num_blocks=64, budget=64, policy="fcfs", caching=False, **cfg):
 
 def step(s):
     """One engine step without a model: schedule, then sample token 1 for every request whose
-    prompt (or decode) is complete. Returns the SchedulerOutput."""
-    so = s.schedule()
+    prompt (or decode) is complete. Returns the SchedulerOutput, checked as schedule() hands it over."""
+    so = checked_schedule(s)
     done = {r: [1] for r in so.num_scheduled_tokens if s.requests[r].num_computed_tokens == s.requests[r].num_tokens}
     s.update_from_output(so, ModelRunnerOutput(done))
     return so
@@ -246,7 +254,10 @@ def test_preemption(impl):
         f"step 5 (FCFS, 6 usable blocks): expected a and b to decode 1 token each with nobody preempted (b's new "
         f"block is the pool's last free one), got {plans[5]}"
     )
-    assert plans[6] == ([("a", 1)], ["b"]), "FCFS preempts the newest running request"
+    assert plans[6] == ([("a", 1)], ["b"]), (
+        f"step 6 (FCFS, 6 usable blocks): a's position 12 needs a 4th block and none is free, so FCFS preempts the "
+        f"newest running request, b, and a decodes 1: expected (plan, preempted) ([('a', 1)], ['b']), got {plans[6]}"
+    )
     assert s.requests["b"].num_computed_tokens == 0 and s.kv_cache_manager.get_block_ids("b") == ([],), (
         f"after step 6 preempted b: preemption by recompute (self.preempt) frees all its blocks and resets its "
         f"num_computed_tokens to 0; got {s.requests['b'].num_computed_tokens} computed tokens and blocks "
@@ -259,7 +270,11 @@ def test_preemption(impl):
         f"step 4 (priority, 5 usable blocks): expected a and b to decode 1 token each in the blocks they hold, "
         f"nobody preempted, got {plans[4]}"
     )
-    assert plans[5] == ([("b", 1)], ["a"]), "the victim ran earlier in this step: it must leave the plan"
+    assert plans[5] == ([("b", 1)], ["a"]), (
+        f"step 5 (priority, 5 usable blocks): b's position 8 needs a block, none is free, and a (priority 1, planned "
+        f"earlier in this step) is the worst: a is preempted, leaves the plan and gives its token back; expected "
+        f"(plan, preempted) ([('b', 1)], ['a']), got {plans[5]}"
+    )
     # The requester itself is the victim: it stops, and the running loop goes on, as vLLM 0.33's does: the
     # requests after it rank higher and may fit in the blocks it freed.
     s, plans = _two_decoding(impl, "priority", 7)
@@ -319,6 +334,12 @@ def test_runs_the_engine(impl):
         2: [(list(range(200, 206)), params)],
     }
 
+    class Checked(impl.Scheduler):
+        """Yours, each plan checked as schedule() hands it over (nanocourse.plan_rules)."""
+
+        def schedule(self):
+            return checked_schedule(self, super().schedule)
+
     def run(scheduler_cls, num_blocks):
         llm = LLM(
             model,
@@ -329,7 +350,7 @@ def test_runs_the_engine(impl):
         )
         return record_run(llm.engine, load)
 
-    yours, engine, roomy = run(impl.Scheduler, 15), run(Scheduler, 15), run(Scheduler, 64)
+    yours, engine, roomy = run(Checked, 15), run(Scheduler, 15), run(Scheduler, 64)
     assert sum(len(r.preempted) for r in yours.records) >= 2, "a 14-block pool forces preemption"
     assert not any(r.preempted and r.admitted for r in yours.records), next(
         (
@@ -351,6 +372,29 @@ def test_runs_the_engine(impl):
 # ---- 07.8: your scheduler beside the engine's, over random workloads ---------------------------------------
 
 
+# The learner's drafts near max_model_len, told step by step: an 8-token prompt under max_model_len 14 with 3 drafts
+# a step, where step 2 may schedule 1 token and no more (positions 12 and 13 are off limits).
+_CAPPED_EXAMPLE = (
+    {
+        "num_blocks": 12,
+        "budget": 64,
+        "policy": "fcfs",
+        "caching": False,
+        "threshold": 0,
+        "max_num_seqs": 4,
+        "num_speculative_tokens": 3,
+        "max_model_len": 14,
+        "num_lookahead_tokens": 0,
+    },
+    [("add", 8, 0, 0, 20, False), ("step", 3)],
+)
+# Lookahead slots cut at max_model_len: 3 drafts and 4 lookahead slots a step under max_model_len 16.
+_LOOKAHEAD_EXAMPLE = (
+    {**_CAPPED_EXAMPLE[0], "budget": 8, "max_model_len": 16, "num_lookahead_tokens": 4, "max_num_seqs": 2},
+    [("add", 5, 0, 0, 20, False), ("add", 3, 1, 0, 20, False), ("step", 2)],
+)
+
+
 @pytest.mark.task("07.8", "under random workloads your scheduler plans every step as the engine's does")
 @settings(
     max_examples=1000,
@@ -360,11 +404,23 @@ def test_runs_the_engine(impl):
     report_multiple_bugs=False,
     suppress_health_check=list(HealthCheck),
 )
-@given(workload=scheduler_workloads(num_speculative_tokens=st.sampled_from([0, 0, 2])))
+@given(
+    workload=st.one_of(
+        scheduler_workloads(
+            num_speculative_tokens=st.sampled_from([0, 0, 2]), num_lookahead_tokens=st.sampled_from([0, 0, 0, 3])
+        ),
+        capped_workloads(
+            num_speculative_tokens=st.sampled_from([1, 2, 3]), num_lookahead_tokens=st.sampled_from([0, 2, 4])
+        ),
+    )
+)
+@example(workload=_CAPPED_EXAMPLE)
+@example(workload=_LOOKAHEAD_EXAMPLE)
 def test_matches_the_engine(impl, workload):
     """Both schedulers get the same requests on their own KVCacheManager; after each step every plan, block, queue
-    and counter must agree. At the end both run until every request has finished (at most 60 steps). In a third of
-    the workloads every running request carries 2 drafts a step (chapter 13): they are scheduled with its tokens."""
+    and counter must agree. At the end both run until every request has finished (at most 60 steps). Many workloads
+    give every running request drafts each step (chapter 13), reserve lookahead slots, or set a max_model_len small
+    enough to cut both. Every plan is also checked as your schedule() hands it over (nanocourse.plan_rules)."""
     cfg, ops = workload
 
     def build(yours: bool) -> Scheduler:
@@ -372,4 +428,36 @@ def test_matches_the_engine(impl, workload):
             scheduler_config(cfg), KVCacheManager(BS, cfg["num_blocks"], cfg["caching"])
         )
 
-    replay_workload(build, cfg, ops, BS, f"{cfg['num_blocks'] - 1} usable blocks of {BS} tokens")
+    replay_workload(build, cfg, ops, BS, f"{cfg['num_blocks'] - 1} usable blocks of {BS} tokens", plan_rules=True)
+
+
+@pytest.mark.task("07.9", "schedule: lookahead slots past the scheduled tokens, cut at max_model_len")
+def test_lookahead(impl):
+    s = make(impl, num_blocks=10, num_lookahead_tokens=4)
+    s.add_request(req("a", 4))
+    so = step(s)
+    got = per_group(so.scheduled_new_reqs[0].block_ids) if so.scheduled_new_reqs else None
+    assert got == ([1, 2],), (
+        f"num_lookahead_tokens=4, blocks of 4 tokens: a 4-token prompt is admitted with slots for its 4 tokens and 4 "
+        f"lookahead slots past them (a draft model's own KV), 8 slots, so blocks ([1, 2],); yours gave a {got}"
+    )
+    so = step(s)
+    got = _per_group(so.scheduled_cached_reqs.new_block_ids)
+    assert got == [([3],)], (
+        f"step 1 (num_lookahead_tokens=4): a decodes position 4, and its slots reach position 8 with the lookahead, "
+        f"a third block: expected new blocks [([3],)], got {got}"
+    )
+    s = make(impl, num_blocks=10, num_lookahead_tokens=5, max_model_len=7)
+    s.add_request(req("a", 4))
+    so = step(s)
+    got = per_group(so.scheduled_new_reqs[0].block_ids) if so.scheduled_new_reqs else None
+    assert got == ([1, 2],), (
+        f"num_lookahead_tokens=5, max_model_len=7: the lookahead stops at max_model_len, so a 4-token prompt gets "
+        f"slots for positions 0 to 6 (3 lookahead slots, not 5), 2 blocks: expected ([1, 2],), yours gave a {got}"
+    )
+    so = step(s)
+    got = _per_group(so.scheduled_cached_reqs.new_block_ids)
+    assert got == [([],)], (
+        f"step 1 (num_lookahead_tokens=5, max_model_len=7): a decodes position 4 and its lookahead stops at "
+        f"max_model_len, so its 2 blocks already hold every slot: expected no new block [([],)], got {got}"
+    )

@@ -289,5 +289,10 @@ def test_matches_the_engine(impl, workload):
         return Scheduler(scheduler_config(cfg), manager)
 
     replay_workload(
-        build, cfg, ops, BS, f"{num_blocks - 1} usable blocks of {BS} tokens shared by {len(groups)} groups"
+        build,
+        cfg,
+        ops,
+        BS,
+        f"{num_blocks - 1} usable blocks of {BS} tokens shared by {len(groups)} groups",
+        plan_rules=True,
     )

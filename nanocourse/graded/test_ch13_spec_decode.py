@@ -482,6 +482,7 @@ def replay(impl, task, workload):
         ops,
         BS,
         f"{cfg['num_blocks'] - 1} usable blocks of {BS} tokens; your {mine} with the engine's {ENGINE_PIECE[task]}",
+        plan_rules=True,
     )
 
 

@@ -181,3 +181,23 @@ def test_no_graded_assert_is_bare():
         if isinstance(node, ast.Assert) and node.msg is None
     ]
     assert bare == [], f"graded asserts without a message: {bare}"
+
+
+def test_a_task_that_never_ends_fails_by_its_time_limit_naming_it(tmp_path, monkeypatch):
+    """A loop that never ends fails its task with the task's id and the limit, and the grade goes on."""
+    source = (GRADED.parents[1] / "solutions" / "ch07_scheduler.py").read_text()
+    line = next(x for x in source.splitlines(keepends=True) if "return self.running.pop()" in x)
+    (tmp_path / "ch07_scheduler.py").write_text(source.replace(line, "        while True:\n            pass\n"))
+    monkeypatch.setenv("NANOENGINE_TASK_LIMIT", "3")
+    results = {r.task: r for r in grade("07", str(tmp_path))}
+    assert not results["07.4"].passed, results["07.4"]
+    assert results["07.4"].message.startswith("TaskTimeLimit: task 07.4 ran past its time limit of 3 s"), results[
+        "07.4"
+    ].message
+    assert results["07.1"].passed, "the other tasks still ran"
+
+
+def test_first_stops_at_the_first_failing_task():
+    card = grade("00", "exercises", first=True)
+    ran = [r for r in card if r.message != "did not run"]
+    assert len(ran) == 1 and not ran[0].passed and len(card) > 1, repr(card)
