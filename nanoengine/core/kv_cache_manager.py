@@ -196,7 +196,7 @@ class KVCacheManager:
     def prefix_cache_lookup_enabled(self, request: Request) -> bool:
         """Whether the request looks the prefix cache up at all (vLLM's method of the same name): not with
         caching off, nor for a request that skips reading it."""
-        return self.enable_caching and not getattr(request, "skip_reading_prefix_cache", False)
+        return self.enable_caching and not request.skip_reading_prefix_cache
 
     def record_prefix_cache_stats(self, request: Request, num_hit_tokens: int) -> None:
         """Count one admission's lookup; a request that made none (caching off, or it skips reading the

@@ -204,8 +204,14 @@ def get_request_block_hasher(
     root = make_none_hash(hash_fn) if none_hash is None else none_hash
     if hash_block is None:
 
-        def hash_block(parent, tokens, extra_keys):
-            return hash_block_tokens(parent, tokens, extra_keys, hash_fn)
+        def hash_block_with_fn(
+            parent_block_hash: BlockHash | None,
+            curr_block_token_ids: Sequence[int],
+            extra_keys: tuple[Any, ...] | None = None,
+        ) -> BlockHash:
+            return hash_block_tokens(parent_block_hash, curr_block_token_ids, extra_keys, hash_fn)
+
+        hash_block = hash_block_with_fn
 
     def request_block_hasher(request: HashableRequest) -> list[BlockHash]:
         start = len(request.block_hashes) * block_size
