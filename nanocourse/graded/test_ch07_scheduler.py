@@ -13,9 +13,9 @@ from nanocourse.differential import per_group, replay_workload, scheduler_config
 from nanocourse.policies import longest_common_prefix
 from nanoengine.core import KVCacheManager
 from nanoengine.core.sched.scheduler import Scheduler, SchedulerConfig
-from nanoengine.outputs import ModelRunnerOutput
 from nanoengine.request import Request
 from nanoengine.sampling_params import SamplingParams
+from nanoengine.worker.outputs import ModelRunnerOutput
 
 CHAPTER = "ch07_scheduler"
 BS = 4

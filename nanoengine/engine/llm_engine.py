@@ -27,7 +27,6 @@ from nanoengine.model.tokenizer import Tokenizer
 from nanoengine.outputs import (
     CompletionOutput,
     Logprob,
-    ModelRunnerOutput,
     PromptLogprobs,
     RequestMetrics,
     RequestOutput,
@@ -37,6 +36,7 @@ from nanoengine.parts import build_part
 from nanoengine.request import Request, RequestStatus
 from nanoengine.sampling_params import SamplingParams
 from nanoengine.spec_decode.ngram_proposer import NgramProposer
+from nanoengine.worker.outputs import ModelRunnerOutput
 from nanoengine.worker.worker import Worker
 
 if TYPE_CHECKING:

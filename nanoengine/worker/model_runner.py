@@ -22,13 +22,14 @@ from nanoengine.attention.paged import PagedKVCache
 from nanoengine.core.sched.output import SchedulerOutput
 from nanoengine.errors import InvalidRequestError
 from nanoengine.model import LlamaForCausalLM
-from nanoengine.outputs import Logprob, ModelRunnerOutput
+from nanoengine.outputs import Logprob
 from nanoengine.sample.rejection_sampler import rejection_sample
 from nanoengine.sample.sampler import compute_logprobs, make_generator, sample
 from nanoengine.sampling_params import SamplingParams
 from nanoengine.spec_decode.draft_model import Batch, DraftModelProposer, DraftRequest
 from nanoengine.worker.block_table import BlockTable, BlockTableInterface, MultiGroupBlockTable
 from nanoengine.worker.cuda_graphs import DecodeGraphs
+from nanoengine.worker.outputs import ModelRunnerOutput
 
 
 @dataclass(slots=True)

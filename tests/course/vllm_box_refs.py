@@ -903,7 +903,7 @@ R(
         ("vllm/vllm/v1/outputs.py", "    sampled_token_ids: list[list[int]]"),
         ("vllm/vllm/v1/outputs.py", "    # each request due to speculative/jump decoding."),
     ],
-    [("nanoengine/outputs.py", "    sampled_token_ids: dict[str, list[int]]")],
+    [("nanoengine/worker/outputs.py", "    sampled_token_ids: dict[str, list[int]]")],
 )
 R(
     "08",

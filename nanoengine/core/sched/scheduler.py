@@ -23,9 +23,9 @@ from nanoengine.core import BlockPool, BlockPoolInterface, KVCacheManagerInterfa
 from nanoengine.core.sched.output import CachedRequestData, NewRequestData, SchedulerOutput
 from nanoengine.core.sched.request_queue import RequestQueue, SchedulingPolicy, create_request_queue
 from nanoengine.kv_cache_interface import KVCacheConfig
-from nanoengine.outputs import ModelRunnerOutput
 from nanoengine.parts import build_part, check_pool_names_groups
 from nanoengine.request import Request, RequestStatus
+from nanoengine.worker.outputs import ModelRunnerOutput
 
 if TYPE_CHECKING:
     from nanoengine.config.engine import EngineConfig
