@@ -286,6 +286,7 @@ class BlockPool:
 
     def _evict_cached_block(self, block: KVCacheBlock) -> None:
         block_hash = block._block_hash
+        assert block_hash is not None, "only a cached block is evicted: every caller checks its hash first"
         self.cached_block_hash_to_block.pop(block_hash, block.block_id)
         block.reset_hash()
         if self.cached_token_ids is not None:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from nanoengine.kv_cache_interface import KVCacheGroupSpec
 
 from .block_pool import BlockPool, BlockPoolInterface
-from .kv_cache_coordinator import get_kv_cache_coordinator
+from .kv_cache_coordinator import BlocksPerGroup, get_kv_cache_coordinator
 from .kv_cache_utils import KVCacheBlock
 from .kv_events import KVCacheEvent
 from .single_type_kv_cache_manager import FullAttentionManager, SlidingWindowManager
@@ -246,7 +246,7 @@ class KVCacheManager:
             self.coordinator.cache_blocks(request, min(num_computed + num_new_tokens, request.num_tokens))
         return KVCacheBlocks(new_blocks)
 
-    def _fits(self, request_id: str, num_tokens: int, hits, num_computed: int) -> bool:
+    def _fits(self, request_id: str, num_tokens: int, hits: BlocksPerGroup, num_computed: int) -> bool:
         return (
             self.coordinator.get_num_blocks_to_allocate(request_id, num_tokens, hits, num_computed)
             <= self.block_pool.get_num_free_blocks()
