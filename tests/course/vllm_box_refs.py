@@ -762,7 +762,7 @@ R(
     [
         (
             "nanoengine/core/sched/scheduler.py",
-            "    def __init__(self, config: SchedulerConfig, kv_cache_manager: KVCacheManagerInterface):",
+            "    def __init__(self, config: SchedulerConfig, kv_cache_manager: KVCacheManagerInterface) -> None:",
         ),
         ("nanoengine/core/sched/scheduler.py", "    def schedule(self) -> SchedulerOutput:"),
     ],
@@ -1267,7 +1267,7 @@ R(
     [
         (
             "nanoengine/core/single_type_kv_cache_manager.py",
-            "    def find_longest_cache_hit(self, block_hashes, max_length, group_ids):",
+            '    ) -> tuple[list[KVCacheBlock], ...]:\n        """Walk from the right',
         ),
         ("nanoengine/core/single_type_kv_cache_manager.py", "        if self.use_eagle and hits[0]:", 2),
     ],
