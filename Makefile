@@ -58,10 +58,12 @@ lock:
 		--override build/torch-overrides.txt --find-links $(TORCH_CPU_FROM) --universal --python-version 3.11 \
 		--generate-hashes --custom-compile-command "make lock" --quiet -o $(LOCK)
 
-# The gates CI runs before the tests: ruff's lint rules and its formatting (pyproject.toml's [tool.ruff]).
+# The gates CI runs before the tests: ruff's lint rules and its formatting (pyproject.toml's [tool.ruff]), then
+# mypy over the engine's core and loop and the Protocol check (pyproject.toml's [tool.mypy]).
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 lab: setup
 	@echo "==> starting JupyterLab on notebooks/ (open the http://127.0.0.1:$(PORT)/lab?token=... URL printed below)"

@@ -33,9 +33,9 @@ from nanocourse.policies import (
 from nanoengine.core import BlockPool, KVCacheManager, get_request_block_hasher
 from nanoengine.core.sched.scheduler import Scheduler, SchedulerConfig
 from nanoengine.engine.llm_engine import LLMEngine
-from nanoengine.outputs import ModelRunnerOutput
 from nanoengine.request import Request
 from nanoengine.sampling_params import SamplingParams
+from nanoengine.worker.outputs import ModelRunnerOutput
 
 GREEDY_ONE = SamplingParams(temperature=0, max_tokens=1)
 BLOCK = 16

@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 from nanocourse.plan_rules import PlanError, checked_schedule
 from nanoengine.core import get_request_block_hasher
 from nanoengine.core.sched.scheduler import Scheduler, SchedulerConfig
-from nanoengine.outputs import ModelRunnerOutput
 from nanoengine.request import Request, RequestStatus
 from nanoengine.sampling_params import SamplingParams
+from nanoengine.worker.outputs import ModelRunnerOutput
 
 _short = reprlib.Repr()
 _short.maxlist = _short.maxtuple = _short.maxdict = 12

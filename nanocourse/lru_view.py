@@ -35,9 +35,9 @@ from nanoengine.core import (
 from nanoengine.core.kv_cache_manager import FULL_ATTENTION_GROUPS
 from nanoengine.core.sched.scheduler import Scheduler, SchedulerConfig
 from nanoengine.kv_cache_interface import KVCacheGroupSpec
-from nanoengine.outputs import ModelRunnerOutput
 from nanoengine.request import Request, RequestStatus
 from nanoengine.sampling_params import SamplingParams
+from nanoengine.worker.outputs import ModelRunnerOutput
 
 HASH_DIGITS = 6
 

@@ -6,7 +6,16 @@ import enum
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
+
+from nanoengine.sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    from nanoengine.core.kv_cache_utils import BlockHash
+
+# Hashes the request's full blocks that block_hashes does not cover yet and returns their hashes, in order
+# (kv_cache_utils.get_request_block_hasher builds one).
+BlockHasher = Callable[["Request"], list["BlockHash"]]
 
 
 class RequestStatus(enum.IntEnum):
@@ -38,10 +47,11 @@ class Request:
 
     request_id: str
     prompt_token_ids: list[int]
-    # How to sample and when to stop; the scheduler reads max_tokens and ignore_eos from it.
-    sampling_params: Any = None
+    # How to sample and when to stop; the scheduler reads max_tokens and ignore_eos from it. The default is
+    # SamplingParams(), as vLLM's LLM.generate defaults it.
+    sampling_params: SamplingParams = field(default_factory=SamplingParams)
     eos_token_id: int | None = None
-    block_hasher: Callable[[Request], list[Any]] | None = field(default=None, repr=False)
+    block_hasher: BlockHasher | None = field(default=None, repr=False)
     cache_salt: str | None = None
     lora_name: str | None = None
     priority: int = 0
@@ -52,7 +62,7 @@ class Request:
     num_cached_tokens: int = -1
     num_preemptions: int = 0
     output_token_ids: list[int] = field(default_factory=list, init=False)
-    block_hashes: list[Any] = field(default_factory=list, init=False, repr=False)
+    block_hashes: list[BlockHash] = field(default_factory=list, init=False, repr=False)
     spec_token_ids: list[int] = field(default_factory=list, init=False)
     _all_token_ids: list[int] = field(init=False, repr=False)
 
@@ -61,7 +71,7 @@ class Request:
         self._all_token_ids = self.prompt_token_ids.copy()
         self._hash_new_full_blocks()
 
-    def attach_block_hasher(self, block_hasher: Callable[[Request], list[Any]]) -> None:
+    def attach_block_hasher(self, block_hasher: BlockHasher) -> None:
         """Set the hasher after construction and rehash every full block."""
         self.block_hasher = block_hasher
         self.block_hashes = []
@@ -87,7 +97,7 @@ class Request:
     @property
     def skip_reading_prefix_cache(self) -> bool:
         """Prompt logprobs need every prompt position's logits, which a prefix-cache hit would skip."""
-        return getattr(self.sampling_params, "prompt_logprobs", None) is not None
+        return self.sampling_params.prompt_logprobs is not None
 
     @property
     def num_prompt_tokens(self) -> int:

@@ -27,6 +27,7 @@ VLLM_PATHS = {
     "kv_cache_interface.py": "vllm/v1/kv_cache_interface.py",
     "request.py": "vllm/v1/request.py",
     "worker/model_runner.py": "vllm/v1/worker/gpu_model_runner.py",
+    "worker/outputs.py": "vllm/v1/outputs.py",
     "worker/block_table.py": "vllm/v1/worker/block_table.py",
     "sample/sampler.py": "vllm/v1/sample/sampler.py",
     "sample/rejection_sampler.py": "vllm/v1/sample/rejection_sampler.py",

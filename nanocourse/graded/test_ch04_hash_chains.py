@@ -36,7 +36,11 @@ def _engine_num_cached(block_hashes, cached, num_tokens, block_size):
         block.block_hash = h
         kv.block_pool.cached_block_hash_to_block.insert(h, block)
     request = SimpleNamespace(
-        block_hashes=list(block_hashes), num_tokens=num_tokens, num_preemptions=0, all_token_ids=[0] * num_tokens
+        block_hashes=list(block_hashes),
+        num_tokens=num_tokens,
+        num_preemptions=0,
+        all_token_ids=[0] * num_tokens,
+        skip_reading_prefix_cache=False,
     )
     return kv.get_computed_blocks(request)[1]
 

@@ -21,9 +21,9 @@ from nanocourse.plan_rules import checked_schedule
 from nanocourse.policies import longest_common_prefix
 from nanoengine.core import KVCacheManager
 from nanoengine.core.sched.scheduler import Scheduler, SchedulerConfig
-from nanoengine.outputs import ModelRunnerOutput
 from nanoengine.request import Request
 from nanoengine.sampling_params import SamplingParams
+from nanoengine.worker.outputs import ModelRunnerOutput
 
 CHAPTER = "ch07_scheduler"
 BS = 4

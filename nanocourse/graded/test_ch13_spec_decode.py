@@ -15,12 +15,12 @@ from nanoengine.config import LlamaConfig, SpeculativeConfig
 from nanoengine.core import KVCacheManager, get_request_block_hasher, make_block_hash_with_group_id
 from nanoengine.core.sched.scheduler import Scheduler, SchedulerConfig
 from nanoengine.model import LlamaForCausalLM
-from nanoengine.outputs import ModelRunnerOutput
 from nanoengine.request import Request, RequestStatus
 from nanoengine.sample.rejection_sampler import rejection_sample as engine_rejection_sample
 from nanoengine.sample.sampler import target_probs
 from nanoengine.spec_decode.ngram_proposer import NgramProposer as EngineNgramProposer
 from nanoengine.spec_decode.ngram_proposer import find_longest_matched_ngram_and_propose_tokens as engine_propose
+from nanoengine.worker.outputs import ModelRunnerOutput
 
 CHAPTER = "ch13_spec_decode"
 NANOENGINE = {

@@ -12,7 +12,8 @@ the last (query_start_loc[i+1] - query_start_loc[i]) of which are the new ones.
 
 A sliding-window layer passes `sliding_window=W` to decode and prefill: the token at position p then
 sees keys p - W + 1 .. p only. Full-attention layers pass nothing, so a backend that only serves
-full attention (KernelBackend's launchers, for one) needs no such argument.
+full attention (KernelBackend's launchers, for one) needs no such argument at run time; the Protocol
+states the full signature, which KernelBackend meets with **window (refusing a window).
 """
 
 from __future__ import annotations
@@ -71,7 +72,8 @@ class AttentionBackend(Protocol):
         seq_lens: torch.Tensor,
         scale: float,
         num_common_prefix_blocks: int = 0,
-        **sliding_window: int,
+        *,
+        sliding_window: int | None = None,
     ) -> torch.Tensor:
         """One query per request: q [B, Hq, D] attends to all seq_lens[b] cached tokens -> [B, Hq, D]
         (the last W of them under sliding_window=W). num_common_prefix_blocks is a hint: that many
@@ -87,7 +89,8 @@ class AttentionBackend(Protocol):
         seq_lens: torch.Tensor,
         max_query_len: int,
         scale: float,
-        **sliding_window: int,
+        *,
+        sliding_window: int | None = None,
     ) -> torch.Tensor:
         """Chunks of new tokens (already stored) attend causally to their cached prefix and to
         themselves: q [T, Hq, D] -> [T, Hq, D]. query_start_loc and seq_lens are relative to this call."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from .kv_cache_utils import (
     BlockHash,
@@ -13,6 +13,9 @@ from .kv_cache_utils import (
     make_block_hash_with_group_id,
 )
 from .kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KVCacheEvent
+
+if TYPE_CHECKING:
+    from nanoengine.request import Request
 
 
 class BlockHashToBlockMap:
@@ -94,7 +97,7 @@ class BlockPoolInterface(Protocol):
     def touch(self, blocks: Iterable[KVCacheBlock]) -> None: ...
     def cache_full_blocks(
         self,
-        request: Any,
+        request: Request,
         blocks: Sequence[KVCacheBlock],
         num_cached_blocks: int,
         num_full_blocks: int,
@@ -185,7 +188,7 @@ class BlockPool:
 
     def cache_full_blocks(
         self,
-        request: Any,
+        request: Request,
         blocks: Sequence[KVCacheBlock],
         num_cached_blocks: int,
         num_full_blocks: int,
@@ -230,7 +233,7 @@ class BlockPool:
 
     def _check_cacheable(
         self,
-        request: Any,
+        request: Request,
         new_blocks: Sequence[KVCacheBlock],
         new_hashes: Sequence[BlockHash],
         num_cached_blocks: int,
@@ -283,6 +286,7 @@ class BlockPool:
 
     def _evict_cached_block(self, block: KVCacheBlock) -> None:
         block_hash = block._block_hash
+        assert block_hash is not None, "only a cached block is evicted: every caller checks its hash first"
         self.cached_block_hash_to_block.pop(block_hash, block.block_id)
         block.reset_hash()
         if self.cached_token_ids is not None:

@@ -96,7 +96,9 @@ class KVCacheCoordinator:
 class UnitaryKVCacheCoordinator(KVCacheCoordinator):
     """One group: its manager's hit is the hit."""
 
-    def find_longest_cache_hit(self, block_hashes, max_length, token_ids=None):
+    def find_longest_cache_hit(
+        self, block_hashes: list[BlockHash], max_length: int, token_ids: Sequence[int] | None = None
+    ) -> tuple[tuple[list[KVCacheBlock], ...], int]:
         # token_ids is passed only when given (to a pool that checks collisions), so a replacement manager class
         # may leave it out of its find_longest_cache_hit signature.
         tokens = {} if token_ids is None else {"token_ids": token_ids}
@@ -122,8 +124,18 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
     here every round searches the same way, which differs only for two or more sliding types.
     """
 
-    def __init__(self, groups: Sequence[KVCacheGroupSpec], *args, **kwargs) -> None:
-        super().__init__(groups, *args, **kwargs)
+    def __init__(
+        self,
+        groups: Sequence[KVCacheGroupSpec],
+        block_pool: BlockPoolInterface,
+        block_size: int,
+        use_eagle: bool = False,
+        full_attention_manager_cls: type[FullAttentionManager] = FullAttentionManager,
+        sliding_window_manager_cls: type[SlidingWindowManager] = SlidingWindowManager,
+    ) -> None:
+        super().__init__(
+            groups, block_pool, block_size, use_eagle, full_attention_manager_cls, sliding_window_manager_cls
+        )
         by_window: dict[int | None, list[int]] = {}
         for group_id, g in enumerate(groups):
             by_window.setdefault(g.sliding_window, []).append(group_id)
@@ -133,7 +145,9 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
         # (is_simple_hybrid); with one sliding type alone its second round confirms the same length.
         self.one_pass = sum(w is not None for w, _ in self.attention_groups) <= 1
 
-    def find_longest_cache_hit(self, block_hashes, max_length, token_ids=None):
+    def find_longest_cache_hit(
+        self, block_hashes: list[BlockHash], max_length: int, token_ids: Sequence[int] | None = None
+    ) -> tuple[tuple[list[KVCacheBlock], ...], int]:
         hits: list[list[KVCacheBlock]] = [[] for _ in self.single_type_managers]
         hit_length = max_length
         searched_full = False
@@ -160,9 +174,14 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
 
 
 def get_kv_cache_coordinator(
-    groups: Sequence[KVCacheGroupSpec], block_pool: BlockPoolInterface, block_size: int, **kwargs
+    groups: Sequence[KVCacheGroupSpec],
+    block_pool: BlockPoolInterface,
+    block_size: int,
+    use_eagle: bool = False,
+    full_attention_manager_cls: type[FullAttentionManager] = FullAttentionManager,
+    sliding_window_manager_cls: type[SlidingWindowManager] = SlidingWindowManager,
 ) -> KVCacheCoordinator:
     """vLLM's factory of the same name. vLLM also has a coordinator for caching off; here KVCacheManager skips the
     lookup itself then (prefix_cache_lookup_enabled), and the pool names no block."""
     cls = UnitaryKVCacheCoordinator if len(groups) == 1 else HybridKVCacheCoordinator
-    return cls(groups, block_pool, block_size, **kwargs)
+    return cls(groups, block_pool, block_size, use_eagle, full_attention_manager_cls, sliding_window_manager_cls)

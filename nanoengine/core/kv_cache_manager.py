@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from nanoengine.kv_cache_interface import KVCacheGroupSpec
 
 from .block_pool import BlockPool, BlockPoolInterface
-from .kv_cache_coordinator import get_kv_cache_coordinator
+from .kv_cache_coordinator import BlocksPerGroup, get_kv_cache_coordinator
 from .kv_cache_utils import KVCacheBlock
 from .kv_events import KVCacheEvent
 from .single_type_kv_cache_manager import FullAttentionManager, SlidingWindowManager
@@ -196,7 +196,7 @@ class KVCacheManager:
     def prefix_cache_lookup_enabled(self, request: Request) -> bool:
         """Whether the request looks the prefix cache up at all (vLLM's method of the same name): not with
         caching off, nor for a request that skips reading it."""
-        return self.enable_caching and not getattr(request, "skip_reading_prefix_cache", False)
+        return self.enable_caching and not request.skip_reading_prefix_cache
 
     def record_prefix_cache_stats(self, request: Request, num_hit_tokens: int) -> None:
         """Count one admission's lookup; a request that made none (caching off, or it skips reading the
@@ -246,7 +246,7 @@ class KVCacheManager:
             self.coordinator.cache_blocks(request, min(num_computed + num_new_tokens, request.num_tokens))
         return KVCacheBlocks(new_blocks)
 
-    def _fits(self, request_id: str, num_tokens: int, hits, num_computed: int) -> bool:
+    def _fits(self, request_id: str, num_tokens: int, hits: BlocksPerGroup, num_computed: int) -> bool:
         return (
             self.coordinator.get_num_blocks_to_allocate(request_id, num_tokens, hits, num_computed)
             <= self.block_pool.get_num_free_blocks()

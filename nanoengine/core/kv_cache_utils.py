@@ -204,8 +204,14 @@ def get_request_block_hasher(
     root = make_none_hash(hash_fn) if none_hash is None else none_hash
     if hash_block is None:
 
-        def hash_block(parent, tokens, extra_keys):
-            return hash_block_tokens(parent, tokens, extra_keys, hash_fn)
+        def hash_block_with_fn(
+            parent_block_hash: BlockHash | None,
+            curr_block_token_ids: Sequence[int],
+            extra_keys: tuple[Any, ...] | None = None,
+        ) -> BlockHash:
+            return hash_block_tokens(parent_block_hash, curr_block_token_ids, extra_keys, hash_fn)
+
+        hash_block = hash_block_with_fn
 
     def request_block_hasher(request: HashableRequest) -> list[BlockHash]:
         start = len(request.block_hashes) * block_size
@@ -275,6 +281,8 @@ class FreeBlockQueue(Protocol):
 
     num_free_blocks: int
 
+    # BlockPool builds its queue as free_queue_cls(blocks): every block, block 0 first, all free.
+    def __init__(self, blocks: list[KVCacheBlock]) -> None: ...
     def popleft(self) -> KVCacheBlock: ...
     def popleft_n(self, n: int) -> list[KVCacheBlock]: ...
     def remove(self, block: KVCacheBlock) -> None: ...
@@ -317,10 +325,12 @@ class FreeKVCacheBlockQueue:
             )
         head = self.fake_free_list_head
         curr = head.next_free_block
+        assert curr is not None  # the sentinels bound the list: a linked block always has neighbours
         ret = []
         for _ in range(n):
             ret.append(curr)
             nxt = curr.next_free_block
+            assert nxt is not None
             curr.prev_free_block = curr.next_free_block = None
             curr = nxt
         # curr is at worst the tail sentinel, never None.
@@ -343,6 +353,7 @@ class FreeKVCacheBlockQueue:
         # as much as the links themselves (remove + append 297 -> 190 ns, bench/block_pool.py).
         tail = self.fake_free_list_tail
         last = tail.prev_free_block
+        assert last is not None  # at worst the head sentinel
         last.next_free_block = block
         block.prev_free_block = last
         block.next_free_block = tail
@@ -352,11 +363,13 @@ class FreeKVCacheBlockQueue:
     def append_n(self, blocks: Sequence[KVCacheBlock]) -> None:
         """Append blocks at the tail, keeping their order."""
         tail = self.fake_free_list_tail
+        assert tail.prev_free_block is not None  # at worst the head sentinel
         self._insert_n(blocks, tail.prev_free_block, tail)
 
     def prepend_n(self, blocks: Sequence[KVCacheBlock]) -> None:
         """Insert blocks at the head, keeping their order."""
         head = self.fake_free_list_head
+        assert head.next_free_block is not None  # at worst the tail sentinel
         self._insert_n(blocks, head, head.next_free_block)
 
     def _insert_n(self, blocks: Sequence[KVCacheBlock], prev: KVCacheBlock, nxt: KVCacheBlock) -> None:
@@ -375,6 +388,7 @@ class FreeKVCacheBlockQueue:
         curr = self.fake_free_list_head.next_free_block
         tail = self.fake_free_list_tail
         while curr is not tail:
+            assert curr is not None  # every block between the sentinels is linked on both sides
             ret.append(curr)
             curr = curr.next_free_block
         return ret

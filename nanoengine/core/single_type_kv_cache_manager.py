@@ -50,7 +50,7 @@ class SingleTypeKVCacheManager:
         return 0
 
     def get_num_blocks_to_allocate(
-        self, request_id: str, num_tokens: int, new_computed_blocks: list[KVCacheBlock], num_computed_tokens: int
+        self, request_id: str, num_tokens: int, new_computed_blocks: Sequence[KVCacheBlock], num_computed_tokens: int
     ) -> int:
         """Free blocks this group needs so that the request has slots for num_tokens tokens.
 
@@ -67,7 +67,7 @@ class SingleTypeKVCacheManager:
         return num_new + sum(b.ref_cnt == 0 and not b.is_null for b in kept_hits)
 
     def allocate_new_computed_blocks(
-        self, request_id: str, new_computed_blocks: list[KVCacheBlock], num_computed_tokens: int
+        self, request_id: str, new_computed_blocks: Sequence[KVCacheBlock], num_computed_tokens: int
     ) -> None:
         """Take an admitted request's hits: null blocks where the window has already moved on."""
         if request_id in self.num_cached_block:
@@ -132,7 +132,13 @@ class SingleTypeKVCacheManager:
 
 
 class FullAttentionManager(SingleTypeKVCacheManager):
-    def find_longest_cache_hit(self, block_hashes, max_length, group_ids, token_ids=None):
+    def find_longest_cache_hit(
+        self,
+        block_hashes: list[BlockHash],
+        max_length: int,
+        group_ids: list[int],
+        token_ids: Sequence[int] | None = None,
+    ) -> tuple[list[KVCacheBlock], ...]:
         """Walk from the left: a miss ends the hit, since every later hash chains through it. With
         use_eagle the last hit block is dropped, so its tokens are recomputed for EAGLE's draft head.
         token_ids (the request's) come only for a pool that checks hash collisions."""
@@ -156,9 +162,17 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
     holds at most ceil((W - 1) / block_size) + 1 blocks per group, however long it grows (a prefill
     chunk holds its own blocks too, until the next step frees those behind the window)."""
 
-    def __init__(self, spec: KVCacheGroupSpec, *args, **kwargs) -> None:
-        super().__init__(spec, *args, **kwargs)
-        self.sliding_window = spec.sliding_window
+    def __init__(
+        self,
+        spec: KVCacheGroupSpec,
+        block_pool: BlockPoolInterface,
+        block_size: int,
+        kv_cache_group_id: int,
+        use_eagle: bool = False,
+    ) -> None:
+        super().__init__(spec, block_pool, block_size, kv_cache_group_id, use_eagle)
+        assert spec.sliding_window is not None, "a sliding-window manager serves a group with a window"
+        self.sliding_window: int = spec.sliding_window
 
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
         # The next query is at position num_computed_tokens; it sees from num_computed_tokens - W + 1.
@@ -175,7 +189,9 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
             blocks[i] = self.null_block
         self.block_pool.free_blocks(removed)
 
-    def find_longest_cache_hit(self, block_hashes, max_length, group_ids):
+    def find_longest_cache_hit(
+        self, block_hashes: list[BlockHash], max_length: int, group_ids: list[int]
+    ) -> tuple[list[KVCacheBlock], ...]:
         """Walk from the right: a hit ending at block i needs only the blocks covering its last W - 1
         tokens, ceil((W - 1) / block_size) in a row (one more with EAGLE, which then drops the last).
         A run that reaches block 0 is a hit even if shorter. Blocks before the run are null."""

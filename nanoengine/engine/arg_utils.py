@@ -88,7 +88,7 @@ def available_devices() -> list[str]:
     return devices
 
 
-def check_device(device) -> torch.device:
+def check_device(device: str | torch.device) -> torch.device:
     """The device LLM(device=...) names, refused unless this machine has it ("auto": CUDA if present)."""
     if isinstance(device, str) and device == "auto":
         return resolve_device(device)
@@ -159,7 +159,7 @@ class EngineArgs:
     rejection_sampler: Callable | None = None
 
     @classmethod
-    def from_kwargs(cls, model, kwargs: dict) -> EngineArgs:
+    def from_kwargs(cls, model: str | os.PathLike | LlamaForCausalLM | None, kwargs: dict) -> EngineArgs:
         """LLM(model, **kwargs)'s arguments; an unknown keyword is refused by name, with the known ones listed."""
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(k for k in kwargs if k not in names)

@@ -19,7 +19,7 @@ class IncrementalDetokenizer:
 
     __slots__ = ("_pieces", "_stream", "_tok", "num_chars", "num_tokens")
 
-    def __init__(self, tokenizer: Tokenizer):
+    def __init__(self, tokenizer: Tokenizer) -> None:
         self._tok = tokenizer._tok
         self._stream = decoders.DecodeStream(skip_special_tokens=True)
         self._pieces: list[str] = []

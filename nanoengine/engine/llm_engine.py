@@ -27,7 +27,6 @@ from nanoengine.model.tokenizer import Tokenizer
 from nanoengine.outputs import (
     CompletionOutput,
     Logprob,
-    ModelRunnerOutput,
     PromptLogprobs,
     RequestMetrics,
     RequestOutput,
@@ -37,6 +36,7 @@ from nanoengine.parts import build_part
 from nanoengine.request import Request, RequestStatus
 from nanoengine.sampling_params import SamplingParams
 from nanoengine.spec_decode.ngram_proposer import NgramProposer
+from nanoengine.worker.outputs import ModelRunnerOutput
 from nanoengine.worker.worker import Worker
 
 if TYPE_CHECKING:
@@ -145,7 +145,7 @@ class LLMEngine:
         proposer: NgramProposer | None = None,
         config: EngineConfig | None = None,
         worker: Worker | None = None,
-    ):
+    ) -> None:
         self.config, self.worker = config, worker  # None for an engine assembled from ready parts
         self.runner, self.scheduler, self.tokenizer = runner, scheduler, tokenizer
         self.proposer = proposer
@@ -177,9 +177,10 @@ class LLMEngine:
         kv_cache_config = worker.get_kv_cache_config()
         runner = worker.initialize_from_config(kv_cache_config)
         parts = config.parts
+        scheduler_cls: type[SchedulerInterface] = parts.scheduler_cls
         scheduler = build_part(
             parts.named("scheduler_cls"),
-            lambda *args: parts.scheduler_cls.from_config(*args),
+            lambda *args: scheduler_cls.from_config(*args),
             SchedulerInterface,
             ".from_config(engine_config, kv_cache_config)",
             config,
@@ -315,7 +316,7 @@ class LLMEngine:
         computed: each running request's computed tokens as the step began (a request admitted in the step
         counts from 0, so its hits are evicted too: safe, if a little wasteful)."""
         kv = self.kv_cache_manager
-        suspect = set()
+        suspect: set[int] = set()
         if self.stage in ("schedule", "execute"):
             for req_id in self.scheduler.requests:
                 first = computed.get(req_id, 0) // self.scheduler.block_size
@@ -352,6 +353,7 @@ class LLMEngine:
             drafts = self.runner.take_draft_token_ids()
             self.scheduler.update_draft_token_ids({r: d for r, d in drafts.items() if r in self.scheduler.requests})
             return
+        assert self.proposer is not None, "_step proposes only with a proposer or a runner that drafts"
         drafts = {}
         for req_id in output.sampled_token_ids:
             request = self.scheduler.requests.get(req_id)
@@ -403,11 +405,13 @@ class LLMEngine:
         """Whether a stop string ends in the new text; if so, record where it begins and which it is."""
         # No stop string was in the text before, so a match ends in the new part: search a window that
         # starts where the longest stop could begin. Stops stay exact across tokens; the earliest match wins.
-        window = state.detokenizer.tail(len(new) + max(map(len, stops)) - 1)
+        detokenizer = state.detokenizer
+        assert detokenizer is not None, "_detokenize matches stop strings only with a detokenizer"
+        window = detokenizer.tail(len(new) + max(map(len, stops)) - 1)
         matches = [(i, stop) for stop in stops if (i := window.find(stop)) >= 0]
         if matches:
             i, stop = min(matches)
-            state.stop_at = state.detokenizer.num_chars - len(window) + i
+            state.stop_at = detokenizer.num_chars - len(window) + i
             state.finish_reason, state.stop_reason = "stop", stop
         return bool(matches)
 

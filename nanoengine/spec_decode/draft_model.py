@@ -17,10 +17,10 @@ import torch
 
 from nanoengine.attention.paged import PagedKVCache
 from nanoengine.config import SpeculativeConfig
+from nanoengine.worker.inputs import Batch, ModelInputs, ScheduledChunk
 
-# (request id, first position, tokens): one request's share of a forward pass, as ModelRunner._prepare_inputs
-# takes it, which returns (input ids, positions, attention metadata per group, each request's first row).
-Batch = list[tuple[str, int, list[int]]]
+# ModelRunner._prepare_inputs, which the drafter's passes share with the target's.
+PrepareInputs = Callable[[Batch], ModelInputs]
 
 
 @dataclass(slots=True)
@@ -73,26 +73,34 @@ class DraftModelProposer:
 
     @torch.inference_mode()
     def propose(
-        self, prepare_inputs: Callable, requests: list[DraftRequest], hidden_states: torch.Tensor | None = None
+        self, prepare_inputs: PrepareInputs, requests: list[DraftRequest], hidden_states: torch.Tensor | None = None
     ) -> dict[str, list[int]]:
         """Write the drafter's KV for the step (first_pass), then draft for each request that gets drafts: the
         greedy token after its last position, then after each draft in turn, one pass a draft."""
-        entries, num_drafts = [], {}
+        entries: list[tuple[ScheduledChunk, range | None]] = []
+        num_drafts: dict[str, int] = {}
         for r in requests:
             tokens, rows, num = self.first_pass(r)
-            entries.append(((r.req_id, r.start, tokens), rows))
+            entries.append((ScheduledChunk(r.req_id, r.start, tokens), rows))
             if num > 0:
                 num_drafts[r.req_id] = num
         # One-token requests first, as _prepare_inputs wants; none is empty, since the target wrote each.
-        entries.sort(key=lambda entry: len(entry[0][2]) > 1)
-        batch = [entry for entry, _ in entries]
-        hidden_in = hidden_states[[i for _, rows in entries for i in rows]] if self.reads_hidden_states else None
+        entries.sort(key=lambda entry: len(entry[0].token_ids) > 1)
+        batch = [chunk for chunk, _ in entries]
+        hidden_in = None
+        if self.reads_hidden_states:
+            assert hidden_states is not None, "a drafter that reads hidden states runs with the target's graphs off"
+            hidden_rows: list[int] = []
+            for _, rows in entries:
+                assert rows is not None, "a drafter that reads hidden states names the rows each first pass reads"
+                hidden_rows += rows
+            hidden_in = hidden_states[hidden_rows]
         drafts, hidden = self._step(prepare_inputs, batch, dict.fromkeys(num_drafts, ()), hidden_in)
-        last = {req_id: start + len(tokens) - 1 for req_id, start, tokens in batch}
+        last = {chunk.req_id: chunk.start + len(chunk.token_ids) - 1 for chunk in batch}
         for j in range(1, max(num_drafts.values(), default=0)):
-            batch_j = [(r, last[r] + j, [d[-1]]) for r, d in drafts.items() if num_drafts[r] > j]
-            hidden_in = None if hidden is None else torch.stack([hidden[r] for r, *_ in batch_j])
-            new, hidden = self._step(prepare_inputs, batch_j, {r: drafts[r] for r, *_ in batch_j}, hidden_in)
+            batch_j = [ScheduledChunk(r, last[r] + j, [d[-1]]) for r, d in drafts.items() if num_drafts[r] > j]
+            hidden_in = None if hidden is None else torch.stack([hidden[c.req_id] for c in batch_j])
+            new, hidden = self._step(prepare_inputs, batch_j, {c.req_id: drafts[c.req_id] for c in batch_j}, hidden_in)
             drafts.update(new)
         return {r: list(d) for r, d in drafts.items()}
 
@@ -100,15 +108,20 @@ class DraftModelProposer:
         return self.model(input_ids, positions, self.kv_cache)
 
     def _step(
-        self, prepare_inputs: Callable, batch: Batch, drafts: dict[str, tuple[int, ...]], hidden_in: torch.Tensor | None
-    ):
+        self,
+        prepare_inputs: PrepareInputs,
+        batch: Batch,
+        drafts: dict[str, tuple[int, ...]],
+        hidden_in: torch.Tensor | None,
+    ) -> tuple[dict[str, tuple[int, ...]], dict[str, torch.Tensor] | None]:
         """One forward pass of the drafter over batch. Each request in drafts gets the greedy token after its
         last row appended; returns them, and (for a drafter that reads hidden states) that row's output."""
-        input_ids, positions, metadata, starts = prepare_inputs(batch)
-        self.kv_cache.group_metadata = metadata
-        out = self.forward(input_ids, positions, hidden_in)
-        ids = [req_id for req_id, *_ in batch if req_id in drafts]
-        rows = [starts[i + 1] - 1 for i, (req_id, *_) in enumerate(batch) if req_id in drafts]
+        inputs = prepare_inputs(batch)
+        self.kv_cache.group_metadata = inputs.attn_metadata
+        out = self.forward(inputs.input_ids, inputs.positions, hidden_in)
+        starts = inputs.query_start_loc
+        ids = [chunk.req_id for chunk in batch if chunk.req_id in drafts]
+        rows = [starts[i + 1] - 1 for i, chunk in enumerate(batch) if chunk.req_id in drafts]
         if not rows:
             return {}, None
         last = out[torch.tensor(rows, device=out.device)]

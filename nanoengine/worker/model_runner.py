@@ -22,13 +22,15 @@ from nanoengine.attention.paged import PagedKVCache
 from nanoengine.core.sched.output import SchedulerOutput
 from nanoengine.errors import InvalidRequestError
 from nanoengine.model import LlamaForCausalLM
-from nanoengine.outputs import Logprob, ModelRunnerOutput
+from nanoengine.outputs import Logprob
 from nanoengine.sample.rejection_sampler import rejection_sample
 from nanoengine.sample.sampler import compute_logprobs, make_generator, sample
 from nanoengine.sampling_params import SamplingParams
-from nanoengine.spec_decode.draft_model import Batch, DraftModelProposer, DraftRequest
+from nanoengine.spec_decode.draft_model import DraftModelProposer, DraftRequest
 from nanoengine.worker.block_table import BlockTable, BlockTableInterface, MultiGroupBlockTable
 from nanoengine.worker.cuda_graphs import DecodeGraphs
+from nanoengine.worker.inputs import Batch, ModelInputs, ScheduledChunk
+from nanoengine.worker.outputs import ModelRunnerOutput
 
 
 @dataclass(slots=True)
@@ -110,12 +112,15 @@ class ModelRunner:
         through its decode kernel in one launch (vLLM's reorder_batch_to_split_decodes_and_prefills)."""
         return sorted(num_scheduled_tokens, key=lambda r: num_scheduled_tokens[r] > 1)
 
-    def _prepare_inputs(self, batch: Batch):
-        """One forward pass's inputs for batch, (request id, first position, tokens) each, in that order (decodes,
-        one token each, first): token ids, positions, one AttentionMetadata per KV cache group, and where each
-        request's rows start (a last entry: the total)."""
-        input_ids, positions, seq_lens, starts = [], [], [], [0]
-        for _, c, tokens in batch:
+    def _prepare_inputs(self, batch: Batch) -> ModelInputs:
+        """One forward pass's inputs for batch, whose decodes (one token each) come first: token ids, positions,
+        one AttentionMetadata per KV cache group, and where each request's rows start (see ModelInputs)."""
+        input_ids: list[int] = []
+        positions: list[int] = []
+        seq_lens: list[int] = []
+        starts = [0]
+        for chunk in batch:
+            c, tokens = chunk.start, chunk.token_ids
             input_ids += tokens
             positions += range(c, c + len(tokens))
             seq_lens.append(c + len(tokens))
@@ -123,14 +128,14 @@ class ModelRunner:
         dev = self.device
         query_start_loc = torch.tensor(starts, dtype=torch.int32, device=dev)
         seq_lens_t = torch.tensor(seq_lens, dtype=torch.int32, device=dev)
-        order = [req_id for req_id, _, _ in batch]
-        lengths = [len(tokens) for *_, tokens in batch]
+        order = [chunk.req_id for chunk in batch]
+        lengths = [len(chunk.token_ids) for chunk in batch]
         num_decodes = next((i for i, n in enumerate(lengths) if n > 1), len(lengths))
         metadata = []
         for table, group in zip(self.input_block_table, self.kv_cache.groups):
             slots = []
-            for req_id, c, tokens in batch:
-                slots += table.compute_slot_mapping(req_id, c, len(tokens))
+            for chunk in batch:
+                slots += table.compute_slot_mapping(chunk.req_id, chunk.start, len(chunk.token_ids))
             tables = table.get_block_tables(order)
             metadata.append(
                 AttentionMetadata(
@@ -148,8 +153,12 @@ class ModelRunner:
                     else num_common_prefix_blocks(tables[:num_decodes]),
                 )
             )
-        ids = torch.tensor(input_ids, dtype=torch.int64, device=dev)
-        return ids, torch.tensor(positions, dtype=torch.int64, device=dev), metadata, starts
+        return ModelInputs(
+            input_ids=torch.tensor(input_ids, dtype=torch.int64, device=dev),
+            positions=torch.tensor(positions, dtype=torch.int64, device=dev),
+            attn_metadata=metadata,
+            query_start_loc=starts,
+        )
 
     @torch.inference_mode()
     def execute_model(self, so: SchedulerOutput) -> ModelRunnerOutput:
@@ -161,20 +170,21 @@ class ModelRunner:
             return output
         order = self.batch_order(so.num_scheduled_tokens)
         spec = so.scheduled_spec_decode_tokens
-        batch = []
+        batch: Batch = []
         for req_id in order:
             state, n, drafts = self.requests[req_id], so.num_scheduled_tokens[req_id], spec.get(req_id, [])
             c = state.num_computed_tokens
-            batch.append((req_id, c, state.token_ids[c : c + n - len(drafts)] + drafts))
-        input_ids, positions, metadata, starts = self._prepare_inputs(batch)
+            batch.append(ScheduledChunk(req_id, c, state.token_ids[c : c + n - len(drafts)] + drafts))
+        inputs = self._prepare_inputs(batch)
+        metadata, starts = inputs.attn_metadata, inputs.query_start_loc
         graphs = self.cuda_graphs if self.cuda_graphs and self.cuda_graphs.can_replay(metadata[0], len(order)) else None
         # Set for a replayed step too: a replay reads the graph's own buffers, but whoever inspects
         # kv_cache.metadata (an observer) must see this step's, not the last eager one's.
         self.kv_cache.group_metadata = metadata
         if graphs:  # every request decodes one token, so row i is request i's last token
-            all_logits = graphs.replay(input_ids, positions, metadata[0])
+            all_logits = graphs.replay(inputs.input_ids, inputs.positions, metadata[0])
         else:
-            hidden = self.model(input_ids, positions, self.kv_cache)
+            hidden = self.model(inputs.input_ids, inputs.positions, self.kv_cache)
 
         def row_logits(rows: list[int]) -> torch.Tensor:
             index = torch.tensor(rows, device=self.device)
@@ -200,14 +210,14 @@ class ModelRunner:
         """The step's requests as the drafter sees them, in batch order."""
         sampled = {state.req_id for _, state in done}
         requests = []
-        for (req_id, start, tokens), row in zip(batch, starts):
-            state = self.requests[req_id]
+        for chunk, row in zip(batch, starts):
+            req_id, state = chunk.req_id, self.requests[chunk.req_id]
             num_left = state.sampling_params.max_tokens - (len(state.token_ids) - state.num_prompt_tokens) - 1
             requests.append(
                 DraftRequest(
                     req_id,
-                    start,
-                    len(tokens),
+                    chunk.start,
+                    len(chunk.token_ids),
                     row,
                     state.token_ids,
                     req_id in sampled,

@@ -776,7 +776,7 @@ R(
     [
         (
             "nanoengine/core/sched/scheduler.py",
-            "    def __init__(self, config: SchedulerConfig, kv_cache_manager: KVCacheManagerInterface):",
+            "    def __init__(self, config: SchedulerConfig, kv_cache_manager: KVCacheManagerInterface) -> None:",
         ),
         (
             "nanoengine/core/sched/scheduler.py",
@@ -977,7 +977,7 @@ R(
         ("vllm/vllm/v1/outputs.py", "    sampled_token_ids: list[list[int]]"),
         ("vllm/vllm/v1/outputs.py", "    # each request due to speculative/jump decoding."),
     ],
-    [("nanoengine/outputs.py", "    sampled_token_ids: dict[str, list[int]]")],
+    [("nanoengine/worker/outputs.py", "    sampled_token_ids: dict[str, list[int]]")],
 )
 R(
     "08",
@@ -1398,7 +1398,7 @@ R(
     [
         (
             "nanoengine/core/single_type_kv_cache_manager.py",
-            "    def find_longest_cache_hit(self, block_hashes, max_length, group_ids):",
+            '    ) -> tuple[list[KVCacheBlock], ...]:\n        """Walk from the right',
         ),
         ("nanoengine/core/single_type_kv_cache_manager.py", "        if self.use_eagle and hits[0]:", 2),
     ],

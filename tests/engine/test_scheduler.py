@@ -2,9 +2,9 @@
 
 from nanoengine.core import KVCacheManager, get_request_block_hasher
 from nanoengine.core.sched.scheduler import Scheduler, SchedulerConfig
-from nanoengine.outputs import ModelRunnerOutput
 from nanoengine.request import Request, RequestStatus
 from nanoengine.sampling_params import SamplingParams
+from nanoengine.worker.outputs import ModelRunnerOutput
 
 BS = 4
 HASHER = get_request_block_hasher(BS)

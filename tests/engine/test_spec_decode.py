@@ -23,11 +23,11 @@ from nanoengine.core import KVCacheManager, get_request_block_hasher, make_block
 from nanoengine.core.sched.scheduler import Scheduler, SchedulerConfig
 from nanoengine.errors import InvalidEngineArgumentError
 from nanoengine.model import LlamaForCausalLM
-from nanoengine.outputs import ModelRunnerOutput
 from nanoengine.request import Request, RequestStatus
 from nanoengine.sample.rejection_sampler import rejection_sample
 from nanoengine.sample.sampler import target_probs
 from nanoengine.spec_decode.ngram_proposer import find_longest_matched_ngram_and_propose_tokens
+from nanoengine.worker.outputs import ModelRunnerOutput
 
 SPEC = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 4}
 TINY = LlamaForCausalLM.random(LlamaConfig.tiny(vocab_size=16), seed=0, std=0.2)

@@ -10,8 +10,8 @@ from nanoengine.core import KVCacheManagerInterface
 from nanoengine.core.sched.output import SchedulerOutput
 from nanoengine.core.sched.request_queue import RequestQueue
 from nanoengine.kv_cache_interface import KVCacheConfig
-from nanoengine.outputs import ModelRunnerOutput
 from nanoengine.request import Request, RequestStatus
+from nanoengine.worker.outputs import ModelRunnerOutput
 
 if TYPE_CHECKING:
     from nanoengine.config.engine import EngineConfig

@@ -16,16 +16,17 @@ token is ever cached.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Self
 
 from nanoengine.config.scheduler import SchedulerConfig
-from nanoengine.core import BlockPool, BlockPoolInterface, KVCacheManagerInterface
+from nanoengine.core import BlockPool, BlockPoolInterface, FreeKVCacheBlockQueue, KVCacheManagerInterface
 from nanoengine.core.sched.output import CachedRequestData, NewRequestData, SchedulerOutput
 from nanoengine.core.sched.request_queue import RequestQueue, SchedulingPolicy, create_request_queue
 from nanoengine.kv_cache_interface import KVCacheConfig
-from nanoengine.outputs import ModelRunnerOutput
 from nanoengine.parts import build_part, check_pool_names_groups
 from nanoengine.request import Request, RequestStatus
+from nanoengine.worker.outputs import ModelRunnerOutput
 
 if TYPE_CHECKING:
     from nanoengine.config.engine import EngineConfig
@@ -42,7 +43,7 @@ class Scheduler:
     make_output) that a scheduler of one's own reuses while writing the policy itself.
     """
 
-    def __init__(self, config: SchedulerConfig, kv_cache_manager: KVCacheManagerInterface):
+    def __init__(self, config: SchedulerConfig, kv_cache_manager: KVCacheManagerInterface) -> None:
         self.config = config
         self.policy = SchedulingPolicy(config.policy)
         self.kv_cache_manager = kv_cache_manager
@@ -66,7 +67,7 @@ class Scheduler:
                 kv_cache_config.num_blocks,
                 cache.enable_prefix_caching,
                 hash_block_size=cache.block_size,
-                **({"free_queue_cls": parts.free_queue_cls} if parts.free_queue_cls else {}),
+                free_queue_cls=parts.free_queue_cls or FreeKVCacheBlockQueue,
             )
         else:
             # A factory of two arguments (another eviction policy's) still works when no queue is given.
@@ -346,7 +347,7 @@ class Scheduler:
             return RequestStatus.FINISHED_LENGTH_CAPPED
         return None
 
-    def finish_requests(self, request_ids, status: RequestStatus) -> None:
+    def finish_requests(self, request_ids: Iterable[str], status: RequestStatus) -> None:
         """End requests from outside (a stop string matched, or an abort)."""
         for req_id in request_ids:
             request = self.requests.get(req_id)
