@@ -95,19 +95,21 @@ class DraftModelProposer:
                 assert rows is not None, "a drafter that reads hidden states names the rows each first pass reads"
                 hidden_rows += rows
             hidden_in = hidden_states[hidden_rows]
-        drafts, hidden = self._step(prepare_inputs, batch, dict.fromkeys(num_drafts, ()), hidden_in)
+        drafts, hidden = self.draft_step(prepare_inputs, batch, dict.fromkeys(num_drafts, ()), hidden_in)
         last = {chunk.req_id: chunk.start + len(chunk.token_ids) - 1 for chunk in batch}
         for j in range(1, max(num_drafts.values(), default=0)):
             batch_j = [ScheduledChunk(r, last[r] + j, [d[-1]]) for r, d in drafts.items() if num_drafts[r] > j]
             hidden_in = None if hidden is None else torch.stack([hidden[c.req_id] for c in batch_j])
-            new, hidden = self._step(prepare_inputs, batch_j, {c.req_id: drafts[c.req_id] for c in batch_j}, hidden_in)
+            new, hidden = self.draft_step(
+                prepare_inputs, batch_j, {c.req_id: drafts[c.req_id] for c in batch_j}, hidden_in
+            )
             drafts.update(new)
         return {r: list(d) for r, d in drafts.items()}
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, hidden_states: torch.Tensor | None):
         return self.model(input_ids, positions, self.kv_cache)
 
-    def _step(
+    def draft_step(
         self,
         prepare_inputs: PrepareInputs,
         batch: Batch,

@@ -170,7 +170,7 @@ def test_logprobs_prompt_logprobs_and_n_are_those_without_drafts(drafter):
 def test_a_failing_draft_pass_aborts_the_call_and_the_next_one_runs(plain, monkeypatch):
     llm = tiny_llm(spec(TARGET))
     drafter = llm.engine.runner.drafter
-    step, calls = drafter._step, []
+    step, calls = drafter.draft_step, []
 
     def failing(*args):
         calls.append(1)
@@ -178,7 +178,7 @@ def test_a_failing_draft_pass_aborts_the_call_and_the_next_one_runs(plain, monke
             raise RuntimeError("draft pass failed")
         return step(*args)
 
-    monkeypatch.setattr(drafter, "_step", failing)
+    monkeypatch.setattr(drafter, "draft_step", failing)
     with pytest.raises(RuntimeError, match="draft pass failed"):
         llm.generate(prompt_token_ids=PROMPTS, sampling_params=GREEDY)
     assert_no_leak(llm)
