@@ -8,8 +8,10 @@ Four parts, each mirroring vLLM 0.33 (read them beside this):
 Your Scheduler here builds on chapter 07's: it extends your chapter 07 Scheduler (exercises/ch07_scheduler.py)
 once chapter 07 passes its grade, and nanoengine's Scheduler until then, so this chapter can come first. Tasks
 13.4 to 13.6 then grade your two methods with the schedule() it extends; the scorecard says which, under its
-heading, and so does my_llm()'s table. Once the tasks pass, my_llm(speculative_config={"method": "ngram", "num_speculative_tokens": 4}) serves with them:
-LLM(proposer_cls=NgramProposer, rejection_sampler=rejection_sample, scheduler_cls=Scheduler).
+heading, and so does my_llm()'s table.
+Once the tasks pass, my_llm(speculative_config={"method": "ngram", "num_speculative_tokens": 4}) serves with them:
+LLM(proposer_cls=NgramProposer, rejection_sampler=rejection_sample, scheduler_cls=Scheduler), your Scheduler in
+the place of chapter 07's (it already holds the schedule() it extends).
 
 Check your work with:   make grade CH=13
 Stuck? In the notebook, `from nanocourse import hint; hint("13")` lists this chapter's hints.

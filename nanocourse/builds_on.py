@@ -51,10 +51,11 @@ def extends_line(source: str, finished: bool, why: str = "") -> str:
             "Your chapter 13 Scheduler extends your chapter 07 Scheduler (exercises/ch07_scheduler.py passes its "
             "grade): your speculative methods run with your schedule()."
         )
-    return (
+    line = (
         "Your chapter 13 Scheduler extends nanoengine's Scheduler, not your chapter 07 one, until chapter 07 passes "
-        f"its grade{f'. Chapter 07: {why}' if why else ''}."
+        "its grade."
     )
+    return f"{line} Chapter 07: {why}" if why else line
 
 
 def chapter_07_scheduler(source: str = "exercises") -> type:

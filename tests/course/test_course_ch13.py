@@ -147,7 +147,7 @@ def test_with_chapter_07_unfinished_13_extends_the_engines_scheduler_and_says_wh
     assert stub.Scheduler.__bases__ == (EngineScheduler,)
     assert scheduler_note(stub.Scheduler) == (
         "Your chapter 13 Scheduler extends nanoengine's Scheduler, not your chapter 07 one, until chapter 07 passes "
-        "its grade. Chapter 07: stubs left: Scheduler.schedule, Scheduler.choose_victim, chunk_size …."
+        "its grade. Chapter 07: stubs left: Scheduler.schedule, Scheduler.choose_victim, chunk_size …"
     )
 
 
