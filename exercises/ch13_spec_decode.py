@@ -5,8 +5,13 @@ Four parts, each mirroring vLLM 0.33 (read them beside this):
 - the accept rule of a verify step (vllm/v1/sample/rejection_sampler.py);
 - the scheduler's two speculative pieces (vllm/v1/core/sched/scheduler.py): which drafts a step verifies, and the
   rollback of the rejected ones after it.
+Your Scheduler here builds on chapter 07's: it extends your chapter 07 Scheduler (exercises/ch07_scheduler.py)
+once chapter 07 passes its grade, and nanoengine's Scheduler until then, so this chapter can come first. Tasks
+13.4 to 13.6 then grade your two methods with the schedule() it extends; the scorecard says which, under its
+heading, and so does my_llm()'s table.
 Once the tasks pass, my_llm(speculative_config={"method": "ngram", "num_speculative_tokens": 4}) serves with them:
-LLM(proposer_cls=NgramProposer, rejection_sampler=rejection_sample, scheduler_cls=Scheduler).
+LLM(proposer_cls=NgramProposer, rejection_sampler=rejection_sample, scheduler_cls=Scheduler), your Scheduler in
+the place of chapter 07's (it already holds the schedule() it extends).
 
 Check your work with:   make grade CH=13
 Stuck? In the notebook, `from nanocourse import hint; hint("13")` lists this chapter's hints.
@@ -18,7 +23,7 @@ from collections.abc import Sequence
 
 import torch
 
-from nanoengine.core.sched.scheduler import Scheduler as EngineScheduler
+from nanocourse.builds_on import chapter_07_scheduler
 from nanoengine.request import Request, RequestStatus
 from nanoengine.sample.sampler import draw, target_probs  # noqa: F401  (task 13.3: a row's distribution, one draw)
 from nanoengine.sampling_params import SamplingParams
@@ -112,7 +117,15 @@ def rejection_sample(
     raise NotImplementedError
 
 
-class Scheduler(EngineScheduler):
+# Your chapter 07 Scheduler if chapter 07 is finished (no stub left, every graded task passing), else
+# nanoengine's: decided afresh each time this file is loaded (make grade CH=13, my_llm()).
+Chapter07Scheduler = chapter_07_scheduler("exercises")
+
+
+class Scheduler(Chapter07Scheduler):
+    """Chapter 07's scheduler with chapter 13's two speculative methods: schedule() and the rest are what it
+    extends (yours from chapter 07 once that chapter passes, nanoengine's until then); you write these two."""
+
     def scheduled_spec_decode_tokens(self, num_scheduled: dict[str, int]) -> dict[str, list[int]]:
         """Task 13.4: the drafts each scheduled request verifies this step.
 

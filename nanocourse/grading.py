@@ -69,18 +69,27 @@ class Scorecard(list):
 
     skipped: the chapters whose graded suite could not run here, with the reason (chapter 03's needs
     Triton, which publishes wheels for Linux only).
+    notes: a line per chapter that its graded suite gave with note() (chapter 13: which Scheduler its own extends),
+    shown under the chapter's heading.
     """
 
-    def __init__(self, chapter: str, impl: str, results: list[TaskResult], skipped: dict[str, str] | None = None):
+    def __init__(
+        self,
+        chapter: str,
+        impl: str,
+        results: list[TaskResult],
+        skipped: dict[str, str] | None = None,
+        notes: dict[str, str] | None = None,
+    ):
         super().__init__(results)
-        self.chapter, self.impl, self.skipped = chapter, impl, skipped or {}
+        self.chapter, self.impl, self.skipped, self.notes = chapter, impl, skipped or {}, notes or {}
 
     def __repr__(self) -> str:
         if self.chapter != "all" and "," not in self.chapter:
             heading = f"Chapter {int(self.chapter):02d} ({self.impl})"
             if f"{int(self.chapter):02d}" in self.skipped:
                 return f"{heading}: skipped: {self.skipped[f'{int(self.chapter):02d}']}"
-            return "\n".join(self._lines(heading, self))
+            return "\n".join(self._lines(heading, self, self.notes.get(f"{int(self.chapter):02d}")))
         subject = "The course" if self.chapter == "all" else f"Chapters {self.chapter.replace(',', ', ')}"
         lines = [f"{subject} ({self.impl}): {sum(r.passed for r in self)}/{len(self)} tasks pass"]
         for chapter in sorted({r.task.split(".")[0] for r in self} | set(self.skipped)):
@@ -88,12 +97,15 @@ class Scorecard(list):
             if chapter in self.skipped:
                 lines.append(f"Chapter {chapter}: skipped: {self.skipped[chapter]}")
             else:
-                lines += self._lines(f"Chapter {chapter}", [r for r in self if r.task.split(".")[0] == chapter])
+                results = [r for r in self if r.task.split(".")[0] == chapter]
+                lines += self._lines(f"Chapter {chapter}", results, self.notes.get(chapter))
         return "\n".join(lines)
 
     @staticmethod
-    def _lines(heading: str, results) -> list[str]:
+    def _lines(heading: str, results, note: str | None = None) -> list[str]:
         lines = [f"{heading}: {sum(r.passed for r in results)}/{len(results)} tasks pass"]
+        if note:
+            lines.append(f"  {note}")
         for r in results:
             lines.append(f"  {'✓' if r.passed else '✗'} {r.task:6} {r.title}")
             if not r.passed:
@@ -137,7 +149,8 @@ def grade(chapter: str, impl: str = "exercises", first: bool = False) -> Scoreca
         if not report.exists():
             raise RuntimeError(f"the graded tests did not run:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
         data = json.loads(report.read_text())
-        return Scorecard(chapter, impl, [TaskResult(**r) for r in data["results"]], data["skipped"])
+        results = [TaskResult(**r) for r in data["results"]]
+        return Scorecard(chapter, impl, results, data["skipped"], data.get("notes"))
 
 
 # ---- the time limit of a task ---------------------------------------------------------------------
@@ -193,6 +206,14 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "task(id, title): a graded task with a stable id")
     config._graded = {}
     config._skipped_chapters = {}
+    config._notes = {}
+
+
+def note(chapter: str, text: str) -> None:
+    """For a graded suite: a line the scorecard shows under chapter `chapter`'s heading (what the graded code
+    builds on, say). Outside a graded run (plain pytest) it goes nowhere."""
+    if _CONFIG is not None and hasattr(_CONFIG, "_notes"):
+        _CONFIG._notes[chapter] = text
 
 
 def pytest_collectreport(report):
@@ -270,7 +291,8 @@ def pytest_sessionfinish(session):
             {"task": r.task, "title": r.title, "passed": r.passed, "message": r.message, "variant": r.variant}
             for r in session.config._graded.values()
         ]
-        Path(path).write_text(json.dumps({"results": results, "skipped": session.config._skipped_chapters}))
+        data = {"results": results, "skipped": session.config._skipped_chapters, "notes": session.config._notes}
+        Path(path).write_text(json.dumps(data))
 
 
 _CONFIG = None

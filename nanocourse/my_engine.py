@@ -61,7 +61,8 @@ PARTS = (
         also=(("FullAttentionManager", "full_attention_manager_cls"),),
     ),
     Part("07", "scheduler", "ch07_scheduler", "Scheduler", "scheduler_cls"),
-    # Chapter 13's scheduler overrides only the two speculative methods; with chapter 07's it is mixed in first.
+    # Chapter 13's Scheduler extends chapter 07's (yours once 07 is finished, nanoengine's until then:
+    # nanocourse/builds_on.py), so where it serves it is the whole scheduler, and it takes 07's place.
     Part(
         "13",
         "speculative decoding",
@@ -71,6 +72,11 @@ PARTS = (
         also=(("rejection_sample", "rejection_sampler"), ("Scheduler", "scheduler_cls")),
     ),
 )
+
+
+# The chapters whose graded code builds on another's: chapter 13's Scheduler extends chapter 07's once chapter 07
+# passes its grade, so 13's grade depends on 07's file and grade too, and 07 is graded before it.
+BUILDS_ON = {"13": ("07",)}
 
 
 def exercise_path(module: str, root: Path = EXERCISES) -> Path:
@@ -141,10 +147,16 @@ def grades_dir() -> Path:
     return cache_root() / "grades"
 
 
-def _grade_key(chapter: str) -> str:
-    """The content a chapter's grade depends on: your file, the chapter's graded tests and their conftest."""
+def _grade_sources(chapter: str) -> list[Path]:
+    """Your file, the chapter's graded tests, and those of every chapter it builds on (BUILDS_ON)."""
     module = next(p.module for p in PARTS if p.chapter == chapter)
-    sources = [exercise_path(module), *chapter_files(chapter), GRADED / "conftest.py"]
+    earlier = [path for other in BUILDS_ON.get(chapter, ()) for path in _grade_sources(other)]
+    return [exercise_path(module), *chapter_files(chapter), *earlier]
+
+
+def _grade_key(chapter: str) -> str:
+    """The content a chapter's grade depends on: _grade_sources and the graded tests' conftest."""
+    sources = [*_grade_sources(chapter), GRADED / "conftest.py"]
     return hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()
 
 
@@ -156,7 +168,8 @@ def _cached_grade(chapter: str, key: str) -> Scorecard | None:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    card = _GRADES[key] = Scorecard(chapter, "exercises", [TaskResult(**r) for r in data["results"]], data["skipped"])
+    results = [TaskResult(**r) for r in data["results"]]
+    card = _GRADES[key] = Scorecard(chapter, "exercises", results, data["skipped"], data.get("notes"))
     return card
 
 
@@ -176,7 +189,8 @@ def grading_estimate(chapters) -> int:
 def chapter_grades(chapters) -> dict[str, Scorecard]:
     """Each chapter's scorecard for your files as they are now. Cached on their content, in memory and on disk,
     so asking again after no edit costs nothing, in a new kernel too; the chapters not cached yet are graded
-    together, in one process."""
+    together, in one process, except that a chapter that builds on another one graded here (BUILDS_ON: 13 on 07)
+    waits for a second process, which reads that grade from the cache rather than grading it again."""
     chapters = sorted(set(chapters))
     keys = {chapter: _grade_key(chapter) for chapter in chapters}
     todo = [chapter for chapter in chapters if _cached_grade(chapter, keys[chapter]) is None]
@@ -186,15 +200,23 @@ def chapter_grades(chapters) -> dict[str, Scorecard]:
             f"(about {grading_estimate(todo)} s on a 2-core CPU, less on a GPU; again only after you edit them)...",
             flush=True,
         )
-        card = grade(",".join(todo), "exercises")
-        grades_dir().mkdir(parents=True, exist_ok=True)
-        for chapter in todo:
-            results = [r for r in card if r.task.split(".")[0] == chapter]
-            skipped = {chapter: card.skipped[chapter]} if chapter in card.skipped else {}
-            _GRADES[keys[chapter]] = Scorecard(chapter, "exercises", results, skipped)
-            data = {"results": [dataclasses.asdict(r) for r in results], "skipped": skipped}
-            (grades_dir() / f"{keys[chapter]}.json").write_text(json.dumps(data))
+        later = [chapter for chapter in todo if set(BUILDS_ON.get(chapter, ())) & set(todo)]
+        for batch in ([chapter for chapter in todo if chapter not in later], later):
+            if batch:
+                _grade_and_keep(batch, keys)
     return {chapter: _GRADES[keys[chapter]] for chapter in chapters}
+
+
+def _grade_and_keep(chapters: list[str], keys: dict[str, str]) -> None:
+    card = grade(",".join(chapters), "exercises")
+    grades_dir().mkdir(parents=True, exist_ok=True)
+    for chapter in chapters:
+        results = [r for r in card if r.task.split(".")[0] == chapter]
+        skipped = {chapter: card.skipped[chapter]} if chapter in card.skipped else {}
+        notes = {chapter: card.notes[chapter]} if chapter in card.notes else {}
+        _GRADES[keys[chapter]] = Scorecard(chapter, "exercises", results, skipped, notes)
+        data = {"results": [dataclasses.asdict(r) for r in results], "skipped": skipped, "notes": notes}
+        (grades_dir() / f"{keys[chapter]}.json").write_text(json.dumps(data))
 
 
 def chapter_grade(chapter: str) -> Scorecard:
@@ -260,32 +282,27 @@ def my_parts(statuses: list[PartStatus], source: str = "exercises") -> dict[str,
                 loaded[part.module] = load_exercise(part.module, SOURCES[source])
             obj = getattr(loaded[part.module], part.name)
             kwargs[part.argument] = obj() if part.instantiate else obj
-            for name, argument in part.also:
-                _plug(kwargs, argument, getattr(loaded[part.module], name))
+            # A later part at the same seam replaces an earlier one: chapter 13's Scheduler already extends
+            # chapter 07's where 07 is finished (nanocourse/builds_on.py).
+            kwargs.update((argument, getattr(loaded[part.module], name)) for name, argument in part.also)
     return kwargs
 
 
-def _plug(kwargs: dict[str, Any], argument: str, obj: Any) -> None:
-    """Two finished chapters that subclass the same engine class (07's and 13's schedulers override different
-    methods) go in as one class, the later chapter's methods first."""
-    earlier = kwargs.get(argument)
-    if isinstance(earlier, type):
-        obj = type(
-            obj.__name__,
-            (obj, earlier),
-            {"__module__": obj.__module__, "__qualname__": obj.__qualname__, "mixed_from": (obj, earlier)},
-        )
-    kwargs[argument] = obj
-
-
 def parts_table(statuses: list[PartStatus], source: str = "exercises") -> str:
+    """One row per part: whose it is and why; under chapter 13's row, the scheduler it extends (07's row says why
+    chapter 07 is or is not finished)."""
+    from nanocourse.builds_on import extends_line
+
     owner = "yours" if source == "exercises" else "worked"
     used = sum(s.used for s in statuses)
     title = "Your engine" if source == "exercises" else "The worked solutions' engine"
     lines = [f"{title}: {used} of {len(statuses)} parts are {owner}, the rest nanoengine's"]
+    chapter_07 = next((s for s in statuses if s.part.chapter == "07"), None)
     for s in statuses:
         who = owner if s.used else "nanoengine's"
         lines.append(f"  {s.part.chapter}  {s.part.title:30} {who:13} {s.why}")
+        if s.part.chapter == "13" and chapter_07 is not None:
+            lines.append(f"{'':51}{extends_line(source, chapter_07.finished)}")
     return "\n".join(lines)
 
 
@@ -341,9 +358,18 @@ def seam_owners(llm) -> list[tuple[str, str, str]]:
     if engine.proposer is not None:
         seams.append(("13", "NgramProposer", type(engine.proposer)))
     return [
-        (chapter, seam, " on ".join(f"{o.__module__}.{o.__qualname__}" for o in vars(obj).get("mixed_from", (obj,))))
+        (chapter, seam, " on ".join(f"{o.__module__}.{o.__qualname__}" for o in _course_chain(obj)))
         for chapter, seam, obj in seams
     ]
+
+
+def _course_chain(obj: Any) -> list[Any]:
+    """obj, and for a course class the course classes it extends from the same folder, subclass first: chapter 13's
+    Scheduler, then chapter 07's where it extends it."""
+    top = obj.__module__.split(".")[0]
+    if not isinstance(obj, type) or top == "nanoengine":
+        return [obj]
+    return [cls for cls in obj.__mro__ if cls.__module__.split(".")[0] == top]
 
 
 __all__ = [

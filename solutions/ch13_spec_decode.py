@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import torch
 
-from nanoengine.core.sched.scheduler import Scheduler as EngineScheduler
+from nanocourse.builds_on import chapter_07_scheduler
 from nanoengine.request import Request, RequestStatus
 from nanoengine.sample.sampler import draw, target_probs
 from nanoengine.sampling_params import SamplingParams
@@ -74,7 +74,13 @@ def _verify_sampled(
     return list(drafts) + [draw(target_probs(rows[len(drafts)], params), gen)]
 
 
-class Scheduler(EngineScheduler):
+# The worked chapter 07 Scheduler (solutions/ch07_scheduler.py): grading the solutions grades the two chapters together.
+Chapter07Scheduler = chapter_07_scheduler("solutions")
+
+
+class Scheduler(Chapter07Scheduler):
+    """Chapter 07's schedule() with chapter 13's two speculative methods."""
+
     def scheduled_spec_decode_tokens(self, num_scheduled: dict[str, int]) -> dict[str, list[int]]:
         """Task 13.4: the scheduled tokens past num_tokens are drafts; every scheduled request's drafts are used up."""
         verified = {}

@@ -9,7 +9,9 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from nanocourse.builds_on import scheduler_note
 from nanocourse.differential import replay_workload, scheduler_config, scheduler_workloads
+from nanocourse.grading import note
 from nanoengine import LLM, SamplingParams
 from nanoengine.config import LlamaConfig, SpeculativeConfig
 from nanoengine.core import KVCacheManager, get_request_block_hasher, make_block_hash_with_group_id
@@ -31,6 +33,13 @@ NANOENGINE = {
 }
 BS = 4
 GREEDY = SamplingParams(temperature=0)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def says_what_the_scheduler_extends(impl):
+    """The scorecard's line under chapter 13's heading: the Scheduler that 13.4 to 13.6 grade is chapter 07's
+    (yours once chapter 07 passes its grade, nanoengine's until then) with your two speculative methods."""
+    note("13", scheduler_note(impl.Scheduler))
 
 
 # ---- 13.1: the n-gram proposer --------------------------------------------------------------------------------
@@ -381,11 +390,14 @@ def check_sampled_distribution(impl):
 
 # ---- 13.4 and 13.5: the scheduler's speculative pieces ---------------------------------------------------------
 # Each task grades its own method: the other of the two is the engine's, so 13.4's grade never depends on 13.5.
+# Everything else (schedule() above all) is what your Scheduler extends: your chapter 07 Scheduler once chapter 07
+# passes its grade, nanoengine's until then (nanocourse/builds_on.py), so the replays below run your 07 policy.
 ENGINE_PIECE = {"13.4": "update_request_with_output", "13.5": "scheduled_spec_decode_tokens"}
 
 
 def scheduler_for(impl, task):
-    """Your Scheduler with the engine's method for the other task (13.6 runs both of yours)."""
+    """Your Scheduler (over what it extends) with the engine's method for the other task (13.6 runs both of
+    yours)."""
     other = ENGINE_PIECE[task]
     return type(f"Yours{task.replace('.', '_')}", (impl.Scheduler,), {other: getattr(Scheduler, other)})
 
@@ -481,9 +493,20 @@ def replay(impl, task, workload):
         cfg,
         ops,
         BS,
-        f"{cfg['num_blocks'] - 1} usable blocks of {BS} tokens; your {mine} with the engine's {ENGINE_PIECE[task]}",
+        f"{cfg['num_blocks'] - 1} usable blocks of {BS} tokens; your {mine} with the engine's {ENGINE_PIECE[task]}, "
+        f"on {schedule_owner(impl)}",
         plan_rules=True,
     )
+
+
+def schedule_owner(impl) -> str:
+    """Whose schedule() the replays run: the one your Scheduler extends."""
+    owner = next(cls for cls in impl.Scheduler.__mro__ if "schedule" in vars(cls))
+    if owner.__module__.startswith("nanoengine."):
+        return "the engine's schedule() (the Scheduler yours extends)"
+    if owner is impl.Scheduler:
+        return "your own schedule()"
+    return f"your chapter 07 schedule() ({owner.__module__.replace('.', '/')}.py, the Scheduler yours extends)"
 
 
 def replay_with_drafts(impl, task):

@@ -1,10 +1,14 @@
 """Chapter 13's speculative-decoding view records what real engine steps did to one request (drafts, tokens, the
-three num_computed_tokens, block table, hashed blocks), and renders one recorded step without a browser."""
+three num_computed_tokens, block table, hashed blocks), and renders one recorded step without a browser. Chapter
+13's Scheduler extends chapter 07's (nanocourse/builds_on.py), and the scorecard says which."""
 
 import itertools
 
 import pytest
 
+from nanocourse import builds_on, my_engine
+from nanocourse.builds_on import chapter_07_scheduler, scheduler_note
+from nanocourse.grading import Scorecard, TaskResult, grade
 from nanocourse.spec_view import (
     SpecStep,
     SpecStepView,
@@ -15,6 +19,7 @@ from nanocourse.spec_view import (
 )
 from nanoengine import LLM, SamplingParams
 from nanoengine.config import LlamaConfig
+from nanoengine.core.sched.scheduler import Scheduler as EngineScheduler
 from nanoengine.model import LlamaForCausalLM
 
 BS = 4
@@ -132,3 +137,51 @@ def test_a_step_with_given_drafts_verifies_them(model):
     s = view.steps[-1]
     assert s.drafts == (last ^ 1,) * 3 and s.accepted == 0 and s.rejected == 3 and s.extra == "recovered"
     assert s.computed_scheduled - s.computed_after == 3, "the three rejected drafts rolled back"
+
+
+# ---- what chapter 13's Scheduler extends --------------------------------------------------------------------------
+def test_with_chapter_07_unfinished_13_extends_the_engines_scheduler_and_says_why():
+    assert chapter_07_scheduler("exercises") is EngineScheduler
+    import exercises.ch13_spec_decode as stub
+
+    assert stub.Scheduler.__bases__ == (EngineScheduler,)
+    assert scheduler_note(stub.Scheduler) == (
+        "Your chapter 13 Scheduler extends nanoengine's Scheduler, not your chapter 07 one, until chapter 07 passes "
+        "its grade. Chapter 07: stubs left: Scheduler.schedule, Scheduler.choose_victim, chunk_size …"
+    )
+
+
+def test_the_worked_13_extends_the_worked_07():
+    import solutions.ch07_scheduler
+    import solutions.ch13_spec_decode as worked
+
+    assert worked.Scheduler.__bases__ == (solutions.ch07_scheduler.Scheduler,)
+    assert "extends the worked chapter 07 Scheduler" in scheduler_note(worked.Scheduler)
+
+
+def test_a_finished_chapter_07_is_the_one_13_extends(monkeypatch):
+    """Finished as my_llm decides it (part_status: no stub left, the chapter's grade passes): then your file's
+    Scheduler, loaded as it is on disk now."""
+    finished = my_engine.PartStatus(next(p for p in my_engine.PARTS if p.chapter == "07"), True, True, "all pass")
+    monkeypatch.setattr(my_engine, "part_status", lambda part, source="exercises": finished)
+    base = chapter_07_scheduler("exercises")
+    assert base.__module__ == "exercises.ch07_scheduler" and base.__bases__ == (EngineScheduler,)
+    sub = type("Scheduler", (base,), {})
+    assert scheduler_note(sub).startswith("Your chapter 13 Scheduler extends your chapter 07 Scheduler")
+    assert builds_on.chapter_07_status("solutions") == (True, "the worked solution")
+
+
+def test_the_scorecard_shows_the_note_under_the_heading():
+    card = Scorecard("13", "exercises", [TaskResult("13.1", "t", True, "")], notes={"13": "what it extends"})
+    assert repr(card).splitlines()[:3] == [
+        "Chapter 13 (exercises): 1/1 tasks pass",
+        "  what it extends",
+        "  ✓ 13.1   t",
+    ]
+    both = Scorecard("07,13", "exercises", [TaskResult("07.1", "s", True, ""), *card], notes=card.notes)
+    assert "Chapter 13: 1/1 tasks pass\n  what it extends\n  ✓ 13.1" in repr(both)
+
+
+def test_grading_13_on_the_stubs_says_it_extends_the_engines_scheduler():
+    card = grade("13", "exercises", first=True)
+    assert repr(card).splitlines()[1].startswith("  Your chapter 13 Scheduler extends nanoengine's Scheduler"), card

@@ -7,6 +7,7 @@ import pytest
 from nanocourse import my_engine
 from nanocourse import workloads as W
 from nanocourse.beyond import hit_rate
+from nanocourse.grading import Scorecard, TaskResult
 from nanocourse.my_engine import (
     PARTS,
     chapter_grades,
@@ -44,6 +45,11 @@ def test_untouched_stubs_leave_every_part_to_the_engine_and_it_serves(capsys):
         table.startswith(f"Your engine: 0 of {len(PARTS)} parts are yours")
         and table.count("stubs left") == len(PARTS) - no_triton
     )
+    row_13 = table.splitlines().index(next(line for line in table.splitlines() if line.startswith("  13  ")))
+    assert table.splitlines()[row_13 + 1].strip() == (
+        "Your chapter 13 Scheduler extends nanoengine's Scheduler, not your chapter 07 one, until chapter 07 passes "
+        "its grade."
+    ), "under chapter 13's row, the scheduler it extends, once"
     assert all(owner.startswith("nanoengine.") for _, _, owner in seam_owners(llm))
     out = llm.generate(prompt_token_ids=[[1, 2, 3, 4, 5]], sampling_params=SamplingParams(max_tokens=3))[0]
     assert len(out.token_ids) == 3
@@ -78,14 +84,17 @@ def test_worked_solutions_engine_equals_nanoengine_on_the_chatbot_workload(llm, 
     assert pool.get_num_free_blocks() == pool.num_gpu_blocks - 1, "no block leaks"
 
 
-def test_worked_solutions_speculate_with_chapter_07s_and_13s_schedulers_mixed(llm, capsys):
-    """Chapters 07 and 13 both subclass the engine's Scheduler: my_llm mixes them into one class, 13's methods
-    first, and the engine built from them drafts, verifies and rolls back as nanoengine does."""
+def test_worked_solutions_speculate_with_chapter_13s_scheduler_over_07s(llm, capsys):
+    """The worked chapter 13 Scheduler extends the worked chapter 07 one: my_llm plugs in 13's, which already holds
+    07's schedule(), the table says so, and the engine built from it drafts, verifies and rolls back as nanoengine
+    does."""
     spec = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 3}
     worked = my_llm(source="solutions", kv_cache_memory_bytes=KV_BYTES, speculative_config=spec)
-    capsys.readouterr()
+    table = capsys.readouterr().out
+    assert "The worked chapter 13 Scheduler extends the worked chapter 07 Scheduler" in table
     scheduler = type(worked.engine.scheduler)
-    assert [c.__module__ for c in scheduler.__mro__[1:3]] == ["solutions.ch13_spec_decode", "solutions.ch07_scheduler"]
+    assert [c.__module__ for c in scheduler.__mro__[:2]] == ["solutions.ch13_spec_decode", "solutions.ch07_scheduler"]
+    assert scheduler.schedule is scheduler.__mro__[1].schedule, "07's schedule(), not the engine's"
     owners = {s: o for c, s, o in seam_owners(worked) if c in ("07", "13")}
     assert owners == {
         "rejection_sampler": "solutions.ch13_spec_decode.rejection_sample",
@@ -149,6 +158,30 @@ def test_a_finished_kernel_part_sits_out_on_a_cpu_unless_forced():
     kernels = next(p for p in PARTS if p.argument == "attention_backend")
     assert not part_status(kernels, "solutions", use_kernels=False).used
     assert part_status(kernels, "solutions", use_kernels=True).used
+
+
+def test_chapter_13_is_graded_after_07_and_regraded_when_07_changes(monkeypatch, tmp_path):
+    """Chapter 13's Scheduler extends a finished chapter 07's, so its grade depends on 07's file, and my_llm grades
+    07 first: the process that grades 13 then finds 07's grade in the cache rather than grading it again."""
+    monkeypatch.setenv("NANOENGINE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(my_engine, "_GRADES", {})
+    calls = []
+
+    def fake_grade(chapters, impl):
+        calls.append(chapters)
+        return Scorecard(chapters, impl, [TaskResult(f"{c}.1", "t", True, "") for c in chapters.split(",")])
+
+    monkeypatch.setattr(my_engine, "grade", fake_grade)
+    chapter_grades(["13", "07", "04"])
+    assert calls == ["04,07", "13"]
+    folder = tmp_path / "exercises"
+    folder.mkdir()
+    for module in ("ch07_scheduler", "ch13_spec_decode"):
+        (folder / f"{module}.py").write_text(my_engine.exercise_path(module).read_text())
+    monkeypatch.setattr(my_engine, "exercise_path", lambda module, root=folder: root / f"{module}.py")
+    before = my_engine._grade_key("13")
+    (folder / "ch07_scheduler.py").write_text("# an edit to chapter 07\n", "utf-8")
+    assert my_engine._grade_key("13") != before, "13's grade is keyed on 07's file too"
 
 
 def test_grades_are_batched_into_one_process_and_kept_on_disk(monkeypatch, tmp_path):
