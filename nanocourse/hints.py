@@ -28,14 +28,19 @@ class Hint:
         return f"**Hint {self.chapter}.{self.number}: {self.title}**\n\n{self.text}"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class HintList:
+    """A chapter's hints, shown by title only, however it is displayed (a notebook, print, a Python prompt): a
+    learner opens each hint on purpose."""
+
     chapter: str
     hints: tuple[Hint, ...]
 
     def __str__(self) -> str:
         lines = [f"Chapter {self.chapter}: {len(self.hints)} hints; open one with hint({self.chapter!r}, n)"]
         return "\n".join(lines + [f"  {h.number}. {h.title}" for h in self.hints])
+
+    __repr__ = __str__
 
     def _repr_markdown_(self) -> str:
         items = "\n".join(f"{h.number}. {h.title}" for h in self.hints)

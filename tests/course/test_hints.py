@@ -157,3 +157,11 @@ def test_the_leak_check_catches_a_quoted_solution_line(tmp_path):
     )
     leaks = _leaks("99", tmp_path)
     assert len(leaks) == 3 and "the stub" in leaks[0] and "hint 99.1" in leaks[1] and "hint 99.3" in leaks[2], leaks
+
+
+@pytest.mark.parametrize("chapter", ["04", "12"])
+def test_the_list_of_hints_shows_titles_only_however_it_is_displayed(chapter):
+    listing = hint(chapter)
+    for shown in (str(listing), repr(listing), listing._repr_markdown_()):
+        assert all(h.title in shown for h in listing.hints)
+        assert not any(h.text in shown for h in listing.hints), "a hint's text is shown only when it is opened"
