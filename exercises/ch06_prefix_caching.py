@@ -18,13 +18,14 @@ Check your work with:   make grade CH=06
 Stuck? In the notebook, `from nanocourse import hint; hint("06")` lists this chapter's hints, from a nudge to
 close-to-code; open them one at a time with hint("06", n).
 
-What you have:
+What you have (a reference: which of these a method uses, and when, is yours to decide):
 - a block (KVCacheBlock): block_id, ref_cnt, block_hash (None or bytes; set it once, reset_hash() to
   clear it), is_null;
 - in the pool: self.free_block_queue (your chapter 05 queue's interface): popleft_n, remove, append_n,
-  prepend_n, get_all_free_blocks, num_free_blocks; self.cached_block_hash_to_block: get_one_block(key),
-  insert(key, block), pop(key, block_id); make_block_hash_with_group_id, which turns a block hash and a group
-  id into the key that group's block is cached under (group 0's key is the bare hash);
+  prepend_n, get_all_free_blocks, num_free_blocks; get_num_free_blocks(), the free blocks an allocation may
+  take now; self.cached_block_hash_to_block: get_one_block(key), insert(key, block), pop(key, block_id);
+  make_block_hash_with_group_id, which turns a block hash and a group id into the key that group's block is
+  cached under (group 0's key is the bare hash);
 - in a FullAttentionManager: self.block_pool, self.block_size, self.req_to_blocks[request_id] (the request's
   blocks in this group, block i holding tokens i * block_size .. (i + 1) * block_size - 1, append-only),
   self.num_cached_block[request_id] (how many of them are named in the map; a request has an entry here
@@ -32,21 +33,26 @@ What you have:
   list of group ids: one cached block per group, or None if any group misses);
 - in the KVCacheManager: self.block_pool, self.block_size, self.enable_caching, self.empty_kv_cache_blocks (no
   block in any group), record_prefix_cache_stats (a request and its hit tokens: counts one lookup), and
-  self.coordinator, whose methods each act on every group in turn:
+  self.coordinator, whose methods each act on every group in turn. Two of them are questions and change
+  nothing:
 
   - find_longest_cache_hit(hashes, max_length): (one hit list per group, hit tokens), the longest hit of
-    whole blocks, at most max_length tokens (a multiple of block_size), that every group can serve; changes
-    nothing;
+    whole blocks, at most max_length tokens (a multiple of block_size), that every group can serve;
   - get_num_blocks_to_allocate(request_id, num_tokens, hits, num_computed): the free blocks, summed over the
-    groups, the request would take to hold slots for num_tokens tokens with these hits, free hits (ref_cnt 0)
-    included; changes nothing;
-  - remove_skipped_blocks(request_id, num_computed): gives back the blocks a window no longer sees (none for
-    full attention);
-  - allocate_new_computed_blocks(request_id, hits, num_computed): an admitted request takes its hits (one more
-    reference each; a free one leaves the queue); for a running request, nothing;
-  - allocate_new_blocks(request_id, num_tokens): new blocks from the pool until the request holds slots for
-    num_tokens tokens, returned as one list per group; it assumes they fit;
-  - cache_blocks(request, num_tokens): names every full block of the first num_tokens tokens not yet named.
+    groups, that holding slots for num_tokens tokens with these hits would take (task 06.3c's count);
+
+  the other four change the request's blocks, each in its own way:
+
+  - allocate_new_blocks(request_id, num_tokens): appends new blocks from the pool to the request's list until
+    it holds slots for num_tokens tokens, and returns them, one list per group; the pool must hold enough
+    free blocks (get_new_blocks raises otherwise);
+  - allocate_new_computed_blocks(request_id, hits, num_computed): for a request the group does not know yet
+    (no entry in num_cached_block), its block list becomes exactly its hits, each with one more reference
+    (a free one leaves the queue), all counted as named; for a request the group knows, nothing;
+  - cache_blocks(request, num_tokens): names every block that the first num_tokens tokens fill and that is
+    not named yet;
+  - remove_skipped_blocks(request_id, num_computed): gives back the blocks a sliding window no longer sees
+    (none for full attention), so they are free again.
 - a request: request_id, num_tokens, num_computed_tokens, block_hashes (one per full block),
   skip_reading_prefix_cache.
 
@@ -76,7 +82,8 @@ class BlockPool(EngineBlockPool):
 
     Invariants after every method: a non-null block is in the free queue iff its ref_cnt is 0; a block has a
     hash iff the map holds it under that hash; the null block is never in the queue and its ref_cnt never
-    changes. The free queue's order is the eviction order: head first.
+    changes. The free queue's order is the eviction order, head first, so it should rank the free blocks from
+    the least likely to be hit again to the most likely.
     """
 
     def get_cached_block(
@@ -132,20 +139,25 @@ class BlockPool(EngineBlockPool):
         raise NotImplementedError
 
     def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock]) -> None:
-        """Task 06.2: drop one reference on each block; the caller gives a request's blocks last block first.
+        """Task 06.2: drop one reference on each block. The caller lists the blocks from the least likely to be
+        hit again to the most likely (FullAttentionManager.free, task 06.2b, decides that order for a request).
 
         Contract:
         - every non-null block's ref_cnt drops by 1 (a block listed twice, by 2); the null block is skipped;
-        - a block that reaches 0 becomes free: without a hash it holds nothing anyone can find, so it is
-          reused first (it joins the queue at the HEAD); with a hash it may still serve a later prefix, so it
-          joins at the TAIL; blocks that join the same end keep their given order, so a chain freed tail
-          first has its root evicted last; a block listed twice joins once, at the listing that drops its last
-          reference; a block still referenced stays out of the queue;
+          a block still referenced stays out of the queue;
+        - a block that reaches 0 becomes free, and the queue (the eviction order) afterwards ranks it by how
+          likely it is to be hit again: a block without a hash holds nothing anyone can find, so every block
+          freed without a hash is evicted before every other free block, those already queued included; a
+          block with a hash may still serve a later prefix, and was used more recently than every block already
+          queued, so it is evicted after all of them; among the blocks of one kind this call frees, the given
+          order is the eviction order; a block listed twice becomes free once, where its last reference is
+          dropped;
         - a block that would drop below 0 (a double free) raises ValueError and nothing changes at all.
         ordered_blocks may be any iterable, an iterator included. (vLLM 0.33: BlockPool.free_blocks, which
-        prepends unhashed blocks and appends hashed ones the same way, and does not check for a double free.)
+        does not check for a double free.)
         Example: queue [8]; free_blocks([block 3 (hashed), block 1 (hashed), block 2 (no hash)]), each at
-        ref_cnt 1, leaves the queue [2, 8, 3, 1].
+        ref_cnt 1, leaves the queue [2, 8, 3, 1]: block 2 goes first, block 1 last. Then free_blocks([block 5
+        (no hash), block 4 (no hash)]) leaves [5, 4, 2, 8, 3, 1].
         """
         raise NotImplementedError
 
@@ -194,34 +206,42 @@ class FullAttentionManager(EngineFullAttentionManager):
     def get_num_blocks_to_allocate(
         self, request_id: str, num_tokens: int, new_computed_blocks: list[KVCacheBlock], num_computed_tokens: int
     ) -> int:
-        """Task 06.3c: how many free blocks this group must hand the request so that it has slots for its first
-        num_tokens tokens, new_computed_blocks (its cache hit in this group) included. A question only:
+        """Task 06.3c: how many free blocks giving the request slots for its first num_tokens tokens, with
+        new_computed_blocks (its cache hit in this group), would take from the pool right now. A question only:
         nothing changes.
 
-        Contract:
-        - afterwards the request would hold slots for num_tokens tokens: enough whole blocks, no more; the
-          blocks it holds already (self.req_to_blocks) and the hits count towards them; the rest are new blocks,
-          never fewer than 0;
-        - a hit on a free cached block (ref_cnt 0) leaves the free queue when the request takes it: it costs a
-          free block just as a new block does; a hit that another request holds costs nothing;
-        - a running request (one in self.num_cached_block) takes no new hits: only its new blocks count.
+        Contract: the count equals the number of blocks the free queue would lose, no more and no fewer, if
+        the request came to hold slots for num_tokens tokens in this group: the blocks it holds already
+        (self.req_to_blocks) stay and count; a request this group does not know yet (not in
+        self.num_cached_block) takes all its hits at the start of its list, while a running one takes no new
+        hits; new blocks come only as far as the tokens still need whole blocks (never fewer than none). A block
+        leaves the free queue exactly when it was in it: every new block does, a hit only if it was free
+        (ref_cnt 0); a hit another request holds is out of the queue already.
         num_computed_tokens matters only where a window skips tokens (chapter 12); full attention skips none.
         (vLLM 0.33: SingleTypeKVCacheManager.get_num_blocks_to_allocate.)
-        Example: block size 4, a new 10-token request with 2 hits, one free (ref_cnt 0) and one held: 3 blocks
-        needed, 2 of them hits, so 1 new + 1 free hit = 2. The same request running, holding 3 blocks, at
-        num_tokens 13: 1.
+        Example: block size 4, blocks A0, A1, A2 cached, A0 held by a running X (3 blocks, 10 tokens), A1 and
+        A2 free; R is new:
+        - ('R', 8, [], 0): 2 (two new blocks);
+        - ('R', 13, [A0], 4): 3 (four blocks, A0 already out of the queue, three new);
+        - ('R', 13, [A0, A1, A2], 12): 3 (one new block, and A1 and A2 leave the queue);
+        - ('R', 4, [A0, A1], 8): 1 (one block's worth of tokens, yet A1 still leaves the queue when R takes it);
+        - ('X', 17, [], 10): 2; ('X', 12, [], 10): 0; ('X', 17, [A0], 10): 2 (X runs: its hits take nothing).
         """
         raise NotImplementedError
 
     def free(self, request_id: str) -> None:
         """Task 06.2b: release every block the request holds in this group and forget the request.
 
-        Contract: the pool gets the request's blocks back in one free_blocks call, last block first (so its
-        chain's root, shared most, is evicted last); the request has no entry left in req_to_blocks or
-        num_cached_block; freeing a request that holds nothing (never admitted, or freed already) changes
-        nothing. (vLLM 0.33: SingleTypeKVCacheManager.free.)
+        Contract: each block the request holds gets one reference back, all in one release (one free_blocks
+        call: a double free anywhere changes nothing), ranked so that the eviction order the pool builds matches
+        how likely each block is to be hit again: a later prompt can hit block i only if it hits blocks
+        0 .. i - 1 too (the hashes chain), so the root, block 0, is the most likely to be hit and is evicted
+        last among the request's blocks, its last block first. Afterwards the request has no entry in
+        req_to_blocks or num_cached_block; freeing a request that holds nothing (never admitted, or freed
+        already) changes nothing. (vLLM 0.33: SingleTypeKVCacheManager.free.)
         Example: a request holding [5, 6, 2] (all hashed, ref_cnt 1) on an empty queue: afterwards the queue
-        is [2, 6, 5].
+        is [2, 6, 5], and an allocation of one block evicts block 2, the end of the chain, keeping 5 and 6
+        findable. Holding [5, 6, 9] with block 9 unhashed (a partial last block): the queue is [9, 6, 5].
         """
         raise NotImplementedError
 
@@ -262,39 +282,45 @@ class KVCacheManager(EngineKVCacheManager):
         full_sequence_must_fit: bool = False,
     ) -> KVCacheBlocks | None:
         """Task 06.3: make room for num_new_tokens more tokens in every group; return the newly allocated
-        blocks (KVCacheBlocks, one list per group), or None.
+        blocks (KVCacheBlocks, one list per group), or None when the pool cannot give them.
 
         The request's tokens: | computed | new computed (the cache hit) | new | lookahead |.
-        Contract:
-        - afterwards the request holds exactly ceil((computed + new computed + new + lookahead) / block_size)
-          entries in every group (never fewer than it held): when it is admitted its hit blocks first
-          (new_computed_blocks.blocks[g] in group g), then new blocks from the pool; the return value holds
-          the new blocks alone;
-        - the hits are in use from now on: each holds exactly one more reference than before the call, and a
-          free one has left the queue. allocate_slots takes these references (through the coordinator's
-          allocate_new_computed_blocks, above), and only it: get_computed_blocks takes none, and a reference
-          taken twice keeps a block out of the queue after the request frees it;
-        - all or nothing: the slots are granted only if the free blocks they take in all groups together,
-          free hits (ref_cnt 0) included, are at most the pool's free blocks (self.block_pool.get_num_free_blocks());
-          otherwise return None, and no ref_cnt, queue, map or block table has changed;
-        - with full_sequence_must_fit, a second gate: unless slots for the request's whole sequence
-          (request.num_tokens tokens, hits counted the same way) fit in the free blocks now, return None and
-          change nothing. This is the scheduler's admission gate: it admits a request only if its whole prompt
-          fits, so that it is not preempted halfway through its prefill and readmitted over and over;
-        - blocks that a sliding window has left behind (up to the computed and new computed tokens) are given
-          back before the room for the new tokens is counted, so they can serve this step (nothing, for full
-          attention alone); the whole-sequence gate is decided before anything is given back;
-        - a new block never evicts a hit that this call is about to take;
+        Contract, after a grant (a KVCacheBlocks returned):
+        - the request holds exactly ceil((computed + new computed + new + lookahead) / block_size) entries in
+          every group (never fewer than it held); a request admitted by this call holds its hits first
+          (new_computed_blocks.blocks[g] in group g, in order), then its new blocks; the return value holds the
+          new blocks alone;
+        - every hit is in use: it holds exactly one more reference than before the call and is out of the
+          free queue, and it is still the cached block it was, findable under its hash: a new block never
+          evicts a hit this call takes. get_computed_blocks took no reference, and a reference taken twice
+          keeps a block out of the queue after the request frees it;
         - with caching on, every block that is full once the computed, new computed and new tokens are in
           (lookahead slots not counted, never past request.num_tokens) is named in the cache map; with caching
           off none is.
+        When it is granted:
+        - all or nothing: exactly when the free blocks the grant consumes in all groups together are at most
+          the pool's free blocks; a hit on a free cached block (ref_cnt 0) consumes one, as a new block does,
+          and a hit another request holds consumes none;
+        - blocks a sliding window has left behind (the request can never read them again, once its computed
+          and new computed tokens are in) are free blocks for this grant: they can serve the new tokens
+          (nothing changes for full attention alone);
+        - with full_sequence_must_fit, only if the request's whole sequence (request.num_tokens tokens, hits
+          counted the same way) would fit in the free blocks as the call finds them, too. This is the
+          scheduler's admission gate: it admits a request only if its whole prompt fits, so that it is not
+          preempted halfway through its prefill and readmitted over and over.
+        After a refusal (None): no hit has a new reference, no block was taken, nothing was named, no block
+        table grew. The one change a refusal may leave is that blocks a sliding window had left behind are
+        given back (they are never read again); a refusal by the whole-sequence gate changes nothing at all.
         (vLLM 0.33: KVCacheManager.allocate_slots.)
         Example: block size 4, 5 free blocks, a new 10-token request with a 4-token hit on a free cached block:
         allocate_slots(r, 6, 4, hit) takes the hit out of the queue and returns KVCacheBlocks(([new, new],));
         the request holds [hit, new, new], and 2 blocks are named. With 2 free blocks it returns None: 2 new +
         1 free hit. Still with 2 free blocks, allocate_slots(r, 2, 4, hit) grants 1 new block (2 in all with the
         hit), but with full_sequence_must_fit=True it returns None: the whole 10 tokens need 2 new blocks plus
-        the free hit, 3 free blocks.
+        the free hit, 3 free blocks. If the free hit is the free queue's head, the new blocks are the two
+        behind it, and the hit keeps its hash. A one-group model with a 4-token window, a pool of 2 blocks that
+        a running 8-token request fills: its 9th token sees positions 5 to 8, so block 0 is left behind, and
+        allocate_slots(r, 1) grants 1 new block, the one block 0 was.
         """
         raise NotImplementedError
 

@@ -68,27 +68,34 @@ class Scheduler(EngineScheduler):
         """Tasks 07.2, 07.3, 07.5, 07.6, 07.8 and 07.9: plan one step as vLLM 0.33's Scheduler.schedule does
         (vllm/v1/core/sched/scheduler.py; read it beside this), and return it as make_output packages it.
 
-        What the plan must satisfy:
-        - Budget: the planned tokens sum to at most config.max_num_batched_tokens. A planned request gets as
-          many tokens as chunk_size (task 07.1) allows for what it still needs, the budget left when its turn
-          comes, and this step's threshold: the one in force when the step starts (it caps nobody while one
-          request alone runs or waits). A running request still needs every token it has not computed, its
-          drafts included (chapter 13 gives it some), but never one at position config.max_model_len - 1 or
-          past it; a waiting request needs its tokens past its cache hit.
-        - Running first: the running requests are planned in self.running's order before any waiting one;
-          the step stops planning when the budget is spent.
-        - Memory: a running request is planned only if the KV cache manager grants it slots for its tokens.
-          While the pool is short, running requests are preempted, each victim the one choose_victim() names,
-          until the grant succeeds. A victim already planned this step leaves the plan and gives its tokens
-          back. A request that becomes the victim itself is not planned: under FCFS that ends the running
-          requests' turn, under priority the next running request still gets its turn (it ranks higher and
-          may fit in the freed blocks). A request running alone that still does not fit is ended
-          (finish_length_capped) and not planned.
-        - Admission: only in a step that preempted nobody, while budget is left and fewer than
-          config.max_num_seqs run, the waiting queue's head is admitted, with its cache hit, if slots for its
-          first chunk are granted and slots for its whole sequence (num_tokens) fit in the free blocks now,
-          hit included (vLLM 0.33's waiting loop passes scheduler_reserve_full_isl, True by default). Nothing
-          changes for a request that is not admitted. The first request that does not get in ends admission.
+        What the plan must satisfy (properties of the step's result; how to reach them is yours):
+        - Budget: the planned tokens sum to at most config.max_num_batched_tokens. A planned request gets what
+          chunk_size (task 07.1) grants its need from the budget left at its turn under this step's threshold
+          (the one in force when the step starts: it caps nobody while one request alone runs or waits). A
+          running request needs every token it has not computed, its drafts included (chapter 13 gives it
+          some), but never one at position config.max_model_len - 1 or past it; a newcomer needs its tokens
+          past its cache hit.
+        - Running first: the running requests hold blocks already, so each gets its turn, in self.running's
+          order, before any newcomer, until the budget is spent.
+        - Memory, all or nothing: a request is planned only together with the KV cache manager's grant of
+          slots for exactly its planned tokens (and its lookahead, below); nobody is planned on a refusal.
+        - Preemption: a running request whose grant is refused makes room by recompute (preempt), taking the
+          victims in the order choose_victim() names them, and no more victims than it needs: it stops once
+          its grant succeeds or once it is the victim itself. A preempted request is not in this step's plan:
+          if it was planned earlier in the step, it leaves num_scheduled and new_blocks, and its tokens are
+          budget again for the requests after it. A request that became the victim itself is not planned, and
+          the running requests behind it still get their turn (under priority they rank higher and may fit in
+          the freed blocks; under FCFS there are none, since the victim is the tail). A request refused while
+          it runs alone can never fit (there is nobody to preempt, and preempting itself would loop forever):
+          it is ended (finish_length_capped) and not planned.
+        - Admission: a step that preempted anyone admits nobody (the pool just proved too small for what
+          runs). Otherwise newcomers are admitted in the waiting queue's order, head first and none skipped
+          (FCFS head-of-line: the first one not admitted ends admission), each while budget is left and fewer
+          than config.max_num_seqs run, and only with its cache hit and a grant of slots for its first chunk
+          that also passes chapter 06's whole-sequence gate: its whole sequence (num_tokens), hit included,
+          fits in the free blocks as they are (vLLM 0.33's scheduler_reserve_full_isl, True by default), so a
+          long prompt is not admitted, preempted and readmitted over and over. Nothing changes for a request
+          that is not admitted (no reference, no block, no count).
         - Lookahead: every grant, to a running request or a newcomer, also holds config.num_lookahead_tokens
           slots past the request's planned tokens (a draft model writes its own KV there, chapter 13), but none
           at position config.max_model_len or past it. With num_lookahead_tokens 0 nothing changes.
@@ -102,6 +109,14 @@ class Scheduler(EngineScheduler):
 
         Example: budget 64, no threshold, a decoding (1 token) and b waiting with a 150-token prompt that
         fits: the step plans {a: 1, b: 63}; the next plans {a: 1, b: 63}; then {a: 1, b: 24}.
+        Preemption, FCFS, block size 4: a and b decode, no block is free, and a's next position starts a new
+        block: b, the tail, is preempted; the step plans {a: 1}, preempted [b], and admits nobody, even a
+        waiting request that would fit. Priority, budget 3, 7 usable blocks: running [a (priority 1), b, c
+        (priority 0)], a and b decoding, c with 2 prompt tokens left, one block free: a takes it for its token;
+        b's token needs a block, and a, the worst, is preempted and leaves the plan; its token is budget
+        again, so the step plans {b: 1, c: 2}, preempted [a]. Head-of-line: waiting [x, y] where x's whole
+        prompt does not fit and y's would: neither is admitted. max_model_len 16: a running request with 13
+        computed tokens and 4 drafts is planned 2 tokens (positions 13 and 14).
         Task 07.8 runs your schedule() beside the engine's over random workloads, many with drafts for every
         running request each step, lookahead slots, or a max_model_len small enough to cut them, and compares
         every step's plan, drafts, blocks, queues and prefix-cache counts: the rules above, and nothing else,

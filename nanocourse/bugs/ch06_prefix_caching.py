@@ -153,6 +153,18 @@ BUGS = [
     ),
     (
         "06.3",
+        "new blocks taken before the hits: the hits' list drops them, and a new block may evict a free hit",
+        (
+            "        self.coordinator.allocate_new_computed_blocks(request_id, hits, num_computed)\n"
+            "        new_blocks = self.coordinator.allocate_new_blocks(request_id, num_tokens_need_slot)\n"
+        ),
+        (
+            "        new_blocks = self.coordinator.allocate_new_blocks(request_id, num_tokens_need_slot)\n"
+            "        self.coordinator.allocate_new_computed_blocks(request_id, hits, num_computed)\n"
+        ),
+    ),
+    (
+        "06.3",
         "full blocks are never named",
         "        if self.enable_caching:\n            self.coordinator.cache_blocks(",
         "        if False:\n            self.coordinator.cache_blocks(",
@@ -282,6 +294,12 @@ BUGS = [
         "            key = request.block_hashes[i]\n",
     ),
     # 06.6: serving the real engine
+    (
+        "06.6",
+        "allocate_slots hands the engine the coordinator's bare lists, not KVCacheBlocks",
+        "        return KVCacheBlocks(new_blocks)",
+        "        return new_blocks",
+    ),
     (
         "06.6",
         "hashed blocks to the head",

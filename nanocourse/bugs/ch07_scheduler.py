@@ -80,6 +80,12 @@ BUGS = [
     ),
     (
         "07.5",
+        "the victim leaves the plan but its tokens are not given back to the budget",
+        "budget += num_scheduled.pop(victim.request_id)",
+        "num_scheduled.pop(victim.request_id)",
+    ),
+    (
+        "07.5",
         "the victim's blocks are kept (no recompute)",
         "                self.preempt(victim)\n",
         "                self.waiting.prepend_request(victim)\n",
@@ -100,12 +106,6 @@ BUGS = [
     ("07.6", "max_num_seqs ignored", " and len(self.running) < self.config.max_num_seqs:", ":"),
     # 07.8, the differential grader: each makes one change that no hand-worked task above catches.
     ("07.8", "no step back after preempting a victim planned earlier in this step", "                    i -= 1\n", ""),
-    (
-        "07.8",
-        "the victim leaves the plan but its tokens are not given back to the budget",
-        "budget += num_scheduled.pop(victim.request_id)",
-        "num_scheduled.pop(victim.request_id)",
-    ),
     (
         "07.8",
         "the gate's lookup counts the prefix-cache stats at every step the request waits",

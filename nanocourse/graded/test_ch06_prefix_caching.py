@@ -486,7 +486,20 @@ def test_allocate_slots(impl):
     manager = full(kv)
 
     def allocate(req, *args):
-        got = mine(impl, kv, "allocate_slots", req, *args)
+        new = req.request_id not in full(kv).num_cached_block
+        try:
+            got = mine(impl, kv, "allocate_slots", req, *args)
+        except ValueError as exc:
+            if not (new and "Cannot cache" in str(exc)):
+                raise
+            raise pytest.fail.Exception(
+                f"allocate_slots({req.request_id}, ...) admitting {req.request_id} lost blocks from its list before "
+                f"naming them (the pool said: {exc}). Take the hits before any new block: for a request the group "
+                f"does not know yet, taking its hits (self.coordinator.allocate_new_computed_blocks) makes its block "
+                f"list exactly the hits, so a block appended before is dropped (and leaks), and a new block taken "
+                f"first may be a free hit this call is about to take, evicting it",
+                pytrace=False,
+            ) from exc
         assert got is None or isinstance(got, KVCacheBlocks), (
             f"allocate_slots({req.request_id}, ...) must return the new blocks as KVCacheBlocks (one list per KV "
             f"cache group, what self.coordinator.allocate_new_blocks gives) or None: got {id_text(got)}"
@@ -532,6 +545,23 @@ def test_allocate_slots(impl):
     assert manager.num_cached_block["B"] == 4, (
         f"the 3 new tokens fill B's last block, so it is named: num_cached_block['B'] must be 4, is "
         f"{manager.num_cached_block['B']}"
+    )
+    # A new block never evicts a hit this call takes: B's one hit, A's cached block, is the free queue's head.
+    kv = KVCacheManager(BS, 12)  # 11 usable blocks
+    a, (a0,) = running(kv, "A", range(4))
+    y, (y0,) = running(kv, "Y", range(300, 304))
+    running(kv, "X", range(600, 636))  # X holds the other 9 blocks
+    kv.free(a)
+    kv.free(y)  # the free queue is [A's block, Y's block], both cached
+    b = request("B", [*range(4), *range(50, 54)])
+    hits, n = kv.get_computed_blocks(b)
+    got = allocate(b, b.num_tokens - n, n, hits)
+    assert got is not None and held("B") == [a0, y0] and a0.ref_cnt == 1 and a0.block_hash == a.block_hashes[0], (
+        f"free queue [block {a0.block_id} (A's, B's hit), block {y0.block_id} (Y's)], both cached: "
+        f"allocate_slots(B, 4, 4, hit) must hold [block {a0.block_id}, block {y0.block_id}], the hit still cached at "
+        f"ref_cnt 1 and the new block taken from behind it. A new block never evicts a hit this call takes: take the "
+        f"hits before any new block. Got {id_text(got)}; B holds {id_text(held('B'))}; block {a0.block_id} is at "
+        f"ref_cnt {a0.ref_cnt} with {hex6(a0.block_hash)} (A's {hex6(a.block_hashes[0])})"
     )
     # Lookahead tokens need slots but are not named; tokens past num_tokens (a caller planning ahead) are not named
     # either, since no hash covers them. Each call against the engine's allocate_slots on a copy of the manager.
@@ -852,6 +882,102 @@ def test_touch_and_cache(impl):
     )
 
 
+def _is_blocks(value) -> bool:
+    return isinstance(value, (list, tuple)) and all(isinstance(b, KVCacheBlock) for b in value)
+
+
+# What the engine needs back from each of your methods (06.6): a check of (self, args, returned value) that
+# gives the broken rule in words, or "" when the value is one the engine can use.
+_RETURNS = {
+    ("BlockPool", "get_cached_block"): lambda self, args, got: (
+        "" if got is None or isinstance(got, KVCacheBlock) else "it must return the cached KVCacheBlock or None"
+    ),
+    ("BlockPool", "get_new_blocks"): lambda self, args, got: (
+        ""
+        if _is_blocks(got) and len(got) == args[0]
+        else f"get_new_blocks({args[0]}) must return a list of {args[0]} KVCacheBlocks, each at ref_cnt 1"
+    ),
+    ("FullAttentionManager", "find_longest_cache_hit"): lambda self, args, got: (
+        ""
+        if isinstance(got, (tuple, list))
+        and len(got) == len(args[2])
+        and all(_is_blocks(g) for g in got)
+        and len({len(g) for g in got}) <= 1
+        else f"it must return one list of blocks per group id in {list(args[2])}, all of one length"
+    ),
+    ("FullAttentionManager", "get_num_blocks_to_allocate"): lambda self, args, got: (
+        ""
+        if isinstance(got, int) and not isinstance(got, bool) and got >= 0
+        else "it must return a count of free blocks, an int of at least 0"
+    ),
+    ("KVCacheManager", "get_computed_blocks"): lambda self, args, got: (
+        ""
+        if isinstance(got, tuple)
+        and len(got) == 2
+        and isinstance(got[0], KVCacheBlocks)
+        and len(got[0].blocks) == len(self.kv_cache_groups)
+        and isinstance(got[1], int)
+        and got[1] % self.block_size == 0
+        and all(len(group) == got[1] // self.block_size for group in got[0].blocks)
+        else f"it must return (KVCacheBlocks with one list per KV cache group, here {len(self.kv_cache_groups)}, "
+        f"the hit's length in tokens: whole blocks of {self.block_size}, as many as each group's list holds)"
+    ),
+    ("KVCacheManager", "allocate_slots"): lambda self, args, got: (
+        ""
+        if got is None or (isinstance(got, KVCacheBlocks) and len(got.blocks) == len(self.kv_cache_groups))
+        else f"it must return None or the new blocks as KVCacheBlocks, one list per KV cache group (here "
+        f"{len(self.kv_cache_groups)}), even when no group got a new block"
+    ),
+}
+
+
+def _watched(impl):
+    """Your three classes, each subclassed so that a value the engine could not use fails where your method
+    returns it, naming the method and the rule, and so that the last of your methods to return is known when
+    the engine fails later in its own code. Returns the three classes and a one-item list holding that method."""
+    last = ["none of them"]
+
+    def watch(cls):
+        def wrapped(name, method):
+            def call(self, *args, **kwargs):
+                got = method(self, *args, **kwargs)
+                problem = _RETURNS[(kind, name)](self, args, got)
+                if problem:
+                    pytest.fail(f"your {kind}.{name} returned {id_text(got)} to the engine: {problem}", pytrace=False)
+                last[0] = f"{kind}.{name} (it returned {id_text(got)})"
+                return got
+
+            # The engine names the method an error came from by its code's name: yours, not this wrapper's.
+            call.__code__ = call.__code__.replace(co_name=name, co_qualname=f"{kind}.{name}")
+            return call
+
+        kind = next(k for k in ("BlockPool", "FullAttentionManager", "KVCacheManager") if cls is getattr(impl, k))
+        methods = {name: wrapped(name, getattr(cls, name)) for (k, name) in _RETURNS if k == kind}
+        return type(cls.__name__, (cls,), methods)
+
+    return (watch(impl.BlockPool), watch(impl.FullAttentionManager), watch(impl.KVCacheManager)), last
+
+
+@contextlib.contextmanager
+def engine_errors_named(last):
+    """An exception the engine raises in its own code while it serves from your classes fails the task with the
+    last of your methods to return and the rules its value may break; one raised in your code keeps its place."""
+    try:
+        yield
+    except (NotImplementedError, pytest.fail.Exception, AssertionError):
+        raise
+    except Exception as exc:
+        if "NotImplementedError" in repr(exc.__cause__) + repr(exc.__context__):
+            raise
+        raise pytest.fail.Exception(
+            f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else repr(exc)}, raised in the engine's own "
+            f"code while it served from your classes. The last of your methods to return was {last[0]}: check its contract, above all the "
+            f"state it leaves (ref counts, the free queue and its order, the hash map, req_to_blocks and "
+            f"num_cached_block) and what it returns",
+            pytrace=False,
+        ) from exc
+
+
 def first_token_difference(yours, engine) -> str:
     """The first request whose greedy tokens differ between two runs, for a failure message."""
     i = next((i for i, (y, e) in enumerate(zip(yours, engine)) if y.token_ids != e.token_ids), 0)
@@ -871,11 +997,8 @@ def test_serves_the_engine(impl):
     system = list(range(100, 112))  # three full blocks every request shares
     prompts = [system + [7, 8], system, list(range(200, 222)), system + [5, 6, 7]]
     params = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
-    yours = {
-        "block_pool": impl.BlockPool,
-        "full_attention_manager_cls": impl.FullAttentionManager,
-        "kv_cache_manager_cls": impl.KVCacheManager,
-    }
+    (pool_cls, full_cls, manager_cls), last = _watched(impl)
+    yours = {"block_pool": pool_cls, "full_attention_manager_cls": full_cls, "kv_cache_manager_cls": manager_cls}
 
     def serve(model, prompts, **parts):
         llm = LLM(model, progress=False, **parts)
@@ -884,7 +1007,8 @@ def test_serves_the_engine(impl):
 
     # 8 usable blocks of 4 tokens: request 2 (22 + 6 tokens) takes 7 of them and evicts all cached
     # blocks but the one at the free queue's tail, the system prompt's root
-    llm, mine_ = serve(model, prompts, block_size=4, num_gpu_blocks_override=9, **yours)
+    with engine_errors_named(last):
+        llm, mine_ = serve(model, prompts, block_size=4, num_gpu_blocks_override=9, **yours)
     _, engine = serve(model, prompts, block_size=4, num_gpu_blocks_override=9)
     kv = llm.engine.kv_cache_manager
     assert (
@@ -926,7 +1050,8 @@ def test_serves_the_engine(impl):
         done = [outputs[k] for k in sorted(outputs, key=int)]
         return [o.outputs[0].token_ids for o in done], [o.num_cached_tokens for o in done], free, pool
 
-    tokens, cached, free, pool = serve_steps(**yours)
+    with engine_errors_named(last):
+        tokens, cached, free, pool = serve_steps(**yours)
     want_tokens, want_cached, want_free, _ = serve_steps()
     assert cached == want_cached, (
         f"a hybrid model (4 KV cache groups in one pool, each naming its blocks by hash and group id) served from "

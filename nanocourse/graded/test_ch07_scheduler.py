@@ -275,6 +275,32 @@ def test_preemption(impl):
         f"earlier in this step) is the worst: a is preempted, leaves the plan and gives its token back; expected "
         f"(plan, preempted) ([('b', 1)], ['a']), got {plans[5]}"
     )
+    # The victim's tokens go back to the budget: 7 usable blocks, budget 3, running [a (priority 1), b, c
+    # (priority 0)]. Before step 8 a holds 3 blocks (12 tokens computed), b 2 (8), c 1 (4 of its 6), one block is
+    # free. a takes it for position 12; b's position 8 then needs a block and a, the worst, is preempted. a's
+    # token is budget again, so c, after b, gets the 2 tokens it still needs.
+    s = make(impl, 8, budget=3, policy="priority")
+    s.add_request(req("a", 7, 1, 0.0))
+    plans = [plan(s)]
+    s.add_request(req("b", 5, 0, 1.0, first=100))
+    plans.append(plan(s))
+    s.add_request(req("c", 6, 0, 2.0, first=200))
+    plans += [plan(s) for _ in range(7)]
+    assert plans[7] == ([("a", 1), ("b", 1), ("c", 1)], []), (
+        f"step 7 (priority, 7 usable blocks, budget 3): a, b and c each get 1 token and nobody is preempted; got "
+        f"(plan, preempted) {plans[7]}"
+    )
+    assert plans[8] == ([("b", 1), ("c", 2)], ["a"]), (
+        f"step 8 (priority, 7 usable blocks, budget 3): a takes the last free block for its token, then b's position "
+        f"8 needs a block and a (priority 1) is the worst, so a is preempted and leaves the plan: its 1 token is "
+        f"budget again, and c, planned after b, gets the 2 tokens it still needs (3 - 1 for b). Expected (plan, "
+        f"preempted) ([('b', 1), ('c', 2)], ['a']), got {plans[8]}"
+        + (
+            ": a victim planned earlier in the step gives its tokens back to the budget"
+            if plans[8][0][-1:] == [("c", 1)]
+            else ""
+        )
+    )
     # The requester itself is the victim: it stops, and the running loop goes on, as vLLM 0.33's does: the
     # requests after it rank higher and may fit in the blocks it freed.
     s, plans = _two_decoding(impl, "priority", 7)
@@ -313,7 +339,15 @@ def test_admission(impl):
     for _ in range(6):
         step(s)
     s.add_request(req("c", 3, 0, 2.0, first=200))
-    assert plan(s) == ([("a", 1)], ["b"]), "a step that preempted admits nobody"
+    so = step(s)
+    got = (list(so.num_scheduled_tokens.items()), sorted(so.preempted_req_ids))
+    admitted = [r.req_id for r in so.scheduled_new_reqs]
+    assert got == ([("a", 1)], ["b"]) and admitted == [], (
+        f"step 6 (priority, 6 usable blocks): a's next token needs a block, so b (priority 1, arrived later) is "
+        f"preempted; c (priority 0) arrived and would fit, but a step that preempted admits nobody (the pool just "
+        f"proved too small for what runs). Expected (plan, preempted) ([('a', 1)], ['b']) and nobody admitted; "
+        f"got {got}, admitted {admitted}, waiting {[r.request_id for r in s.waiting]}"
+    )
     assert (got := plan(s)) == ([("a", 1), ("c", 3)], []), (
         f"step 7 (priority): nobody preempted now, so a decodes 1 and c (priority 0, ahead of the preempted b in the "
         f"waiting queue) is admitted with its whole 3-token prompt; got {got}"
