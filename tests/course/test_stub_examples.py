@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import importlib
 import re
+import warnings
 from pathlib import Path
 
 import pytest
@@ -56,7 +57,9 @@ def _longest_code(fragment: str, mode: str) -> str | None:
             if not piece or (end < len(fragment) and fragment[end - 1 : end + 1].isalnum()):
                 continue
             try:
-                tree = ast.parse(piece, mode=mode)
+                with warnings.catch_warnings():  # prose such as "[1, 2] (n = 3)" is a candidate too, not code
+                    warnings.simplefilter("ignore", SyntaxWarning)
+                    tree = ast.parse(piece, mode=mode)
             except SyntaxError:
                 continue
             body = tree.body

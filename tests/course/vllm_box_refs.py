@@ -682,11 +682,11 @@ R(
     [
         (
             "nanoengine/core/single_type_kv_cache_manager.py",
-            "class FullAttentionManager(SingleTypeKVCacheManager):\n    def find_longest_cache_hit(self, block_hashes, max_length, group_ids, token_ids=None):",
+            "class FullAttentionManager(SingleTypeKVCacheManager):\n    def find_longest_cache_hit(\n        self,\n        block_hashes: list[BlockHash],\n        max_length: int,\n        group_ids: list[int],\n        token_ids: Sequence[int] | None = None,",
         ),
         (
             "nanoengine/core/single_type_kv_cache_manager.py",
-            "    def get_num_blocks_to_allocate(\n        self, request_id: str, num_tokens: int, new_computed_blocks: list[KVCacheBlock], num_computed_tokens: int\n    ) -> int:",
+            "    def get_num_blocks_to_allocate(\n        self, request_id: str, num_tokens: int, new_computed_blocks: Sequence[KVCacheBlock], num_computed_tokens: int\n    ) -> int:",
         ),
         ("nanoengine/core/kv_cache_coordinator.py", "        return hits, len(hits[0]) * self.block_size"),
     ],
@@ -927,7 +927,7 @@ R(
             "nanoengine/worker/worker.py",
             "            self.model = load_model(mc.folder, mc.hf_config, mc.device, mc.dtype)",
         ),
-        ("nanoengine/engine/llm_engine.py", "            lambda *args: parts.scheduler_cls.from_config(*args),"),
+        ("nanoengine/engine/llm_engine.py", "            lambda *args: scheduler_cls.from_config(*args),"),
         (
             "nanoengine/worker/worker.py",
             "vLLM's worker runs in a process of its own per GPU; nanoengine's is an object in the engine's process.",
@@ -1130,7 +1130,7 @@ R(
         ("vllm/vllm/v1/engine/core.py", "        self.scheduler: SchedulerInterface = Scheduler("),
     ],
     [
-        ("nanoengine/engine/llm_engine.py", "            lambda *args: parts.scheduler_cls.from_config(*args),"),
+        ("nanoengine/engine/llm_engine.py", "            lambda *args: scheduler_cls.from_config(*args),"),
         (
             "nanoengine/core/sched/scheduler.py",
             "    def from_config(cls, config: EngineConfig, kv_cache_config: KVCacheConfig) -> Self:",
@@ -1181,7 +1181,7 @@ R(
         ("nanoengine/parts.py", "class EngineParts:"),
         (
             "nanoengine/engine/arg_utils.py",
-            "    full_attention_manager_cls: type[FullAttentionManager] | None = FullAttentionManager",
+            '    "full_attention_manager_cls": FullAttentionManager,',
         ),
         ("nanoengine/core/sched/scheduler.py", "            pool = BlockPool("),
         (
