@@ -16,7 +16,7 @@ from nanoengine.model.tokenizer import Tokenizer
 from nanoengine.request import Request
 
 CHAPTER = "ch00_tour"
-RANDOM = settings(max_examples=200, deadline=None, database=None, derandomize=True, report_multiple_bugs=False)
+RANDOM = settings(max_examples=200)
 
 
 @functools.cache

@@ -14,7 +14,7 @@ from nanoengine.worker.worker import num_kv_blocks
 
 CHAPTER = "ch01_kv_cache"
 _DTYPE_OF_SIZE = {1: torch.float8_e4m3fn, 2: torch.float16, 4: torch.float32, 8: torch.float64}
-RANDOM = settings(max_examples=150, deadline=None, database=None, derandomize=True, report_multiple_bugs=False)
+RANDOM = settings(max_examples=150)
 _LAYERS, _KV_HEADS, _HEAD_DIM = st.integers(1, 128), st.integers(1, 64), st.integers(1, 256)
 _DTYPE_BYTES = st.sampled_from(sorted(_DTYPE_OF_SIZE))
 

@@ -314,7 +314,7 @@ class RowModel:
 
 
 @pytest.mark.task("02.6", "under random operations your BlockTable keeps the rows a plain dict of lists would")
-@settings(max_examples=300, deadline=None, database=None, derandomize=True, report_multiple_bugs=False)
+@settings(max_examples=300)
 @given(block_size=st.integers(1, 4), ops=ROW_OPS)
 def test_block_table_matches_a_model(impl, block_size, ops):
     """Your BlockTable and RowModel (the contract as a dict of lists) get the same calls; each call's result, or

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 import numpy as np
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 triton = pytest.importorskip("triton", reason="Triton is not installed (it publishes wheels for Linux only)")
@@ -196,14 +196,7 @@ def _far_store(impl):
 @pytest.mark.task(
     "03.1c", "store_kvcache: random batches with padding and the first slot, and a block 2**32 elements in"
 )
-@settings(
-    max_examples=12,
-    deadline=None,
-    database=None,
-    derandomize=True,
-    report_multiple_bugs=False,
-    suppress_health_check=list(HealthCheck),
-)
+@settings(max_examples=12)
 @given(batch=_store_batches())
 def test_store_random(impl, batch):
     """Random heads, head sizes, block sizes and slots (the first and the last included, padding anywhere), k and v
@@ -569,14 +562,7 @@ BATCHES = st.tuples(
 
 
 @pytest.mark.task("03.7", "random batches: decode and prefill equal TorchBackend, decode reads only its own slots")
-@settings(
-    max_examples=20,
-    deadline=None,
-    database=None,
-    derandomize=True,
-    report_multiple_bugs=False,
-    suppress_health_check=list(HealthCheck),
-)
+@settings(max_examples=20)
 @given(batch=BATCHES)
 def test_random_batches(impl, batch):
     """Ragged requests, any GQA group, block size and head size: each kernel's output equals TorchBackend's, and on

@@ -240,7 +240,7 @@ PROMPTS = st.lists(
 
 
 @pytest.mark.task("04.5", "random blocks and prompts: two hashes are equal exactly when parent, ids and keys are")
-@settings(max_examples=300, deadline=None, database=None, derandomize=True, report_multiple_bugs=False)
+@settings(max_examples=300)
 @given(blocks=BLOCKS, prompts=PROMPTS, block_size=st.integers(1, 4))
 # Where encodings are known to meet, tried first: every pair below differs.
 @example(

@@ -290,7 +290,7 @@ def _model_view(model, n, result) -> dict:
 
 
 @pytest.mark.task("05.6", "under random operations your queue behaves like a Python list, links and errors included")
-@settings(max_examples=300, deadline=None, database=None, derandomize=True, report_multiple_bugs=False)
+@settings(max_examples=300)
 @given(n=st.integers(0, 8), ops=OPS)
 def test_matches_a_list_model(impl, n, ops):
     """Your queue and the plain list of 05.5 get the same calls, invalid ones included (popleft on an empty

@@ -12,7 +12,7 @@ import copy
 import reprlib
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 
 from nanocourse.differential import replay_workload, scheduler_config, scheduler_workloads
 from nanocourse.lru_view import free_queue_ids
@@ -1074,14 +1074,7 @@ def test_serves_the_engine(impl):
 
 
 @pytest.mark.task("06.7", "under random workloads your pool and managers hold, hit, free and evict as the engine's")
-@settings(
-    max_examples=600,
-    deadline=None,
-    database=None,
-    derandomize=True,
-    report_multiple_bugs=False,
-    suppress_health_check=list(HealthCheck),
-)
+@settings(max_examples=600)
 @given(workload=scheduler_workloads())
 def test_matches_the_engine(impl, workload):
     """The engine's scheduler drives your BlockPool, FullAttentionManager and KVCacheManager and, beside them, the

@@ -6,7 +6,7 @@ The last task runs the whole engine on your scheduler with a pool small enough t
 """
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from nanocourse.differential import (
@@ -430,14 +430,7 @@ _LOOKAHEAD_EXAMPLE = (
 
 
 @pytest.mark.task("07.8", "under random workloads your scheduler plans every step as the engine's does")
-@settings(
-    max_examples=1000,
-    deadline=None,
-    database=None,
-    derandomize=True,
-    report_multiple_bugs=False,
-    suppress_health_check=list(HealthCheck),
-)
+@settings(max_examples=1000)
 @given(
     workload=st.one_of(
         scheduler_workloads(

@@ -109,7 +109,7 @@ def test_p50_and_reduction(impl):
 TIMES = st.lists(st.sampled_from([1.0, 2.0, 3.5, 7.0, 10.0, 40.0]), min_size=1, max_size=9)
 
 
-@settings(max_examples=200, deadline=None, database=None, derandomize=True, report_multiple_bugs=False)
+@settings(max_examples=200)
 @given(cold=TIMES, warm=TIMES)
 def _p50_is_the_median(impl, cold, warm):
     """p50 and ttft_reduction on random lists, against statistics.median."""
@@ -211,7 +211,7 @@ def _prompt_runs(draw):
     return block_size, prompts
 
 
-@settings(max_examples=300, deadline=None, database=None, derandomize=True, report_multiple_bugs=False)
+@settings(max_examples=300)
 @given(run=_prompt_runs())
 def _predictions_match_the_engine(impl, run):
     """Random prompt lists against the engine's own KVCacheManager (workloads.block_rows), with no model."""

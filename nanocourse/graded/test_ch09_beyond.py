@@ -101,7 +101,7 @@ def test_lcp(impl):
 SHORT = st.lists(st.integers(0, 1), max_size=6)
 
 
-@settings(max_examples=200, deadline=None, database=None, derandomize=True, report_multiple_bugs=False)
+@settings(max_examples=200)
 @given(a=SHORT, b=SHORT, as_tuple=st.booleans())
 def _lcp_matches_a_plain_walk(impl, a, b, as_tuple):
     """Random short pairs over two tokens, one of them sometimes a tuple, against a walk that stops at the first
@@ -203,7 +203,7 @@ TREE_OPS = st.lists(
 
 
 @pytest.mark.task("09.2c", "under random inserts and lookups your RadixTree behaves like the set of its sequences")
-@settings(max_examples=300, deadline=None, database=None, derandomize=True, report_multiple_bugs=False)
+@settings(max_examples=300)
 @given(ops=TREE_OPS)
 def test_radix_matches_a_set_model(impl, ops):
     """Your tree and a plain list of the inserted sequences get the same calls, with lists and tuples; after
@@ -246,7 +246,7 @@ def _freeing_orders(draw):
     return freed, draw(st.integers(0, len(freed) + 1))
 
 
-@settings(max_examples=150, deadline=None, database=None, derandomize=True, report_multiple_bugs=False)
+@settings(max_examples=150)
 @given(case=_freeing_orders())
 def _slru_matches_the_engine(impl, case):
     """Random freeing orders and caps against the engine's FrequencyAwareBlockPool, whose blocks are cached, hit
@@ -288,7 +288,7 @@ HELD = st.lists(st.booleans(), min_size=len(HASHES), max_size=len(HASHES)).map(
 )
 
 
-@settings(max_examples=200, deadline=None, database=None, derandomize=True, report_multiple_bugs=False)
+@settings(max_examples=200)
 @given(request=CHAIN, replicas=st.lists(st.tuples(HELD, st.integers(0, 2)), min_size=1, max_size=4))
 def _route_matches_the_engine(impl, request, replicas):
     """Random requests, replicas and loads (ties on both are frequent) against the engine's route."""
@@ -357,7 +357,7 @@ def _event_words(event) -> str:
     return f"{type(event).__name__}({event.block_hashes})"
 
 
-@settings(max_examples=200, deadline=None, database=None, derandomize=True, report_multiple_bugs=False)
+@settings(max_examples=200)
 @given(batches=st.lists(st.lists(EVENTS, max_size=5), max_size=4))
 def _events_match_the_engine_index(impl, batches):
     """Random batches of events, removals of hashes the index never held included, each batch handed over as an

@@ -3,7 +3,7 @@
 import random
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from nanocourse.differential import replay_workload, scheduler_config, scheduler_workloads
@@ -229,14 +229,7 @@ def test_your_manager_serves_a_hybrid_model(impl):
 
 
 @pytest.mark.task("12.5", "under random workloads a hybrid model's blocks, hits and frees are the engine's")
-@settings(
-    max_examples=500,
-    deadline=None,
-    database=None,
-    derandomize=True,
-    report_multiple_bugs=False,
-    suppress_health_check=list(HealthCheck),
-)
+@settings(max_examples=500)
 @given(
     workload=scheduler_workloads(
         window=st.one_of(st.integers(1, 4), st.integers(1, 13)),

@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nanocourse.builds_on import scheduler_note
@@ -122,14 +122,7 @@ def test_proposer(impl):
 
 
 def check_proposer_matches_the_engine(impl):
-    @settings(
-        max_examples=300,
-        deadline=None,
-        database=None,
-        derandomize=True,
-        report_multiple_bugs=False,
-        suppress_health_check=list(HealthCheck),
-    )
+    @settings(max_examples=300)
     @given(
         tokens=st.lists(st.integers(0, 3), max_size=40),
         lo=st.integers(1, 4),
@@ -510,14 +503,7 @@ def schedule_owner(impl) -> str:
 
 
 def replay_with_drafts(impl, task):
-    @settings(
-        max_examples=300,
-        deadline=None,
-        database=None,
-        derandomize=True,
-        report_multiple_bugs=False,
-        suppress_health_check=list(HealthCheck),
-    )
+    @settings(max_examples=300)
     @given(workload=scheduler_workloads(num_speculative_tokens=st.sampled_from([1, 2, 4])))
     def matches(workload):
         replay(impl, task, workload)
