@@ -182,7 +182,8 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
         """Give back every held block whose tokens no query from num_computed_tokens on can see, one
         reference each and never twice, and put the null block in its table slot (a request with no table
         is left alone). Of the blocks one call gives back, the one nearest the window leaves the free
-        queue first, as free() orders a finished request's: a chain's earlier blocks stay cached longest."""
+        queue first, among those the pool queues at its head (never cached) as among those at its tail,
+        as free() orders a finished request's: a chain's earlier blocks stay cached longest."""
         blocks = self.req_to_blocks.get(request_id, [])
         num_skipped = min(self.get_num_skipped_tokens(num_computed_tokens) // self.block_size, len(blocks))
         removed = []
