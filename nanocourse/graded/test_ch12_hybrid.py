@@ -10,7 +10,7 @@ from nanocourse.differential import replay_workload, scheduler_config, scheduler
 from nanocourse.hybrid import cache_blocks_at
 from nanoengine import LLM, SamplingParams
 from nanoengine.config import LlamaConfig
-from nanoengine.core import BlockPool, KVCacheManager
+from nanoengine.core import BlockPool, KVCacheBlock, KVCacheManager
 from nanoengine.core import SlidingWindowManager as EngineSlidingWindowManager
 from nanoengine.core.sched.scheduler import Scheduler
 from nanoengine.kv_cache_interface import KVCacheGroupSpec, get_kv_cache_groups
@@ -71,9 +71,9 @@ def check_removal(impl, window):
         m.remove_skipped_blocks("r", n)
         ref.remove_skipped_blocks("r", n)
         assert free_ids(pool) == free_ids(ref.block_pool), (
-            f"W={window}, {n} computed tokens: the freed blocks go back last block first, in one free_blocks call, "
-            f"so the free queue (head to tail) is {free_ids(ref.block_pool)[:8]}..., as with the engine's own "
-            f"manager; yours is {free_ids(pool)[:8]}..."
+            f"W={window}, {n} computed tokens: of the blocks one call gives back, the one nearest the window leaves "
+            f"the free queue first (as free() orders a finished request's), so the free queue (head to tail) is "
+            f"{free_ids(ref.block_pool)[:8]}..., as with the engine's own manager; yours is {free_ids(pool)[:8]}..."
         )
         skipped = max(0, n - window + 1)
         expected = max(expected, skipped // BS)
@@ -100,7 +100,7 @@ def check_removal(impl, window):
         one.remove_skipped_blocks("jump", 40)
     assert free_ids(pool) == free_ids(ref.block_pool), (
         f"W={window}, a window that jumps to 40 computed tokens frees {(40 - window + 1) // BS} blocks at once: "
-        f"they go back last block first, in one free_blocks call, so the free queue starts "
+        f"the one nearest the window must leave the free queue first and block 0 last, so the free queue starts "
         f"{free_ids(ref.block_pool)[:6]}, as with the engine's own manager; yours starts {free_ids(pool)[:6]}"
     )
     # A request admitted with a short hit holds fewer blocks than the skipped count covers.
@@ -132,7 +132,7 @@ def expected_hit(patterns, window, num_blocks, eagle):
     return 0
 
 
-@pytest.mark.task("12.3", "find_longest_cache_hit: from the right, a window's worth of cached blocks, EAGLE's one more")
+@pytest.mark.task("12.3", "find_longest_cache_hit: the longest hit that covers its next query's window, EAGLE or not")
 def test_find_longest_cache_hit(impl):
     rng = random.Random(12)
     for case in range(600):
@@ -157,18 +157,44 @@ def test_find_longest_cache_hit(impl):
             f"{cached or 'none'}{' in groups 0 and 1' if num_groups == 2 else ''}, max_length={max_length}"
         )
         assert len(hits) == num_groups, f"{where}: one list per group, got {len(hits)}"
-        assert [len(h) for h in hits] == [expected] * num_groups, (
-            f"{where}: the hit is {expected} blocks, got {[len(h) for h in hits]}"
-        )
         n = max(-(-(window - 1) // BS) + eagle, 1) - eagle  # cached entries the returned hit ends with
+        want = ["∅" if i < expected - n else f"c{i}" for i in range(expected)]
         for g, h in enumerate(hits):
+            got = [shown(block, pool, g, size) for block in h]
+            assert len(h) == expected, (
+                f"{where}: group {g}'s hit is {plural(expected)} ({expected * BS} tokens): {listed(want)}; "
+                f"yours is {plural(len(h))}: {listed(got)}"
+            )
             for i, block in enumerate(h):
                 if i < expected - n:
-                    assert block.is_null, f"{where}: block {i} is before the window, so it is the null block"
+                    assert block.is_null, (
+                        f"{where}: group {g}'s hit of {plural(expected)} is {listed(want)}; yours is {listed(got)}: "
+                        f"entry {i} holds tokens no query past the hit sees, so it is the null block"
+                    )
                 else:
                     assert block is pool.get_cached_block(HASHES[i], kv_cache_group_id=g), (
-                        f"{where}: block {i} is the cached block of group {g}"
+                        f"{where}: group {g}'s hit of {plural(expected)} is {listed(want)}; yours is {listed(got)}: "
+                        f"entry {i} is the group's cached block of block_hashes[{i}] (c{i})"
                     )
+
+
+def shown(block, pool, group_id, size):
+    """A hit entry as the messages show it: ∅ for the null block, c<i> for group_id's cached block of HASHES[i],
+    else its id."""
+    if not isinstance(block, KVCacheBlock):
+        return repr(block)
+    if block.is_null:
+        return "∅"
+    i = next((i for i in range(size) if pool.get_cached_block(HASHES[i], kv_cache_group_id=group_id) is block), None)
+    return f"c{i}" if i is not None else f"block id {block.block_id} (not group {group_id}'s cached block of any hash)"
+
+
+def plural(n):
+    return f"{n} block{'s' * (n != 1)}"
+
+
+def listed(entries):
+    return "[" + ", ".join(entries) + "]" if entries else "[] (no hit)"
 
 
 def prompts():

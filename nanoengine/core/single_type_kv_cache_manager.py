@@ -179,6 +179,11 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
         return max(0, num_computed_tokens - self.sliding_window + 1)
 
     def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
+        """Give back every held block whose tokens no query from num_computed_tokens on can see, one
+        reference each and never twice, and put the null block in its table slot (a request with no table
+        is left alone). Of the blocks one call gives back, the one nearest the window leaves the free
+        queue first, among those the pool queues at its head (never cached) as among those at its tail,
+        as free() orders a finished request's: a chain's earlier blocks stay cached longest."""
         blocks = self.req_to_blocks.get(request_id, [])
         num_skipped = min(self.get_num_skipped_tokens(num_computed_tokens) // self.block_size, len(blocks))
         removed = []
@@ -192,9 +197,13 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
     def find_longest_cache_hit(
         self, block_hashes: list[BlockHash], max_length: int, group_ids: list[int]
     ) -> tuple[list[KVCacheBlock], ...]:
-        """Walk from the right: a hit ending at block i needs only the blocks covering its last W - 1
-        tokens, ceil((W - 1) / block_size) in a row (one more with EAGLE, which then drops the last).
-        A run that reaches block 0 is a hit even if shorter. Blocks before the run are null."""
+        """The longest hit a window can serve, of at most max_length tokens in whole blocks: its blocks
+        hold every earlier token that the next query, at the hit's end, can see, and its last block is cached
+        even at W = 1 (null blocks alone are no hit). One list per group, all of one length: the group's
+        cached block of block_hashes[i] at those entries, the null block before them. With use_eagle it is
+        the hit a window block_size tokens longer would get, less its last block (recomputed for EAGLE's
+        draft head), so it ends on the blocks the window of W needs: none at W = 1, where it may end on a
+        null entry. A lookup only: no reference, queue or map changes."""
         num_needed = -(-(self.sliding_window - 1) // self.block_size) + self.use_eagle
         num_blocks = max_length // self.block_size
         hits = tuple([self.null_block] * num_blocks for _ in group_ids)

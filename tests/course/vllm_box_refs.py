@@ -1398,7 +1398,7 @@ R(
     [
         (
             "nanoengine/core/single_type_kv_cache_manager.py",
-            '    ) -> tuple[list[KVCacheBlock], ...]:\n        """Walk from the right',
+            '    ) -> tuple[list[KVCacheBlock], ...]:\n        """The longest hit a window can serve',
         ),
         ("nanoengine/core/single_type_kv_cache_manager.py", "        if self.use_eagle and hits[0]:", 2),
     ],
