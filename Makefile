@@ -32,6 +32,14 @@ $(STAMP): pyproject.toml constraints.txt $(LOCK) Makefile
 	@echo "==> creating $(VENV) with $$($(PYTHON) --version)"
 	$(PYTHON) -m venv $(VENV)
 ifeq ($(CUDA),)
+ifneq ($(TORCH_INDEX),)
+# Linux: torch's CPU build for this machine's Python and processor first, pinned by constraints.txt. The lock's Linux
+# torch entry carries the hashes of the CPU wheels `make lock` could reach, which may not include this machine's;
+# pip then finds the locked torch installed and checks no hash for it. Its dependencies, like every other
+# distribution, come from the lock, hash-checked.
+	@echo "==> installing torch's CPU build (pinned by constraints.txt)"
+	$(PIP) install -q --retries 1 --timeout 10 --extra-index-url $(TORCH_INDEX) -c constraints.txt --no-deps torch
+endif
 	@echo "==> installing $(LOCK): every distribution at its locked version, hash-checked (first run: about a minute)"
 	$(PIP) install -q --retries 1 --timeout 10 $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) \
 		--require-hashes --no-deps -r $(LOCK)
