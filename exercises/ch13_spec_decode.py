@@ -163,7 +163,7 @@ class Scheduler(Chapter07Scheduler):
           overwrites them. (allocate_slots caches blocks only up to num_tokens, so no block with a rejected
           draft is cached as long as num_computed_tokens is right.)
         - The tokens join the output in order, each through append_output_token_ids (it keeps the block hashes
-          up), and the stop rules (self._check_stop: EOS unless ignore_eos, max_tokens, max_model_len) hold
+          up), and the stop rules (self.check_stop: EOS unless ignore_eos, max_tokens, max_model_len) hold
           after every one of them: the output ends at the first token that stops the request, the tokens after
           it are dropped, and its status is returned.
         - Afterwards num_computed_tokens == num_tokens - 1: every appended token is computed but the last, whose

@@ -103,7 +103,7 @@ class Scheduler(Chapter07Scheduler):
             request.num_computed_tokens -= num_rejected
         for num_new, token in enumerate(new_token_ids, 1):
             request.append_output_token_ids(token)
-            status = self._check_stop(request)
+            status = self.check_stop(request)
             if status is not None:
                 request.num_computed_tokens -= len(new_token_ids) - num_new
                 return status

@@ -333,13 +333,16 @@ class Scheduler:
             request.num_computed_tokens -= len(spec_token_ids) - (len(new_token_ids) - 1)
         for num_new, token in enumerate(new_token_ids, 1):
             request.append_output_token_ids(token)
-            status = self._check_stop(request)
+            status = self.check_stop(request)
             if status is not None:
                 request.num_computed_tokens -= len(new_token_ids) - num_new
                 return status
         return None
 
-    def _check_stop(self, request: Request) -> RequestStatus | None:
+    def check_stop(self, request: Request) -> RequestStatus | None:
+        """The finished status the request's last appended token gives it (EOS unless ignore_eos; max_tokens;
+        max_model_len), or None while it runs on. It changes nothing: vLLM 0.33's check_stop (sched/utils.py) sets
+        request.status itself and returns whether the request stopped."""
         params = request.sampling_params
         if request.output_token_ids[-1] == request.eos_token_id and not params.ignore_eos:
             return RequestStatus.FINISHED_STOPPED
