@@ -7,7 +7,6 @@ the LLMEngine and its layers are built from (engine/arg_utils.py, engine/llm_eng
 from __future__ import annotations
 
 import dataclasses
-import logging
 import numbers
 import os
 import reprlib
@@ -28,8 +27,6 @@ from nanoengine.outputs import RequestMetrics, RequestOutput
 from nanoengine.parts import attribute, given_parts
 from nanoengine.sampling_params import SamplingParams
 from nanoengine.validation import check_bool, check_int, check_optional_str
-
-logger = logging.getLogger("nanoengine")
 
 
 def merge_samples(samples: list[RequestOutput]) -> RequestOutput:
@@ -108,16 +105,6 @@ class LLM:
         # The parts given in place of the engine's own, by their code, to name the one an exception came from.
         self._given = given_parts(
             self.engine.config.parts, {"block_pool": type(self.engine.kv_cache_manager.block_pool)}
-        )
-        kv = self.kv_cache
-        logger.info(
-            "KV cache: %d blocks x %d tokens = %d tokens (%.0f MiB), %s backend on %s",
-            kv.num_blocks - 1,
-            self.block_size,
-            (kv.num_blocks - 1) * self.block_size,
-            kv.num_blocks * self.engine.worker.bytes_per_block / 2**20,
-            kv.backend.name,
-            self.device,
         )
 
     # ---- what the engine was built with, read from its config ---------------------------------

@@ -6,6 +6,7 @@ vLLM's worker runs in a process of its own per GPU; nanoengine's is an object in
 
 from __future__ import annotations
 
+import logging
 import os
 import reprlib
 import weakref
@@ -28,6 +29,7 @@ from nanoengine.worker.block_table import BlockTableInterface
 from nanoengine.worker.cuda_graphs import DecodeGraphs
 from nanoengine.worker.model_runner import ModelRunner
 
+logger = logging.getLogger("nanoengine")
 DEFAULT_CPU_KV_BYTES = 512 * 2**20
 
 # Inference never writes the weights, so engines built from one checkpoint on one device and dtype share a
@@ -163,6 +165,15 @@ class Worker:
             drafter = (EagleProposer if config.use_eagle else DraftModelProposer)(
                 self.draft_model, draft_cache, config.speculative_config, config.model_config.max_model_len
             )
+        logger.info(
+            "KV cache: %d blocks x %d tokens = %d tokens (%.0f MiB), %s backend on %s",
+            num_blocks - 1,
+            block_size,
+            (num_blocks - 1) * block_size,
+            num_blocks * self.bytes_per_block / 2**20,
+            self.backend.name,
+            self.device,
+        )
         return ModelRunner(
             self.model, self.kv_cache, self.device, parts.block_table_cls, graphs, parts.rejection_sampler, drafter
         )
