@@ -35,27 +35,27 @@ def find_longest_matched_ngram_and_propose_tokens(
 ) -> list[int]:
     """Task 13.1: the drafts of an n-gram proposer for a request whose verified tokens are `tokens`.
 
-    Contract:
-    - Room: the drafts sit at positions len(tokens), len(tokens) + 1, ...; none at position max_model_len or
-      past it (the scheduler then schedules only what the step can hold), and at most k. No room, k <= 0, or
-      fewer tokens than min_ngram: return [].
-    - The n-gram: the longest n in [min_ngram, max_ngram] whose suffix tokens[-n:] also occurs earlier in
-      tokens: an occurrence tokens[s:s + n] == tokens[-n:] that ends before the last token
-      (s + n <= len(tokens) - 1). It may overlap the suffix; it is never the suffix itself (which would propose
-      nothing). Of the occurrences of that n, the earliest (smallest s) wins.
-    - The drafts are the tokens that follow that occurrence, as many as the room allows: fewer when the
-      context ends sooner.
-    - Nothing matches for any n in [min_ngram, max_ngram]: return [] (the request takes a plain decode step).
+    The bet: a context that repeats itself goes on as it went on before. The drafts are a copy of the tokens that
+    followed an earlier occurrence of the context's own ending. Contract (what the drafts must be, not how to
+    search for them):
+    - The n-gram: a suffix tokens[-n:] with min_ngram <= n <= max_ngram that also occurs at an earlier start in
+      `tokens` with at least one token of `tokens` after that occurrence (so something can be copied). Such an
+      occurrence may overlap the suffix; the suffix itself is never one (nothing follows it).
+    - Which one: the longest such suffix (a longer match is better evidence), and of its occurrences the
+      earliest (the rule of vLLM's V1 proposer, and the grader's).
+    - The drafts: the tokens that follow that occurrence, in order, as many as `tokens` holds, but at most k,
+      and none at position max_model_len or past it (draft i sits at position len(tokens) + i).
+    - No such n-gram, k <= 0, or no room before max_model_len: [] (the request takes a plain decode step).
     (vLLM 0.33: _find_longest_matched_ngram_and_propose_tokens in vllm/v1/spec_decode/ngram_proposer.py, the V1
     runner's proposer, which finds the same n-gram with a KMP scan of the reversed tokens in numba. The default V2
     runner's speculator, vllm/v1/worker/gpu/spec_decode/ngram/speculator.py, has another rule: the rightmost
     occurrence, always k drafts, padded with the last token. nanoengine follows V1's.)
-    Plain Python loops are fine: a context of a few thousand tokens costs microseconds beside a forward pass.
-    Example: tokens [5, 3, 8, 1, 2, 3, 9, 1, 2, 3], min 1, max 3, k 2: [1, 2, 3] (n = 3) occurs at 3, so [9, 1]
-    (n = 1 would have found [3] at 1 and proposed [8, 1]). [5, 2, 3, 8, 2, 3, 6, 2, 3], n = 2, k 2: [8, 2], the
-    earliest. [7, 3, 9, 2, 3], min 1, max 2, k 2: [2, 3] occurs only as the suffix, so n = 1: [9, 2].
-    [1, 1, 1, 1], min 1, max 3, k 3: [1, 1, 1] at 0 overlaps the suffix and only [1] follows it. [1, 2, 7, 7, 1, 2],
-    n = 2, k 5: [7, 7, 1, 2] with max_model_len 100, [7, 7] with 8, [] with 6.
+    Plain Python is fine: a context of a few thousand tokens costs microseconds beside a forward pass.
+    Example: find_longest_matched_ngram_and_propose_tokens([5, 3, 8, 1, 2, 3, 9, 1, 2, 3], 1, 3, 100, 2) == [9, 1];
+    find_longest_matched_ngram_and_propose_tokens([5, 2, 3, 8, 2, 3, 6, 2, 3], 2, 2, 100, 2) == [8, 2];
+    find_longest_matched_ngram_and_propose_tokens([7, 3, 9, 2, 3], 1, 2, 100, 2) == [9, 2]; find_longest_matched_ngram_and_propose_tokens([1, 1, 1, 1], 1, 3, 100, 3) == [1];
+    find_longest_matched_ngram_and_propose_tokens([1, 2, 3], 1, 3, 100, 2) == []; find_longest_matched_ngram_and_propose_tokens([1, 2, 7, 7, 1, 2], 2, 2, 100, 5) == [7, 7, 1, 2];
+    find_longest_matched_ngram_and_propose_tokens([1, 2, 7, 7, 1, 2], 2, 2, 8, 5) == [7, 7]; find_longest_matched_ngram_and_propose_tokens([1, 2, 7, 7, 1, 2], 2, 2, 6, 5) == [].
     """
     raise NotImplementedError
 
