@@ -81,38 +81,41 @@ def rejection_sample(
     requests). Return one list per request: its accepted drafts (a prefix of its drafts), then one token more:
     1 to k + 1 tokens. Every row of a request is read, and only its own rows.
 
-    Task 13.2, greedy requests (params[r].greedy, temperature 0): accept the drafts while each equals its row's
-    argmax; at the first that differs, emit that row's argmax instead and stop, even if a later draft would
-    match (its row predicted the token after a wrong one). All accepted: the bonus token, the last row's argmax.
-    The output is then exactly what k + 1 plain greedy steps would give, only shorter where a draft was wrong.
+    Task 13.2, greedy requests (params[r].greedy, temperature 0). Contract: the output is what plain greedy
+    decoding would have emitted at the same positions, for as long as the drafts agree with it, plus one token.
+    A row is the model's prediction only when every input before it is the request's true context, so each
+    emitted token must be justified by a row whose inputs are all tokens greedy decoding would have produced.
+    The accepted drafts are the longest prefix of the drafts that greedy decoding would have emitted itself; the
+    last token is greedy decoding's own next token (a replacement where a draft was wrong, a bonus when every
+    draft was right). The output is then exactly what len(output) plain greedy steps would give.
     (vLLM 0.33: rejection_greedy_sample_kernel in vllm/v1/sample/rejection_sampler.py, with the bonus token
     sampled beforehand by the ordinary sampler.)
     Example: rows' argmax [3, 5, 6, 1]: drafts [3, 5, 6] give [3, 5, 6, 1]; [3, 4, 6] give [3, 5]; [2, 5, 6] give
     [3]. Two requests with drafts [[2], []] over rows with argmax [3, 5, 6]: [[3], [6]].
 
-    Task 13.3, sampled requests: rejection sampling (Leviathan et al., arXiv:2211.17192) against an n-gram draft,
-    whose draft distribution q is one-hot (vLLM's NO_DRAFT_PROBS). With p a row's target distribution (tempered,
-    then top-k/top-p filtered, as the sampler draws):
-    - draft d_i is accepted with probability min(1, p(d_i) / q(d_i)), decided by a fresh uniform number in
-      [0, 1) for each draft, accepting when it is below that probability. So a draft of probability 0 (outside
-      top-k or top-p) is never accepted, and one of probability 1 always is;
-    - at the first rejection, emit a token drawn from max(0, p - q) renormalized, and stop: the rejected draft
-      is never emitted there;
-    - all accepted: the bonus token, drawn from the last row's p;
+    Task 13.3, sampled requests. Contract: the emitted tokens are distributed exactly as plain sampling from the
+    target would draw them, position by position: the first emitted token follows row 0's p whatever the drafts
+    are; given that the tokens before position i were the drafts d1..di, the token at i follows row i's p; and
+    tokens are emitted only while the rows still describe the true context (so, as for 13.2, the output is
+    accepted drafts then one token). p is a row's target distribution: tempered, then top-k/top-p filtered, as
+    the sampler draws. An n-gram draft is a single token chosen for sure: its draft distribution q is one-hot
+    (vLLM's NO_DRAFT_PROBS). Derive from the requirement, as section 3 of the notebook frames it, how likely
+    each draft must be accepted and from which distribution the token after a rejection must come
+    (Leviathan et al., arXiv:2211.17192, state the general rule for any q). Invariants the grader also checks:
+    - each draft's verdict is independent of the others' (two drafts of p 1/2 are both accepted a quarter of
+      the time);
     - every random number of request r comes from generators[r] (torch's global generator when it is None), so
       the same seeds give the same tokens whatever else draws meanwhile.
-    Then each emitted token is distributed exactly as plain sampling would draw it. The tests count over many
-    verify steps: the first token must follow row 0's p whatever the draft, two drafts must be accepted together
-    as often as p(d1) * p(d2), and the same generator seeds must give the same tokens.
     (vLLM 0.33: the default V2 runner's RejectionSampler, vllm/v1/worker/gpu/spec_decode/rejection_sampler.py
-    with its kernels in rejection_sampler_utils.py, accepts when p(d) > u for u in (0, 1), as here. The V1
+    with its kernels in rejection_sampler_utils.py, compares p(d) with a uniform u in (0, 1) as "p(d) > u". The V1
     runner's, rejection_random_sample_kernel and sample_recovered_tokens in vllm/v1/sample/rejection_sampler.py,
-    accepts on target_prob / draft_prob >= u, that is u <= p; the two differ only when u equals p(d).)
+    compares with "u <= p(d)"; the two differ only when u equals p(d), which does not change the distribution.)
     Helpers (nanoengine.sample.sampler): target_probs(logits_row, params) is a row's p, a fresh tensor;
     draw(probs, generator) draws one token id from unnormalized non-negative weights.
-    Example: p = [0.5, 0.3, 0.2] on row 0 and draft [1]: [1, x] with probability 0.3 (x from row 1's p); else
-    [0] or [2] (the rejection ends the step) with probabilities 0.5 / 0.7 and 0.2 / 0.7 of the rest, so overall
-    token 0 comes first with probability 0.7 * 0.5 / 0.7 = 0.5, token 1 with 0.3, token 2 with 0.2: p itself.
+    Example: p = [0.5, 0.3, 0.2] on row 0 and draft [1], over many verify steps: the output starts with 0 half
+    of the time, with 1 (then a token from row 1's p) 30% of the time, and with 2 20% of the time, p itself;
+    an output that starts with 0 or 2 has no second token. With top_k = 1 (p puts 1 on the argmax) drafts equal
+    to the rows' argmax are always all accepted, and a draft outside top-k or top-p is never accepted.
     """
     raise NotImplementedError
 
@@ -132,14 +135,16 @@ class Scheduler(Chapter07Scheduler):
         make_output calls this once per step, before num_computed_tokens advances, with num_scheduled
         (request id -> tokens scheduled this step). A running request was scheduled from num_computed_tokens up
         to at most num_tokens_with_spec (its verified tokens, then request.spec_token_ids), cut by the budget and
-        max_model_len. Contract:
-        - A request's drafts verified this step are those of its scheduled positions that lie at num_tokens or
-          past it: the first drafts of spec_token_ids, one per such position. When no scheduled position lies
-          there (a prompt chunk, or a budget that left room for the last verified token only) the request has
-          no entry; with drafts verified, its entry is that prefix of spec_token_ids.
-        - Every scheduled request's spec_token_ids becomes [] (verified or not: the engine proposes anew after the
-          step, and a step never verifies drafts it did not schedule). A request not in num_scheduled keeps its
-          drafts.
+        max_model_len. Contract, for each request of num_scheduled:
+        - Its entry names exactly the drafts among the tokens this step feeds it, in order: what the rejection
+          sampler will judge, and what update_request_with_output will be told was verified. A step that feeds
+          it no draft (a prompt chunk, or a budget that left room for its last verified token only) gives it no
+          entry; no entry is ever [].
+        - Afterwards its spec_token_ids is [], verified or not: the engine proposes anew after the step, from the
+          context the step leaves, and a step never verifies drafts it did not schedule. A request not in
+          num_scheduled keeps its drafts.
+        What a subclass can use: self.requests (request id -> Request, every request the scheduler holds), and
+        on a Request num_tokens (its verified tokens), num_computed_tokens and spec_token_ids.
         (vLLM 0.33: the "Speculative decode related" lines of Scheduler.schedule in vllm/v1/core/sched/scheduler.py,
         where num_output_placeholders is 0 here: nanoengine has no async scheduling.)
         Example: a decoding request (num_computed_tokens = num_tokens - 1) with drafts [7, 7, 7, 7, 7] scheduled 4
@@ -153,27 +158,28 @@ class Scheduler(Chapter07Scheduler):
     ) -> RequestStatus | None:
         """Task 13.5: a request's tokens from one step: roll back the rejected drafts, append, stop.
 
-        update_from_output calls this for each request past its prompt, with new_token_ids (the accepted drafts
-        and one token more; one token after a plain decode step) and spec_token_ids (the drafts this step
-        verified, what scheduled_spec_decode_tokens returned for it; [] for none). When it is called,
-        num_computed_tokens already counts every scheduled token: the last verified token and all the drafts.
-        Contract:
-        - Rollback: a rejected draft is no longer computed. Every token of new_token_ids but its last is an
-          accepted draft; the other verified drafts were rejected. Their KV slots hold guesses; the next step
-          overwrites them. (allocate_slots caches blocks only up to num_tokens, so no block with a rejected
-          draft is cached as long as num_computed_tokens is right.)
-        - The tokens join the output in order, each through append_output_token_ids (it keeps the block hashes
-          up), and the stop rules (self.check_stop: EOS unless ignore_eos, max_tokens, max_model_len) hold
-          after every one of them: the output ends at the first token that stops the request, the tokens after
-          it are dropped, and its status is returned.
-        - Afterwards num_computed_tokens == num_tokens - 1: every appended token is computed but the last, whose
-          KV the next step computes. At a stop, the dropped tokens come off num_computed_tokens too (vLLM keeps this
-          so that a resumable request resumes from it).
-        - Return None when the request goes on.
+        update_from_output calls this for each request past its prompt, with new_token_ids (what rejection_sample
+        emitted for it: its accepted drafts, then one token; one token after a plain decode step) and
+        spec_token_ids (the drafts this step verified, what scheduled_spec_decode_tokens returned for it; [] for
+        none). When it is called, num_computed_tokens already counts every scheduled token: the last verified
+        token and all the drafts, accepted or not. Contract, after the call:
+        - The request's output holds exactly the tokens a non-speculative run would have appended by now:
+          new_token_ids in order, up to and including the first one that triggers a stop rule (EOS unless
+          ignore_eos, max_tokens, max_model_len), and nothing after it. Its block hashes cover them.
+        - num_computed_tokens counts only KV that is the request's own: every token it holds but the last, whose
+          KV the next step computes (num_tokens - 1, at a stop too: vLLM keeps this so that a resumable request
+          resumes from it). A rejected draft's slot holds the KV of a guess; the next step overwrites it.
+          allocate_slots caches blocks only up to num_tokens, so while this count is right no block with a
+          rejected draft is ever cached.
+        - It returns the finished status the stop rule gave, or None when the request goes on.
+        What a subclass can use: request.append_output_token_ids(tokens) adds output tokens and hashes the
+        blocks they fill (appending by hand would leave the hashes behind); self.check_stop(request) gives the
+        finished status the request's tokens so far give it, judged on its last token and its length, or None,
+        and changes nothing.
         (vLLM 0.33: the num_rejected lines of Scheduler.update_from_output, then _update_request_with_output, in
         vllm/v1/core/sched/scheduler.py; vLLM trims new_token_ids in place and returns (tokens, stopped).)
-        Example: prompt of 5, output [9], drafts [7, 8, 9], so num_computed_tokens 9 on entry. New [7, 6]: 2
-        rejected, num_computed_tokens 7, output [9, 7, 6]. New [7, 8, 9, 4]: none rejected, 9 computed (10 tokens).
-        With EOS 0, drafts [5, 0, 5] and new [5, 0, 5, 4]: output [9, 5, 0], FINISHED_STOPPED, 7 computed.
+        Example: prompt of 5, output [9], drafts [7, 8, 9], so num_computed_tokens 9 on entry. New [7, 6]: output
+        [9, 7, 6], 7 computed, None. New [7, 8, 9, 4]: output [9, 7, 8, 9, 4], 9 computed, None. With EOS 0,
+        drafts [5, 0, 5] and new [5, 0, 5, 4]: output [9, 5, 0], 7 computed, FINISHED_STOPPED.
         """
         raise NotImplementedError
