@@ -184,7 +184,7 @@ GREEDY_EXAMPLES = [  # (argmax per row, drafts per request, expected, the rule i
 ]
 
 
-@pytest.mark.task("13.2", "rejection_sample, greedy rows: the drafts that equal the argmax, then one token")
+@pytest.mark.task("13.2", "rejection_sample, greedy rows: what greedy decoding would emit, plus one token")
 def test_greedy_rows(impl):
     """Named examples, then 300 random batches beside the engine's rejection_sample."""
     check_greedy_examples(impl)
@@ -242,9 +242,7 @@ def describe(p: SamplingParams) -> str:
     return f"temperature {p.temperature}, top_k {p.top_k}, top_p {p.top_p}"
 
 
-@pytest.mark.task(
-    "13.3", "rejection_sample, sampled rows: accept with probability p(draft), else draw from p without it"
-)
+@pytest.mark.task("13.3", "rejection_sample, sampled rows: tokens distributed exactly as sampling from the target")
 def test_sampled_rows(impl):
     """The rules every output obeys, the request's own generator, then the distribution of the tokens emitted."""
     check_sampled_rules(impl)
