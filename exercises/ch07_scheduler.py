@@ -88,7 +88,8 @@ class Scheduler(EngineScheduler):
           still get their turn (under priority they rank higher and may fit in the freed blocks; under FCFS
           there are none, since the victim is the tail).
         - Alone: a request whose grant is refused while it is the only request in self.running at that moment
-          (whoever else ran this step has been preempted for it) can never fit: there is nobody to preempt,
+          (nobody else ran, or all the others were preempted earlier in this step) can never fit: nobody is
+          left to preempt,
           and preempting itself would leave it waiting for blocks that can never be freed. It is ended with
           finish_length_capped, which takes it out of self.running (status FINISHED_LENGTH_CAPPED, its blocks
           freed; the next update_from_output reports it finished). It is not planned and is not a victim: it
