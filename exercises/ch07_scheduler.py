@@ -89,8 +89,8 @@ class Scheduler(EngineScheduler):
           there are none, since the victim is the tail).
         - Alone: a request whose grant is refused while it is the only request in self.running at that moment
           (nobody else ran, or all the others were preempted earlier in this step) can never fit: nobody is
-          left to preempt,
-          and preempting itself would leave it waiting for blocks that can never be freed. It is ended with
+          left to preempt, and preempting itself would leave it waiting for blocks that can never be freed.
+          It is ended with
           finish_length_capped, which takes it out of self.running (status FINISHED_LENGTH_CAPPED, its blocks
           freed; the next update_from_output reports it finished). It is not planned and is not a victim: it
           is in neither num_scheduled nor preempted, so ending it does not by itself stop admission.
