@@ -19,7 +19,7 @@ have (a reference: which of these a step uses, and when, is yours to decide):
 | `request.status` | `RequestStatus.RUNNING`, `PREEMPTED` (after `preempt`), ... |
 | `preempt(r)` | frees r's blocks, resets its progress, puts it back in the waiting queue |
 | `admit(r, n)` | moves the queue's head r (slots allocated, n tokens cached) to running; counts its lookup |
-| `finish_length_capped(r)` | ends a lone running request that the whole pool cannot hold |
+| `finish_length_capped(r)` | ends a lone running request the whole pool cannot hold: out of running, blocks freed |
 | `make_output(num_scheduled, new_blocks, new_reqs, preempted)` | packages the step as a SchedulerOutput |
 
 A request has `request_id`, `num_tokens`, `num_computed_tokens`, `num_tokens_with_spec` (num_tokens plus its
@@ -79,20 +79,27 @@ class Scheduler(EngineScheduler):
           order, before any newcomer, until the budget is spent.
         - Memory, all or nothing: a request is planned only together with the KV cache manager's grant of
           slots for exactly its planned tokens (and its lookahead, below); nobody is planned on a refusal.
-        - Preemption: a running request whose grant is refused makes room by recompute (preempt), taking the
-          victims in the order choose_victim() names them, and no more victims than it needs: it stops once
-          its grant succeeds or once it is the victim itself. A preempted request is not in this step's plan:
-          if it was planned earlier in the step, it leaves num_scheduled and new_blocks, and its tokens are
-          budget again for the requests after it. A request that became the victim itself is not planned, and
-          the running requests behind it still get their turn (under priority they rank higher and may fit in
-          the freed blocks; under FCFS there are none, since the victim is the tail). A request refused while
-          it runs alone can never fit (there is nobody to preempt, and preempting itself would loop forever):
-          it is ended (finish_length_capped) and not planned.
+        - Preemption: when a running request's grant is refused, room is made by recompute (preempt). Its
+          victims are the requests choose_victim() would name, in that order, as few as possible: the shortest
+          run of them after whose preemption its grant succeeds, or, if it comes up itself first, the run
+          ending with itself. A preempted request is not in this step's plan: if it was planned earlier in the
+          step, it leaves num_scheduled and new_blocks, and its tokens are budget again for the requests after
+          it. A request that became the victim itself is not planned, and the running requests behind it
+          still get their turn (under priority they rank higher and may fit in the freed blocks; under FCFS
+          there are none, since the victim is the tail).
+        - Alone: a request whose grant is refused while it is the only request in self.running at that moment
+          (nobody else ran, or all the others were preempted earlier in this step) can never fit: nobody is
+          left to preempt, and preempting itself would leave it waiting for blocks that can never be freed.
+          It is ended with
+          finish_length_capped, which takes it out of self.running (status FINISHED_LENGTH_CAPPED, its blocks
+          freed; the next update_from_output reports it finished). It is not planned and is not a victim: it
+          is in neither num_scheduled nor preempted, so ending it does not by itself stop admission.
         - Admission: a step that preempted anyone admits nobody (the pool just proved too small for what
-          runs). Otherwise newcomers are admitted in the waiting queue's order, head first and none skipped
-          (FCFS head-of-line: the first one not admitted ends admission), each while budget is left and fewer
-          than config.max_num_seqs run, and only with its cache hit and a grant of slots for its first chunk
-          that also passes chapter 06's whole-sequence gate: its whole sequence (num_tokens), hit included,
+          runs). Otherwise the admitted newcomers are the front of the waiting queue, in its order, none
+          skipped (FCFS head-of-line: a request behind one that is not admitted is not admitted either). A
+          newcomer is admitted exactly when, with those before it admitted, budget is left, fewer than
+          config.max_num_seqs requests run, and the KV cache manager grants it its cache hit and slots for its
+          first chunk under chapter 06's whole-sequence gate: its whole sequence (num_tokens), hit included,
           fits in the free blocks as they are (vLLM 0.33's scheduler_reserve_full_isl, True by default), so a
           long prompt is not admitted, preempted and readmitted over and over. Nothing changes for a request
           that is not admitted (no reference, no block, no count).
@@ -109,14 +116,20 @@ class Scheduler(EngineScheduler):
 
         Example: budget 64, no threshold, a decoding (1 token) and b waiting with a 150-token prompt that
         fits: the step plans {a: 1, b: 63}; the next plans {a: 1, b: 63}; then {a: 1, b: 24}.
-        Preemption, FCFS, block size 4: a and b decode, no block is free, and a's next position starts a new
-        block: b, the tail, is preempted; the step plans {a: 1}, preempted [b], and admits nobody, even a
-        waiting request that would fit. Priority, budget 3, 7 usable blocks: running [a (priority 1), b, c
-        (priority 0)], a and b decoding, c with 2 prompt tokens left, one block free: a takes it for its token;
-        b's token needs a block, and a, the worst, is preempted and leaves the plan; its token is budget
-        again, so the step plans {b: 1, c: 2}, preempted [a]. Head-of-line: waiting [x, y] where x's whole
-        prompt does not fit and y's would: neither is admitted. max_model_len 16: a running request with 13
-        computed tokens and 4 drafts is planned 2 tokens (positions 13 and 14).
+        The examples below give a step's input and its result (plan, queues, blocks), not the way there.
+        Preemption, FCFS, block size 4: running [a, b], both decoding, no block free, a's next position starts
+        a new block, and w waiting would fit: the step plans {a: 1}, preempted [b]; afterwards running is [a],
+        waiting is [b, w] (b back at the head, holding no block) and w is not admitted.
+        Priority, budget 3, 7 usable blocks: running [a (priority 1), b, c (priority 0)], a and b decoding,
+        each into a new block, c with 2 prompt tokens left, one block free: the step plans {b: 1, c: 2},
+        preempted [a]; afterwards running is [b, c], waiting is [a], and a holds no block.
+        Alone: running [a] only, a decoding into a new block, no block free, w waiting with a prompt that fits
+        once a's blocks are free: a is ended (FINISHED_LENGTH_CAPPED, not in running, not in preempted) and
+        the step plans {w: its first chunk}, admitting w.
+        Head-of-line: waiting [x, y] where x's whole prompt does not fit and y's would: the step admits
+        nobody, waiting stays [x, y], and neither holds a block or has its lookup counted.
+        max_model_len 16: a running request with 13 computed tokens and 4 drafts is planned 2 tokens
+        (positions 13 and 14).
         Task 07.8 runs your schedule() beside the engine's over random workloads, many with drafts for every
         running request each step, lookahead slots, or a max_model_len small enough to cut them, and compares
         every step's plan, drafts, blocks, queues and prefix-cache counts: the rules above, and nothing else,
