@@ -107,9 +107,9 @@ def rejection_sample(
     - every random number of request r comes from generators[r] (torch's global generator when it is None), so
       the same seeds give the same tokens whatever else draws meanwhile.
     (vLLM 0.33: the default V2 runner's RejectionSampler, vllm/v1/worker/gpu/spec_decode/rejection_sampler.py
-    with its kernels in rejection_sampler_utils.py, compares p(d) with a uniform u in (0, 1) as "p(d) > u". The V1
-    runner's, rejection_random_sample_kernel and sample_recovered_tokens in vllm/v1/sample/rejection_sampler.py,
-    compares with "u <= p(d)"; the two differ only when u equals p(d), which does not change the distribution.)
+    with its kernels in rejection_sampler_utils.py; the V1 runner's rejection_random_sample_kernel and
+    sample_recovered_tokens in vllm/v1/sample/rejection_sampler.py. Read them once your rule is derived: they
+    state it.)
     Helpers (nanoengine.sample.sampler): target_probs(logits_row, params) is a row's p, a fresh tensor;
     draw(probs, generator) draws one token id from unnormalized non-negative weights.
     Example: p = [0.5, 0.3, 0.2] on row 0 and draft [1], over many verify steps: the output starts with 0 half
