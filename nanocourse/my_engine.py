@@ -331,10 +331,11 @@ def my_llm(model=None, *, source: str = "exercises", use_kernels: bool | None = 
     if not quiet:
         print(parts_table(statuses, source))
     kwargs.setdefault("progress", False)
+    parts = my_parts(statuses, source)
     try:
-        return LLM(model, **{**my_parts(statuses, source), **kwargs})
+        return LLM(model, **{**parts, **kwargs})
     except InvalidEngineArgumentError as exc:
-        if exc.parameter in my_parts(statuses, source) and exc.parameter not in kwargs:
+        if exc.parameter in parts and exc.parameter not in kwargs:
             exc.add_note(f"my_llm() plugged in this part; give my_llm(..., {exc.parameter}=None) to take the engine's.")
         raise
 

@@ -208,7 +208,7 @@ class EngineArgs:
             path, folder, hf_config, device, dtype = None, None, self.model.config, weight.device, weight.dtype
         else:
             path, folder = unpacked_folder(self.model, self.progress)
-            hf_config, device = read_config(folder), check_device(self.device)
+            hf_config, device = read_config(folder), resolve_device(self.device)  # checked by _check
             dtype = self.dtype or default_dtype(device)
             if dtype is torch.bfloat16 and not bf16_supported(device):
                 # vLLM's CudaPlatform.check_if_supports_dtype refuses it the same way.
