@@ -145,19 +145,18 @@ class BlockPool(EngineBlockPool):
         Contract:
         - every non-null block's ref_cnt drops by 1 (a block listed twice, by 2); the null block is skipped;
           a block still referenced stays out of the queue;
-        - a block that reaches 0 becomes free, and the queue (the eviction order) afterwards ranks it by how
-          likely it is to be hit again: a block without a hash holds nothing anyone can find, so every block
-          freed without a hash is evicted before every other free block, those already queued included; a
-          block with a hash may still serve a later prefix, and was used more recently than every block already
-          queued, so it is evicted after all of them; among the blocks of one kind this call frees, the given
-          order is the eviction order; a block listed twice becomes free once, where its last reference is
-          dropped;
+        - a block that reaches 0 becomes free, and afterwards the queue, head first, still ranks every free
+          block from the least likely to be hit again to the most likely. Where each block this call frees
+          belongs is yours to work out, from what it can still serve and when it was last used, beside the
+          blocks already queued (the notebook's section "What vLLM changed" gives vLLM's reasoning). Among the
+          blocks of one kind this call frees, the caller's order is the ranking; a block listed twice becomes
+          free once, where its last reference is dropped;
         - a block that would drop below 0 (a double free) raises ValueError and nothing changes at all.
         ordered_blocks may be any iterable, an iterator included. (vLLM 0.33: BlockPool.free_blocks, which
         does not check for a double free.)
         Example: queue [8]; free_blocks([block 3 (hashed), block 1 (hashed), block 2 (no hash)]), each at
-        ref_cnt 1, leaves the queue [2, 8, 3, 1]: block 2 goes first, block 1 last. Then free_blocks([block 5
-        (no hash), block 4 (no hash)]) leaves [5, 4, 2, 8, 3, 1].
+        ref_cnt 1, leaves the queue [2, 8, 3, 1]. Then free_blocks([block 5 (no hash), block 4 (no hash)])
+        leaves [5, 4, 2, 8, 3, 1].
         """
         raise NotImplementedError
 
@@ -233,15 +232,13 @@ class FullAttentionManager(EngineFullAttentionManager):
         """Task 06.2b: release every block the request holds in this group and forget the request.
 
         Contract: each block the request holds gets one reference back, all in one release (one free_blocks
-        call: a double free anywhere changes nothing), ranked so that the eviction order the pool builds matches
-        how likely each block is to be hit again: a later prompt can hit block i only if it hits blocks
-        0 .. i - 1 too (the hashes chain), so the root, block 0, is the most likely to be hit and is evicted
-        last among the request's blocks, its last block first. Afterwards the request has no entry in
+        call: a double free anywhere changes nothing), listed so that the eviction order the pool builds from
+        them matches how likely each block is to be hit again; which of a request's blocks a later prompt is
+        likeliest to hit follows from how block hashes chain (chapter 04). Afterwards the request has no entry in
         req_to_blocks or num_cached_block; freeing a request that holds nothing (never admitted, or freed
         already) changes nothing. (vLLM 0.33: SingleTypeKVCacheManager.free.)
         Example: a request holding [5, 6, 2] (all hashed, ref_cnt 1) on an empty queue: afterwards the queue
-        is [2, 6, 5], and an allocation of one block evicts block 2, the end of the chain, keeping 5 and 6
-        findable. Holding [5, 6, 9] with block 9 unhashed (a partial last block): the queue is [9, 6, 5].
+        is [2, 6, 5]. Holding [5, 6, 9] with block 9 unhashed (a partial last block): the queue is [9, 6, 5].
         """
         raise NotImplementedError
 

@@ -156,7 +156,7 @@ class Scheduler(Chapter07Scheduler):
     def update_request_with_output(
         self, request: Request, new_token_ids: list[int], spec_token_ids: list[int]
     ) -> RequestStatus | None:
-        """Task 13.5: a request's tokens from one step: roll back the rejected drafts, append, stop.
+        """Task 13.5: a request's tokens and computed count after a step that may have verified drafts.
 
         update_from_output calls this for each request past its prompt, with new_token_ids (what rejection_sample
         emitted for it: its accepted drafts, then one token; one token after a plain decode step) and
@@ -166,11 +166,12 @@ class Scheduler(Chapter07Scheduler):
         - The request's output holds exactly the tokens a non-speculative run would have appended by now:
           new_token_ids in order, up to and including the first one that triggers a stop rule (EOS unless
           ignore_eos, max_tokens, max_model_len), and nothing after it. Its block hashes cover them.
-        - num_computed_tokens counts only KV that is the request's own: every token it holds but the last, whose
-          KV the next step computes (num_tokens - 1, at a stop too: vLLM keeps this so that a resumable request
-          resumes from it). A rejected draft's slot holds the KV of a guess; the next step overwrites it.
-          allocate_slots caches blocks only up to num_tokens, so while this count is right no block with a
-          rejected draft is ever cached.
+        - num_computed_tokens counts the positions the next step need not compute: those whose KV in the cache
+          is the KV of the request's own tokens, save that the request's last token is always left to compute
+          (the next step writes its KV; at a stop too, as vLLM keeps it, so that a resumable request resumes
+          from there). Which slots the step filled with a guess rather than the request's own KV is what
+          section 3 of the notebook shows. allocate_slots caches blocks only up to num_tokens, so while this
+          count is right no block holding a rejected draft is ever cached.
         - It returns the finished status the stop rule gave, or None when the request goes on.
         What a subclass can use: request.append_output_token_ids(tokens) adds output tokens and hashes the
         blocks they fill (appending by hand would leave the hashes behind); self.check_stop(request) gives the

@@ -7,6 +7,7 @@ super()) still work. The expected values were worked out by hand. The last two t
 on your three classes.
 """
 
+import collections
 import contextlib
 import copy
 import reprlib
@@ -219,7 +220,7 @@ def two_group_pool():
 
 @pytest.mark.task(
     "06.1",
-    "find: get_cached_block per group, get_computed_blocks capped one token short, counted once, touching nothing",
+    "find: a group finds only its own blocks, a request's hit always leaves a token to compute, a lookup changes nothing",
 )
 def test_lookup(impl):
     kv = KVCacheManager(BS, 11)
@@ -303,7 +304,7 @@ def test_lookup(impl):
     assert got[1] == 0 and not any(got[0]), f"no prefix caching (enable_caching False), no hit: got {got}"
 
 
-@pytest.mark.task("06.1b", "find_longest_cache_hit walks from the left, stops at the first miss, serves every group")
+@pytest.mark.task("06.1b", "find_longest_cache_hit: the longest prefix every group can serve")
 def test_find_longest_cache_hit(impl):
     pool = BlockPool(12, enable_caching=True, hash_block_size=BS)
     r = request("R", range(20))  # five full blocks
@@ -353,7 +354,7 @@ def test_find_longest_cache_hit(impl):
     assert after == before, f"a lookup must not change the pool: {pool_diff(before, after)}"
 
 
-@pytest.mark.task("06.2", "free_blocks: unhashed blocks to the head, the chain to the tail, root last")
+@pytest.mark.task("06.2", "free_blocks: the free queue ranks blocks by how likely they are to be hit again")
 def test_free_blocks_order(impl):
     kv = KVCacheManager(BS, 11)
     old, (old_block,) = running(kv, "O", range(50, 54))
@@ -399,7 +400,7 @@ def test_free_blocks_order(impl):
 @pytest.mark.task(
     "06.2b",
     "free_blocks keeps shared blocks and the null block out; FullAttentionManager.free releases "
-    "a request once, last block first",
+    "a request once, in hit order",
 )
 def test_free_shared_null_and_double(impl):
     kv = KVCacheManager(BS, 11)
@@ -691,7 +692,7 @@ def test_allocate_all_or_nothing(impl):
 
 @pytest.mark.task(
     "06.3c",
-    "get_num_blocks_to_allocate: new blocks plus free hits, the held blocks counted, no hits for a running request",
+    "get_num_blocks_to_allocate counts exactly the blocks the free queue would lose",
 )
 def test_num_blocks_to_allocate(impl):
     kv = KVCacheManager(BS, 9)  # eight usable blocks
@@ -933,9 +934,9 @@ _RETURNS = {
 
 def _watched(impl):
     """Your three classes, each subclassed so that a value the engine could not use fails where your method
-    returns it, naming the method and the rule, and so that the last of your methods to return is known when
-    the engine fails later in its own code. Returns the three classes and a one-item list holding that method."""
-    last = ["none of them"]
+    returns it, naming the method and the rule, and so that your methods' last few returns are known when the
+    engine fails later in its own code. Returns the three classes and the deque of those returns, oldest first."""
+    last: collections.deque[str] = collections.deque(maxlen=4)
 
     def watch(cls):
         def wrapped(name, method):
@@ -944,7 +945,7 @@ def _watched(impl):
                 problem = _RETURNS[(kind, name)](self, args, got)
                 if problem:
                     pytest.fail(f"your {kind}.{name} returned {id_text(got)} to the engine: {problem}", pytrace=False)
-                last[0] = f"{kind}.{name} (it returned {id_text(got)})"
+                last.append(f"{kind}.{name} (returned {id_text(got)})")
                 return got
 
             # The engine names the method an error came from by its code's name: yours, not this wrapper's.
@@ -960,8 +961,8 @@ def _watched(impl):
 
 @contextlib.contextmanager
 def engine_errors_named(last):
-    """An exception the engine raises in its own code while it serves from your classes fails the task with the
-    last of your methods to return and the rules its value may break; one raised in your code keeps its place."""
+    """An exception the engine raises in its own code while it serves from your classes fails the task with your
+    methods' last returns and the state their contracts keep; one raised in your code keeps its place."""
     try:
         yield
     except (NotImplementedError, pytest.fail.Exception, AssertionError):
@@ -971,9 +972,11 @@ def engine_errors_named(last):
             raise
         raise pytest.fail.Exception(
             f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else repr(exc)}, raised in the engine's own "
-            f"code while it served from your classes. The last of your methods to return was {last[0]}: check its contract, above all the "
-            f"state it leaves (ref counts, the free queue and its order, the hash map, req_to_blocks and "
-            f"num_cached_block) and what it returns",
+            f"code while it served from your classes. Your methods' last returns before it, oldest first: "
+            f"{'; '.join(last) or 'none'}. The fault may lie in any of them, or in a call before them: a value "
+            f"or a state that breaks a contract (ref counts, the free queue and its order, the hash map, "
+            f"req_to_blocks and num_cached_block) often fails only later, in the engine. Make grade runs 06.1 to "
+            f"06.5 on each method alone: pass those first",
             pytrace=False,
         ) from exc
 

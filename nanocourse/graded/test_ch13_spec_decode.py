@@ -554,7 +554,7 @@ UPDATE_EXAMPLES = [  # (drafts, tokens emitted, request kwargs, output added, st
 ]
 
 
-@pytest.mark.task("13.5", "update_request_with_output: roll back the rejected drafts, append, stop mid-run")
+@pytest.mark.task("13.5", "update_request_with_output: the output and computed count a run without drafts would have")
 def test_update_request_with_output(impl):
     """Named examples, then 13.4's replay: after every verify step the computed tokens, the cached blocks and the
     queues agree with the engine's."""

@@ -61,8 +61,6 @@ class KVCacheCoordinator:
     def allocate_new_computed_blocks(
         self, request_id: str, new_computed_blocks: BlocksPerGroup, num_computed_tokens: int
     ) -> None:
-        # Every group takes its hits before any group takes a new block: a hit that sits free in the
-        # queue would otherwise be evicted by another group's new blocks and then written twice.
         for manager, hits in zip(self.single_type_managers, new_computed_blocks, strict=True):
             manager.allocate_new_computed_blocks(request_id, hits, num_computed_tokens)
 

@@ -240,6 +240,8 @@ class KVCacheManager:
         num_tokens_need_slot = num_computed + num_new_tokens + num_lookahead_tokens
         if not self._fits(request_id, num_tokens_need_slot, hits, num_computed):
             return None
+        # Every group takes its hits before any group takes a new block: a hit that sits free in the queue
+        # would otherwise be evicted by another group's new blocks and then written twice.
         self.coordinator.allocate_new_computed_blocks(request_id, hits, num_computed)
         new_blocks = self.coordinator.allocate_new_blocks(request_id, num_tokens_need_slot)
         if self.enable_caching:
