@@ -10,9 +10,12 @@
   and hands blocks around as KVCacheBlocks: one list per group, `.blocks[g]`.
 
 Each subclasses the engine's class, so construction, the free queue, the hash map, the counters and the
-coordinator are there; you write the operations the chapter is about. Read vLLM's files beside this one. Once
-chapter 06 passes, my_llm() allocates every request from your three classes:
-`LLM(block_pool=BlockPool, full_attention_manager_cls=FullAttentionManager, kv_cache_manager_cls=KVCacheManager)`.
+coordinator are there; you write the operations the chapter is about. Once chapter 06 passes, my_llm() allocates
+every request from your three classes: `LLM(block_pool=BlockPool, full_attention_manager_cls=FullAttentionManager, kv_cache_manager_cls=KVCacheManager)`.
+
+Work in this order: the chapter and the contract, your own design, the grade; only then vLLM 0.33's
+function, named in each task, read beside yours. Where the two differ is the lesson (what vLLM adds, what
+nanoengine leaves out); reading vLLM's first turns the task into copying.
 
 Check your work with:   make grade CH=06
 Stuck? In the notebook, `from nanocourse import hint; hint("06")` lists this chapter's hints, from a nudge to
@@ -37,7 +40,8 @@ What you have (a reference: which of these a method uses, and when, is yours to 
   nothing:
 
   - find_longest_cache_hit(hashes, max_length): (one hit list per group, hit tokens), the longest hit of
-    whole blocks, at most max_length tokens (a multiple of block_size), that every group can serve;
+    whole blocks, at most max_length tokens (any max_length: a hit is whole blocks, so it may end short of it),
+    that every group can serve;
   - get_num_blocks_to_allocate(request_id, num_tokens, hits, num_computed): the free blocks, summed over the
     groups, that holding slots for num_tokens tokens with these hits would take (task 06.3c's count);
 
@@ -48,7 +52,9 @@ What you have (a reference: which of these a method uses, and when, is yours to 
     free blocks (get_new_blocks raises otherwise);
   - allocate_new_computed_blocks(request_id, hits, num_computed): for a request the group does not know yet
     (no entry in num_cached_block), its block list becomes exactly its hits, each with one more reference
-    (a free one leaves the queue), all counted as named; for a request the group knows, nothing;
+    (a free one leaves the queue), all counted as named; for a request the group knows, nothing. It is how a
+    group comes to know a request, hits or none: cache_blocks needs that (vLLM 0.33 skips the call when there
+    are no hits and lets cache_blocks register the request; nanoengine's groups register here only);
   - cache_blocks(request, num_tokens): names every block that the first num_tokens tokens fill and that is
     not named yet;
   - remove_skipped_blocks(request_id, num_computed): gives back the blocks a sliding window no longer sees
@@ -187,8 +193,8 @@ class FullAttentionManager(EngineFullAttentionManager):
         Contract:
         - block i is in the hit only if it is cached in every listed group and so are blocks 0 .. i - 1: every
           hash after a miss chains through the missing block, so no later block can serve this prefix;
-        - the hit is the longest such run, and at most max_length tokens long (the caller passes a multiple
-          of block_size);
+        - the hit is the longest such run of whole blocks at most max_length tokens long (max_length may fall
+          inside a block);
         - list k holds group group_ids[k]'s own cached blocks (the pool's objects); nothing changes (no
           ref_cnt, queue or map).
         self.use_eagle: leave it be. LLM sets it only for EAGLE drafts (chapter 13), and then takes the engine's
@@ -232,10 +238,10 @@ class FullAttentionManager(EngineFullAttentionManager):
         """Task 06.2b: release every block the request holds in this group and forget the request.
 
         Contract: each block the request holds gets one reference back, all in one release (one free_blocks
-        call: a double free anywhere changes nothing), listed so that the eviction order the pool builds from
-        them matches how likely each block is to be hit again; which of a request's blocks a later prompt is
-        likeliest to hit follows from how block hashes chain (chapter 04). Afterwards the request has no entry in
-        req_to_blocks or num_cached_block; freeing a request that holds nothing (never admitted, or freed
+        call; a release the pool refuses, a double free, changes nothing, the request's entries included),
+        listed so that the eviction order the pool builds from them matches how likely each block is to be hit
+        again; which of a request's blocks a later prompt is likeliest to hit follows from how block hashes
+        chain (chapter 04). Afterwards the request has no entry in req_to_blocks or num_cached_block; freeing a request that holds nothing (never admitted, or freed
         already) changes nothing. (vLLM 0.33: SingleTypeKVCacheManager.free.)
         Example: a request holding [5, 6, 2] (all hashed, ref_cnt 1) on an empty queue: afterwards the queue
         is [2, 6, 5]. Holding [5, 6, 9] with block 9 unhashed (a partial last block): the queue is [9, 6, 5].

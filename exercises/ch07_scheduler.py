@@ -1,5 +1,9 @@
 """Chapter 07 exercises: the scheduler. You write vLLM v1's schedule(); once it passes, it runs the engine.
 
+Work in this order: the chapter and the contract, your own design, the grade; only then vLLM 0.33's
+function, named in each task, read beside yours. Where the two differ is the lesson (what vLLM adds, what
+nanoengine leaves out); reading vLLM's first turns the task into copying.
+
 Check your work with:   make grade CH=07
 Stuck? In the notebook, `from nanocourse import hint; hint("07")` lists this chapter's hints, from a nudge to
 close-to-code; open them one at a time with hint("07", n).

@@ -4,7 +4,7 @@ Your SlidingWindowManager subclasses the engine's and replaces the three rules t
 window. Everything else (allocating, caching, freeing a finished request) is inherited. Once the tasks
 pass, your manager serves every sliding group of a hybrid model:
 `LLM(model, sliding_window_manager_cls=SlidingWindowManager)`. It mirrors vLLM 0.33's SlidingWindowManager
-(vllm/v1/core/single_type_kv_cache_manager.py): read it beside this.
+(vllm/v1/core/single_type_kv_cache_manager.py).
 
 What you can use: `self.sliding_window` (W, in tokens), `self.block_size`, `self.block_pool` (chapter 06's
 pool: its `free_blocks` docstring says what it does with the blocks you pass and where in the free queue each
@@ -14,6 +14,10 @@ block per group, or None).
 
 The stubs state what each result must be, not how to get it: notebook 12's sections 3 and 6 say why, and the
 examples let you check a rule you derive before you code it.
+
+Work in this order: the chapter and the contract, your own design, the grade; only then vLLM 0.33's
+function, named in each task, read beside yours. Where the two differ is the lesson (what vLLM adds, what
+nanoengine leaves out); reading vLLM's first turns the task into copying.
 
 Check your work with:   make grade CH=12
 Stuck? In the notebook, `from nanocourse import hint; hint("12")` lists this chapter's hints, from a nudge to

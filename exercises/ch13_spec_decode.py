@@ -13,6 +13,10 @@ Once the tasks pass, my_llm(speculative_config={"method": "ngram", "num_speculat
 LLM(proposer_cls=NgramProposer, rejection_sampler=rejection_sample, scheduler_cls=Scheduler), your Scheduler in
 the place of chapter 07's (it already holds the schedule() it extends).
 
+Work in this order: the chapter and the contract, your own design, the grade; only then vLLM 0.33's
+function, named in each task, read beside yours. Where the two differ is the lesson (what vLLM adds, what
+nanoengine leaves out); reading vLLM's first turns the task into copying.
+
 Check your work with:   make grade CH=13
 Stuck? In the notebook, `from nanocourse import hint; hint("13")` lists this chapter's hints.
 """
@@ -43,8 +47,8 @@ def find_longest_matched_ngram_and_propose_tokens(
       occurrence may overlap the suffix; the suffix itself is never one (nothing follows it).
     - Which one: the longest such suffix (a longer match is better evidence), and of its occurrences the
       earliest (the rule of vLLM's V1 proposer, and the grader's).
-    - The drafts: the tokens that follow that occurrence, in order, as many as `tokens` holds, but at most k,
-      and none at position max_model_len or past it (draft i sits at position len(tokens) + i).
+    - The drafts: the tokens that follow that occurrence in `tokens`, in order, as many as there are, but at
+      most k, and none at position max_model_len or past it (the first draft sits at position len(tokens)).
     - No such n-gram, k <= 0, or no room before max_model_len: [] (the request takes a plain decode step).
     (vLLM 0.33: _find_longest_matched_ngram_and_propose_tokens in vllm/v1/spec_decode/ngram_proposer.py, the V1
     runner's proposer, which finds the same n-gram with a KMP scan of the reversed tokens in numba. The default V2
@@ -81,13 +85,10 @@ def rejection_sample(
     requests). Return one list per request: its accepted drafts (a prefix of its drafts), then one token more:
     1 to k + 1 tokens. Every row of a request is read, and only its own rows.
 
-    Task 13.2, greedy requests (params[r].greedy, temperature 0). Contract: the output is what plain greedy
-    decoding would have emitted at the same positions, for as long as the drafts agree with it, plus one token.
-    A row is the model's prediction only when every input before it is the request's true context, so each
-    emitted token must be justified by a row whose inputs are all tokens greedy decoding would have produced.
-    The accepted drafts are the longest prefix of the drafts that greedy decoding would have emitted itself; the
-    last token is greedy decoding's own next token (a replacement where a draft was wrong, a bonus when every
-    draft was right). The output is then exactly what len(output) plain greedy steps would give.
+    Task 13.2, greedy requests (params[r].greedy, temperature 0). Contract: the output is exactly what
+    len(output) plain greedy decoding steps would have emitted, and it is as long as this step's rows allow: a
+    row is the model's prediction only when every input before it is the request's true context, so which rows
+    can be trusted, and how many tokens they justify, is yours to work out.
     (vLLM 0.33: rejection_greedy_sample_kernel in vllm/v1/sample/rejection_sampler.py, with the bonus token
     sampled beforehand by the ordinary sampler.)
     Example: rows' argmax [3, 5, 6, 1]: drafts [3, 5, 6] give [3, 5, 6, 1]; [3, 4, 6] give [3, 5]; [2, 5, 6] give
@@ -133,9 +134,9 @@ class Scheduler(Chapter07Scheduler):
         """Task 13.4: the drafts each scheduled request verifies this step.
 
         make_output calls this once per step, before num_computed_tokens advances, with num_scheduled
-        (request id -> tokens scheduled this step). A running request was scheduled from num_computed_tokens up
-        to at most num_tokens_with_spec (its verified tokens, then request.spec_token_ids), cut by the budget and
-        max_model_len. Contract, for each request of num_scheduled:
+        (request id -> tokens scheduled this step, cut by the budget and max_model_len). Which of a request's
+        positions a step feeds, and which of them hold drafts, is what section 3 of the notebook draws.
+        Contract, for each request of num_scheduled:
         - Its entry names exactly the drafts among the tokens this step feeds it, in order: what the rejection
           sampler will judge, and what update_request_with_output will be told was verified. A step that feeds
           it no draft (a prompt chunk, or a budget that left room for its last verified token only) gives it no
@@ -161,7 +162,7 @@ class Scheduler(Chapter07Scheduler):
         update_from_output calls this for each request past its prompt, with new_token_ids (what rejection_sample
         emitted for it: its accepted drafts, then one token; one token after a plain decode step) and
         spec_token_ids (the drafts this step verified, what scheduled_spec_decode_tokens returned for it; [] for
-        none). When it is called, num_computed_tokens already counts every scheduled token: the last verified
+        none). new_token_ids is never empty here. When it is called, num_computed_tokens already counts every scheduled token: the last verified
         token and all the drafts, accepted or not. Contract, after the call:
         - The request's output holds exactly the tokens a non-speculative run would have appended by now:
           new_token_ids in order, up to and including the first one that triggers a stop rule (EOS unless

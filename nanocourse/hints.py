@@ -22,10 +22,10 @@ class Hint:
     text: str
 
     def __str__(self) -> str:
-        return f"Hint {self.chapter}.{self.number}: {self.title}\n\n{self.text}"
+        return f"Chapter {self.chapter}, hint {self.number}: {self.title}\n\n{self.text}"
 
     def _repr_markdown_(self) -> str:
-        return f"**Hint {self.chapter}.{self.number}: {self.title}**\n\n{self.text}"
+        return f"**Chapter {self.chapter}, hint {self.number}: {self.title}**\n\n{self.text}"
 
 
 @dataclass(frozen=True, slots=True, repr=False)

@@ -97,9 +97,10 @@ class FullAttentionManager(EngineFullAttentionManager):
         return num_new + sum(block.ref_cnt == 0 for block in new_computed_blocks)
 
     def free(self, request_id: str) -> None:
-        blocks = self.req_to_blocks.pop(request_id, [])
+        # the root last: it is evicted last; the record goes only once the pool has taken the blocks back
+        self.block_pool.free_blocks(reversed(self.req_to_blocks.get(request_id, [])))
+        self.req_to_blocks.pop(request_id, None)
         self.num_cached_block.pop(request_id, None)
-        self.block_pool.free_blocks(reversed(blocks))  # the root last: it is evicted last
 
 
 class KVCacheManager(EngineKVCacheManager):

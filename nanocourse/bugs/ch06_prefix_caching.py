@@ -93,8 +93,8 @@ BUGS = [
     (
         "06.2b",
         "free releases the request first to last",
-        "self.block_pool.free_blocks(reversed(blocks))",
-        "self.block_pool.free_blocks(blocks)",
+        "self.block_pool.free_blocks(reversed(self.req_to_blocks.get(request_id, [])))",
+        "self.block_pool.free_blocks(self.req_to_blocks.get(request_id, []))",
     ),
     (
         "06.2b",
@@ -123,10 +123,37 @@ BUGS = [
     (
         "06.2b",
         "free leaves the request's entry behind",
-        "        blocks = self.req_to_blocks.pop(request_id, [])\n",
-        "        blocks = list(self.req_to_blocks.get(request_id, []))\n",
+        "        self.req_to_blocks.pop(request_id, None)\n",
+        "",
+    ),
+    (
+        "06.2b",
+        "free forgets the request before the pool takes its blocks back, so a refused free loses the record",
+        (
+            "        self.block_pool.free_blocks(reversed(self.req_to_blocks.get(request_id, [])))\n"
+            "        self.req_to_blocks.pop(request_id, None)\n"
+        ),
+        "        blocks = self.req_to_blocks.pop(request_id, [])\n        self.block_pool.free_blocks(reversed(blocks))\n",
     ),
     # 06.3: KVCacheManager.allocate_slots
+    (
+        "06.3",
+        "blocks are named with prefix caching off too",
+        "        if self.enable_caching:\n            self.coordinator.cache_blocks(",
+        "        if True:\n            self.coordinator.cache_blocks(",
+    ),
+    (
+        "06.3b",
+        "the whole-sequence gate runs after the window's blocks are given back",
+        (
+            "        if full_sequence_must_fit and not fits(request.num_tokens):\n            return None\n"
+            "        self.coordinator.remove_skipped_blocks(request_id, num_computed)\n"
+        ),
+        (
+            "        self.coordinator.remove_skipped_blocks(request_id, num_computed)\n"
+            "        if full_sequence_must_fit and not fits(request.num_tokens):\n            return None\n"
+        ),
+    ),
     (
         "06.3",
         "lookahead tokens get no slots",

@@ -325,8 +325,9 @@ def check_sampled_rules(impl):
                 )
             if accepted < len(d):
                 assert out[-1] != d[accepted], (
-                    f"{where}: request {r} rejected draft {d[accepted]} at position {accepted} yet emitted it there: on "
-                    f"a rejection the token is drawn from max(0, p - q) renormalized, p without the draft; yours {out}"
+                    f"{where}: request {r} rejected draft {d[accepted]} at position {accepted} yet emitted it there. "
+                    f"Then that token comes out at that position both when its draft is accepted and after a "
+                    f"rejection, more often than its probability under the row's p allows; yours {out}"
                 )
             row += len(d) + 1
     # A draft of probability 1 (top_k = 1 keeps only the argmax) is always accepted.
@@ -367,8 +368,8 @@ def check_sampled_distribution(impl):
             assert not far, (
                 f"{describe(params)}, draft {draft} (probability {float(p0[draft]):.3f}), {n} verify steps of one "
                 f"request, row 0's logits {[round(x, 2) for x in logits[0].tolist()]}: the first token emitted must "
-                f"be distributed as row 0's filtered softmax p (accept the draft with probability p(draft), else draw "
-                f"from p without the draft); off by more than sampling noise: {'; '.join(far)}"
+                f"be distributed as row 0's filtered softmax p, whatever the draft; off by more than sampling noise: "
+                f"{'; '.join(far)}"
             )
             bonus = [run[1] for run in runs if len(run) == 2]
             if len(bonus) > 1000:

@@ -24,8 +24,9 @@ def test_a_chapters_hints_list_and_open_one_at_a_time(chapter):
     assert all(f"{h.number}. {h.title}" in listing for h in hints)
     assert all(h.text not in listing for h in hints), "the list shows titles only, not the hints themselves"
     first = hint(int(chapter), 1)
-    assert str(first).startswith(f"Hint {chapter}.1: {hints[0].title}") and hints[0].text in str(first)
-    assert first._repr_markdown_().startswith(f"**Hint {chapter}.1:")
+    # "hint 1", never "Hint 13.1": a hint's number must not read as a task id (hint 4 may be task 13.2's)
+    assert str(first).startswith(f"Chapter {chapter}, hint 1: {hints[0].title}") and hints[0].text in str(first)
+    assert first._repr_markdown_().startswith(f"**Chapter {chapter}, hint 1:")
 
 
 def test_a_wrong_chapter_or_number_says_what_exists():
