@@ -32,7 +32,7 @@ What you have (a reference: which of these a method uses, and when, is yours to 
 - in a FullAttentionManager: self.block_pool, self.block_size, self.req_to_blocks[request_id] (the request's
   blocks in this group, block i holding tokens i * block_size .. (i + 1) * block_size - 1, append-only),
   self.num_cached_block[request_id] (how many of them are named in the map; a request has an entry here
-  exactly while it holds blocks: from its admission until free), and get_cached_blocks (a block hash and a
+  from its admission until free, even while it holds no block), and get_cached_blocks (a block hash and a
   list of group ids: one cached block per group, or None if any group misses);
 - in the KVCacheManager: self.block_pool, self.block_size, self.enable_caching, self.empty_kv_cache_blocks (no
   block in any group), record_prefix_cache_stats (a request and its hit tokens: counts one lookup), and
@@ -136,7 +136,8 @@ class BlockPool(EngineBlockPool):
         request.block_hashes[i], and get_cached_block(request.block_hashes[i], kv_cache_group_id=that group)
         finds a block holding it, so a
         later request with the same prefix hits in that group, and in no other; the first num_cached_blocks are
-        named already and stay as they are; nothing else changes (no ref_cnt, no queue).
+        named already and stay as they are (a sliding group's null entries are always among them: the range
+        never holds the null block); nothing else changes (no ref_cnt, no queue).
         (vLLM 0.33: BlockPool.cache_full_blocks.)
         Example: a request holding blocks [5, 6, 2] with 2 full blocks and num_cached_blocks 1: block 6 gets
         block_hashes[1] (group 0); blocks 5 and 2 are untouched. The same call with kv_cache_group_id=1 names
@@ -171,8 +172,8 @@ class BlockPool(EngineBlockPool):
 
         Contract: the blocks come out in queue order, head first; each has ref_cnt 1 and no hash. Eviction is
         lazy and happens here: a handed-out block that still had a hash leaves the map now, and only now (until
-        this moment a freed cached block stayed findable). Too few free blocks raises ValueError and changes
-        nothing. (vLLM 0.33: BlockPool.get_new_blocks with _maybe_evict_cached_block.)
+        this moment a freed cached block stayed findable). A negative num_blocks, or more than the free queue
+        holds (get_num_free_blocks()), raises ValueError and changes nothing. (vLLM 0.33: BlockPool.get_new_blocks with _maybe_evict_cached_block.)
         Example: queue [2, 8, 3] with block 3 cached under h: get_new_blocks(2) returns [block 2, block 8] and
         h still finds block 3; get_new_blocks(1) then returns block 3, and h finds nothing.
         """
