@@ -2,7 +2,7 @@
 
 Every KVCacheBlock carries two link fields, `prev_free_block` and `next_free_block`, that are None while
 the block is not in the queue. Your queue uses them directly: no list, no deque, no wrapper nodes.
-It mirrors vLLM 0.33's FreeKVCacheBlockQueue (vllm/v1/core/kv_cache_utils.py): read it beside this.
+It mirrors vLLM 0.33's FreeKVCacheBlockQueue (vllm/v1/core/kv_cache_utils.py): read it once yours passes.
 
 Check your work with:   make grade CH=05
 Stuck? In the notebook, `from nanocourse import hint; hint("05")` lists this chapter's hints, from a nudge to

@@ -11,7 +11,8 @@
 
 Each subclasses the engine's class, so construction, the free queue, the hash map, the counters and the
 coordinator are there; you write the operations the chapter is about. Once chapter 06 passes, my_llm() allocates
-every request from your three classes: `LLM(block_pool=BlockPool, full_attention_manager_cls=FullAttentionManager, kv_cache_manager_cls=KVCacheManager)`.
+every request from your three classes:
+`LLM(block_pool=BlockPool, full_attention_manager_cls=FullAttentionManager, kv_cache_manager_cls=KVCacheManager)`.
 
 Work in this order: the chapter and the contract, your own design, the grade; only then vLLM 0.33's
 function, named in each task, read beside yours. Where the two differ is the lesson (what vLLM adds, what
@@ -173,7 +174,8 @@ class BlockPool(EngineBlockPool):
         Contract: the blocks come out in queue order, head first; each has ref_cnt 1 and no hash. Eviction is
         lazy and happens here: a handed-out block that still had a hash leaves the map now, and only now (until
         this moment a freed cached block stayed findable). A negative num_blocks, or more than the free queue
-        holds (get_num_free_blocks()), raises ValueError and changes nothing. (vLLM 0.33: BlockPool.get_new_blocks with _maybe_evict_cached_block.)
+        holds (get_num_free_blocks()), raises ValueError and changes nothing. (vLLM 0.33:
+        BlockPool.get_new_blocks with _maybe_evict_cached_block.)
         Example: queue [2, 8, 3] with block 3 cached under h: get_new_blocks(2) returns [block 2, block 8] and
         h still finds block 3; get_new_blocks(1) then returns block 3, and h finds nothing.
         """
@@ -242,8 +244,9 @@ class FullAttentionManager(EngineFullAttentionManager):
         call; a release the pool refuses, a double free, changes nothing, the request's entries included),
         listed so that the eviction order the pool builds from them matches how likely each block is to be hit
         again; which of a request's blocks a later prompt is likeliest to hit follows from how block hashes
-        chain (chapter 04). Afterwards the request has no entry in req_to_blocks or num_cached_block; freeing a request that holds nothing (never admitted, or freed
-        already) changes nothing. (vLLM 0.33: SingleTypeKVCacheManager.free.)
+        chain (chapter 04). Afterwards the request has no entry in req_to_blocks or num_cached_block; freeing a request
+        that holds nothing (never admitted, or freed already) changes nothing. (vLLM 0.33:
+        SingleTypeKVCacheManager.free.)
         Example: a request holding [5, 6, 2] (all hashed, ref_cnt 1) on an empty queue: afterwards the queue
         is [2, 6, 5]. Holding [5, 6, 9] with block 9 unhashed (a partial last block): the queue is [9, 6, 5].
         """

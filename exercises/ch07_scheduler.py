@@ -14,7 +14,7 @@ have (a reference: which of these a step uses, and when, is yours to decide):
 | you have | what it guarantees |
 |---|---|
 | `self.config` | `max_num_batched_tokens` (the budget), `max_num_seqs`, `max_model_len`, ... |
-| `lookahead(r, n, num_computed)` | the lookahead slots r's grant holds past n new tokens from num_computed (default: r's own) |
+| `lookahead(r, n, num_computed)` | r's lookahead slots past n new tokens from num_computed (default r's: 0 until admit) |
 | `long_prefill_threshold()` | this step's chunk cap: the threshold, or 0 while one request is alone (vLLM 0.33) |
 | `self.running` | the running requests, in admission order (a list) |
 | `self.waiting` | a RequestQueue: `peek_request()`, `bool(self.waiting)`; FCFS or priority order already |
@@ -69,8 +69,9 @@ class Scheduler(EngineScheduler):
     """Your scheduler. LLM(scheduler_cls=Scheduler) runs it; my_llm() does once chapter 07 passes."""
 
     def schedule(self) -> SchedulerOutput:
-        """Tasks 07.2, 07.3, 07.5, 07.6, 07.8 and 07.9: plan one step as vLLM 0.33's Scheduler.schedule does
-        (vllm/v1/core/sched/scheduler.py; read it beside this), and return it as make_output packages it.
+        """Tasks 07.2, 07.2b, 07.3, 07.5, 07.6, 07.7, 07.8 and 07.9: plan one step as vLLM 0.33's
+        Scheduler.schedule does (vllm/v1/core/sched/scheduler.py, to read once yours passes), and return it as
+        make_output packages it.
 
         What the plan must satisfy (properties of the step's result; how to reach them is yours):
         - Budget: the planned tokens sum to at most config.max_num_batched_tokens. A planned request gets what

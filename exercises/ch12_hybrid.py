@@ -7,9 +7,10 @@ pass, your manager serves every sliding group of a hybrid model:
 (vllm/v1/core/single_type_kv_cache_manager.py).
 
 What you can use: `self.sliding_window` (W, in tokens), `self.block_size`, `self.block_pool` (chapter 06's
-pool: its `free_blocks` docstring says what it does with the blocks you pass and where in the free queue each
-lands), `self.null_block`, `self.use_eagle`, `self.req_to_blocks[request_id]` (the request's blocks in this
-group, token i in entry i // block_size), and `self.get_cached_blocks(block_hash, group_ids)` (one cached
+pool: free_blocks(blocks) drops one reference on each, and a block that reaches 0 joins the free queue, the
+unhashed ones at its head and the hashed ones at its tail, each kind as a group in the order given),
+`self.null_block`, `self.use_eagle`, `self.req_to_blocks[request_id]` (the request's blocks in this group, token
+i in entry i // block_size), and `self.get_cached_blocks(block_hash, group_ids)` (one cached
 block per group, or None).
 
 The stubs state what each result must be, not how to get it: notebook 12's sections 3 and 6 say why, and the
@@ -87,11 +88,12 @@ class SlidingWindowManager(EngineSlidingWindowManager):
           two rules above name) and self.null_block at every entry before them (as if the request had run this
           far and freed them).
         - L is the largest such length, in whole blocks and at most max_length // block_size; if there is none,
-          every list is [].
-        - With self.use_eagle: EAGLE's draft head needs the hidden states of the hit's last block, which no cache
-          holds, so that block is computed again. The hit is the one a window of W + block_size would get, less
-          its last entry in every list (when there is one). Its last block, now dropped, was the cached one, so the
-          returned hit ends on the blocks W's next query needs: none at W = 1, where its last entry may be null.
+          every list is []. max_length never exceeds len(block_hashes) * block_size.
+        - With self.use_eagle: the hit's last block is computed again, since EAGLE's draft KV at a position
+          depends on the token after it, which a cached prefix cannot supply (vLLM 0.33:
+          SpeculativeConfig.needs_eagle_block_drop). The hit returned is what is left once that block is dropped:
+          the dropped block was cached, what is left must still serve the next query by the first rule, and it
+          is the longest such. At W = 1, where the next query sees no earlier token, its last entry may be null.
         - A lookup only: no ref_cnt, queue or map changes.
         (vLLM 0.33: SlidingWindowManager.find_longest_cache_hit, a classmethod there that also takes the
         pool, the spec and an alignment and returns the hit length too.)

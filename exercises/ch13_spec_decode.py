@@ -1,6 +1,6 @@
 """Chapter 13 exercises: speculative decoding: draft, verify, accept, roll back.
 
-Four parts, each mirroring vLLM 0.33 (read them beside this):
+Four parts, each mirroring vLLM 0.33 (read them once yours pass):
 - the n-gram proposer's rule (vllm/v1/spec_decode/ngram_proposer.py, _find_longest_matched_ngram_and_propose_tokens);
 - the accept rule of a verify step (vllm/v1/sample/rejection_sampler.py);
 - the scheduler's two speculative pieces (vllm/v1/core/sched/scheduler.py): which drafts a step verifies, and the
@@ -29,7 +29,7 @@ import torch
 
 from nanocourse.builds_on import chapter_07_scheduler
 from nanoengine.request import Request, RequestStatus
-from nanoengine.sample.sampler import draw, target_probs  # noqa: F401  (task 13.3: a row's distribution, one draw)
+from nanoengine.sample.sampler import draw, target_probs  # noqa: F401, RUF100  (13.3: a row's p, one draw)
 from nanoengine.sampling_params import SamplingParams
 from nanoengine.spec_decode.ngram_proposer import NgramProposer as EngineNgramProposer
 
@@ -50,6 +50,7 @@ def find_longest_matched_ngram_and_propose_tokens(
     - The drafts: the tokens that follow that occurrence in `tokens`, in order, as many as there are, but at
       most k, and none at position max_model_len or past it (the first draft sits at position len(tokens)).
     - No such n-gram, k <= 0, or no room before max_model_len: [] (the request takes a plain decode step).
+      The engine checks 1 <= min_ngram <= max_ngram before it builds a proposer, so those always hold here.
     (vLLM 0.33: _find_longest_matched_ngram_and_propose_tokens in vllm/v1/spec_decode/ngram_proposer.py, the V1
     runner's proposer, which finds the same n-gram with a KMP scan of the reversed tokens in numba. The default V2
     runner's speculator, vllm/v1/worker/gpu/spec_decode/ngram/speculator.py, has another rule: the rightmost
@@ -113,10 +114,9 @@ def rejection_sample(
     state it.)
     Helpers (nanoengine.sample.sampler): target_probs(logits_row, params) is a row's p, a fresh tensor;
     draw(probs, generator) draws one token id from unnormalized non-negative weights.
-    Example: p = [0.5, 0.3, 0.2] on row 0 and draft [1], over many verify steps: the output starts with 0 half
-    of the time, with 1 (then a token from row 1's p) 30% of the time, and with 2 20% of the time, p itself;
-    an output that starts with 0 or 2 has no second token. With top_k = 1 (p puts 1 on the argmax) drafts equal
-    to the rows' argmax are always all accepted, and a draft outside top-k or top-p is never accepted.
+    Example: p = [0.5, 0.3, 0.2] on row 0 and draft [1], over many verify steps: the output's first token is
+    0, 1 and 2 in the proportions p gives them, and only an output that starts with the draft has a second
+    token. With top_k = 1 (p puts 1 on the argmax), drafts equal to the rows' argmax are always all accepted.
     """
     raise NotImplementedError
 
@@ -160,10 +160,10 @@ class Scheduler(Chapter07Scheduler):
         """Task 13.5: a request's tokens and computed count after a step that may have verified drafts.
 
         update_from_output calls this for each request past its prompt, with new_token_ids (what rejection_sample
-        emitted for it: its accepted drafts, then one token; one token after a plain decode step) and
-        spec_token_ids (the drafts this step verified, what scheduled_spec_decode_tokens returned for it; [] for
-        none). new_token_ids is never empty here. When it is called, num_computed_tokens already counts every scheduled token: the last verified
-        token and all the drafts, accepted or not. Contract, after the call:
+        emitted for it: its accepted drafts, then one token; one token after a plain decode step) and spec_token_ids
+        (the drafts this step verified, what scheduled_spec_decode_tokens returned for it; [] for none). new_token_ids
+        is never empty here. When it is called, num_computed_tokens already counts every scheduled token: the last
+        verified token and all the drafts, accepted or not. Contract, after the call:
         - The request's output holds exactly the tokens a non-speculative run would have appended by now:
           new_token_ids in order, up to and including the first one that triggers a stop rule (EOS unless
           ignore_eos, max_tokens, max_model_len), and nothing after it. Its block hashes cover them.
@@ -173,7 +173,8 @@ class Scheduler(Chapter07Scheduler):
           from there). Which slots the step filled with a guess rather than the request's own KV is what
           section 3 of the notebook shows. allocate_slots caches blocks only up to num_tokens, so while this
           count is right no block holding a rejected draft is ever cached.
-        - It returns the finished status the stop rule gave, or None when the request goes on.
+        - It returns the finished status the stop rule gave, or None when the request goes on; the caller
+          finishes the request (sets its status and frees it), so this method does not.
         What a subclass can use: request.append_output_token_ids(tokens) adds output tokens and hashes the
         blocks they fill (appending by hand would leave the hashes behind); self.check_stop(request) gives the
         finished status the request's tokens so far give it, judged on its last token and its length, or None,

@@ -288,7 +288,7 @@ def check_drafts_accepted_independently(impl):
     assert abs(both - 0.25) < 5 * math.sqrt(0.25 * 0.75 / n) + 0.005, (
         f"{n} verify steps of one request, drafts [0, 0], every row's p = [0.5, 0.5]: the first draft is accepted "
         f"with probability 0.5 and then the second, independently, with 0.5, so both a quarter of the time; yours "
-        f"{both:.3f} (a new u = torch.rand((), generator=gen) for every draft, not one per request)"
+        f"{both:.3f}: the two verdicts are not independent"
     )
 
 
@@ -576,9 +576,8 @@ def check_update_examples(impl):
         )
         assert got == status, f"{where}: returns {status}, yours {got}"
         assert request.num_computed_tokens == request.num_tokens - 1, (
-            f"{where}: num_computed_tokens covers every token but the last, whose KV the next step computes "
-            f"({request.num_tokens - 1}), so the rejected drafts' slots (and those of tokens dropped at a stop) are "
-            f"given back; yours {request.num_computed_tokens}"
+            f"{where}: num_computed_tokens must count the positions the next step need not compute, "
+            f"{request.num_tokens - 1} here; yours {request.num_computed_tokens}"
         )
 
 

@@ -158,8 +158,8 @@ class FullAttentionManager(SingleTypeKVCacheManager):
 
 
 class SlidingWindowManager(SingleTypeKVCacheManager):
-    """A query at position p sees keys p - W + 1 .. p, so while it decodes a token a step a request
-    holds at most ceil((W - 1) / block_size) + 1 blocks per group, however long it grows (a prefill
+    """A query at position p sees keys p - W + 1 .. p, so while it decodes a token a step a request holds at
+    most the blocks one query's window touches, and the one being written, however long it grows (a prefill
     chunk holds its own blocks too, until the next step frees those behind the window)."""
 
     def __init__(

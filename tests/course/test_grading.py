@@ -5,10 +5,12 @@ fails on the untouched stubs with NotImplementedError, every task rejects at lea
 import ast
 import importlib
 import inspect
+import json
+import re
 
 import pytest
 
-from nanocourse.grading import BUGS, GRADED, grade, seeded_bugs
+from nanocourse.grading import BUGS, GRADED, Scorecard, grade, seeded_bugs
 from nanoengine.attention import triton_available
 
 CHAPTERS = sorted({p.name.split("_")[1][2:] for p in GRADED.glob("test_ch*_*.py")})
@@ -201,3 +203,35 @@ def test_first_stops_at_the_first_failing_task():
     card = grade("00", "exercises", first=True)
     ran = [r for r in card if r.message != "did not run"]
     assert len(ran) == 1 and not ran[0].passed and len(card) > 1, repr(card)
+
+
+NOTEBOOKS = GRADED.parents[1] / "notebooks"
+_GRADE_CELL = re.compile(r'grade\("(\d\d)"\)\s*$')
+
+
+def _scorecard_cell(chapter: str) -> tuple[dict, str]:
+    """The chapter's notebook's grade("NN") cell and the markdown above it (the chapter's task table)."""
+    (path,) = NOTEBOOKS.glob(f"{chapter}_*.ipynb")
+    cells = json.loads(path.read_text())["cells"]
+    i = next(i for i, c in enumerate(cells) if c["cell_type"] == "code" and _GRADE_CELL.search("".join(c["source"])))
+    table = "".join("".join(c["source"]) for c in cells[:i] if c["cell_type"] == "markdown")
+    return cells[i], table
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_each_notebook_lists_and_shows_the_tasks_its_grader_has(cards, chapter):
+    """A task added to a grader shows in the notebook's task table and its stored scorecard (on the stubs), so
+    neither says 0/9 where the grader has ten tasks."""
+    card = cards["exercises"]
+    results = _chapter(card, chapter)
+    cell, text = _scorecard_cell(chapter)
+    ids = {r.task for r in results}
+    table = set(re.findall(rf"^\| ({chapter}\.\w+(?:, {chapter}\.\w+)*) \|", text, flags=re.MULTILINE))
+    listed = {one for row in table for one in row.split(", ")}
+    assert listed == ids, f"notebook {chapter}'s task table lists {sorted(listed)}; its grader has {sorted(ids)}"
+    (stored,) = ["".join(o["data"]["text/plain"]) for o in cell["outputs"] if o["output_type"] == "execute_result"]
+    want = repr(Scorecard(chapter, "exercises", results, card.skipped, card.notes))
+    assert stored == want, (
+        f"notebook {chapter}'s stored scorecard is not what grading the stubs gives now; regenerate it:\n{stored}\n"
+        f"---- now:\n{want}"
+    )
