@@ -21,10 +21,10 @@ have (a reference: which of these a step uses, and when, is yours to decide):
 | `self.kv_cache_manager` | chapter 06's `get_computed_blocks` and `allocate_slots`, with the contracts stated there |
 | `self.policy` | `SchedulingPolicy.FCFS` or `SchedulingPolicy.PRIORITY` |
 | `request.status` | `RequestStatus.RUNNING`, `PREEMPTED` (after `preempt`), ... |
-| `preempt(r)` | frees r's blocks, resets its progress, puts it back in the waiting queue |
+| `preempt(r)` | for r already out of running (choose_victim took it): frees its blocks, resets it, requeues it |
 | `admit(r, n)` | moves the queue's head r (slots allocated, n tokens cached) to running; counts its lookup |
 | `finish_length_capped(r)` | ends a lone running request the whole pool cannot hold: out of running, blocks freed |
-| `make_output(num_scheduled, new_blocks, new_reqs, preempted)` | packages the step as a SchedulerOutput |
+| `make_output(num_scheduled, new_blocks, new_reqs, preempted)` | packages the step (preempted: the victim Requests) |
 
 A request has `request_id`, `num_tokens`, `num_computed_tokens`, `num_tokens_with_spec` (num_tokens plus its
 drafts, chapter 13), `priority` and `arrival_time`.
