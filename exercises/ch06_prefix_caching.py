@@ -51,7 +51,8 @@ What you have (a reference: which of these a method uses, and when, is yours to 
   - allocate_new_blocks(request_id, num_tokens): appends new blocks from the pool to the request's list until
     it holds slots for num_tokens tokens, and returns them, one list per group; the pool must hold enough
     free blocks (get_new_blocks raises otherwise);
-  - allocate_new_computed_blocks(request_id, hits, num_computed): for a request the group does not know yet
+  - allocate_new_computed_blocks(request_id, hits, num_computed) (num_computed: the request's computed tokens,
+    its hit included): for a request the group does not know yet
     (no entry in num_cached_block), its block list becomes exactly its hits, each with one more reference
     (a free one leaves the queue), all counted as named; for a request the group knows, nothing. It is how a
     group comes to know a request, hits or none: cache_blocks needs that (vLLM 0.33 skips the call when there
@@ -162,9 +163,10 @@ class BlockPool(EngineBlockPool):
         - a block that would drop below 0 (a double free) raises ValueError and nothing changes at all.
         ordered_blocks may be any iterable, an iterator included. (vLLM 0.33: BlockPool.free_blocks, which
         does not check for a double free.)
-        Example: queue [8]; free_blocks([block 3 (hashed), block 1 (hashed), block 2 (no hash)]), each at
-        ref_cnt 1, leaves the queue [2, 8, 3, 1]. Then free_blocks([block 5 (no hash), block 4 (no hash)])
-        leaves [5, 4, 2, 8, 3, 1].
+        Example: blocks 3 and 1 at ref_cnt 1, block 2 at ref_cnt 2: free_blocks([block 3, block 2, block 1])
+        frees blocks 3 and 1 and leaves block 2 at ref_cnt 1, out of the queue. free_blocks([block 2, block 3])
+        then raises ValueError (block 3 is free already), and block 2 keeps its reference. Where in the queue
+        blocks 3 and 1 went depends on their hashes: the notebook's free-queue pictures show worked cases.
         """
         raise NotImplementedError
 
@@ -247,8 +249,8 @@ class FullAttentionManager(EngineFullAttentionManager):
         chain (chapter 04). Afterwards the request has no entry in req_to_blocks or num_cached_block; freeing a request
         that holds nothing (never admitted, or freed already) changes nothing. (vLLM 0.33:
         SingleTypeKVCacheManager.free.)
-        Example: a request holding [5, 6, 2] (all hashed, ref_cnt 1) on an empty queue: afterwards the queue
-        is [2, 6, 5]. Holding [5, 6, 9] with block 9 unhashed (a partial last block): the queue is [9, 6, 5].
+        Example: a request holding [5, 6, 2] (all hashed, ref_cnt 1) on an empty queue: afterwards all three are
+        free, and of the three block 5 is the last a run of allocations evicts.
         """
         raise NotImplementedError
 
