@@ -84,7 +84,8 @@ def rejection_sample(
     last verified token, row i after d_i). A request without drafts owns one row. params[r] and generators[r]
     are request r's (a generator may be None: then torch's global one; the same generator may serve several
     requests). Return one list per request: its accepted drafts (a prefix of its drafts), then one token more:
-    1 to k + 1 tokens. Every row of a request is read, and only its own rows.
+    1 to k + 1 tokens. A request's k + 1 rows are its own whether or not its output needs them all, and no request
+    reads another's.
 
     Task 13.2, greedy requests (params[r].greedy, temperature 0). Contract: the output is exactly what
     len(output) plain greedy decoding steps would have emitted, and it is as long as this step's rows allow: a
@@ -106,6 +107,7 @@ def rejection_sample(
     (Leviathan et al., arXiv:2211.17192, state the general rule for any q). Invariants the grader also checks:
     - each draft's verdict is independent of the others' (two drafts of p 1/2 are both accepted a quarter of
       the time);
+    - a draft of probability 0 under its row's p is never accepted;
     - every random number of request r comes from generators[r] (torch's global generator when it is None), so
       the same seeds give the same tokens whatever else draws meanwhile.
     (vLLM 0.33: the default V2 runner's RejectionSampler, vllm/v1/worker/gpu/spec_decode/rejection_sampler.py
@@ -175,7 +177,7 @@ class Scheduler(Chapter07Scheduler):
           count is right no block holding a rejected draft is ever cached.
         - It returns the finished status the stop rule gave, or None when the request goes on; the caller
           finishes the request (sets its status and frees it), so this method does not.
-        What a subclass can use: request.append_output_token_ids(tokens) adds output tokens and hashes the
+        What a subclass can use: request.append_output_token_ids(token or tokens) adds output tokens and hashes the
         blocks they fill (appending by hand would leave the hashes behind); self.check_stop(request) gives the
         finished status the request's tokens so far give it, judged on its last token and its length, or None,
         and changes nothing.
