@@ -75,23 +75,19 @@ class Scheduler(EngineScheduler):
 
         What the plan must satisfy (properties of the step's result; how to reach them is yours):
         - Budget: the planned tokens sum to at most config.max_num_batched_tokens. A planned request gets what
-          chunk_size (task 07.1) grants its need from the budget left at its turn under this step's threshold
-          (the one in force when the step starts: it caps nobody while one request alone runs or waits). A
-          running request needs every token it has not computed, its drafts included (chapter 13 gives it
-          some), but never one at position config.max_model_len - 1 or past it; a newcomer needs its tokens
-          past its cache hit.
-        - Running first: the running requests hold blocks already, so each gets its turn, in self.running's
-          order, before any newcomer, until the budget is spent.
+          chunk_size (task 07.1) grants its need from the budget left at its turn, under the threshold in force
+          when the step starts (it caps nobody while one request alone runs or waits). A running request needs
+          every token it has not computed, its drafts included (chapter 13 gives it some), but none at position
+          config.max_model_len - 1 or past it; a newcomer needs its tokens past its cache hit.
+        - Turns: a running request holds blocks already, and a step that passes it over wastes them; a
+          newcomer holds none. Whose turn comes first follows from that; the running requests keep their own
+          order, self.running's.
         - Memory, all or nothing: a request is planned only together with the KV cache manager's grant of
           slots for exactly its planned tokens (and its lookahead, below); nobody is planned on a refusal.
-        - Preemption: when a running request's grant is refused, room is made by recompute (preempt). Its
-          victims are the requests choose_victim() would name, in that order, as few as possible: the shortest
-          run of them after whose preemption its grant succeeds, or, if it comes up itself first, the run
-          ending with itself. A preempted request is not in this step's plan: if it was planned earlier in the
-          step, it leaves num_scheduled and new_blocks, and its tokens are budget again for the requests after
-          it. A request that became the victim itself is not planned, and the running requests behind it
-          still get their turn (under priority they rank higher and may fit in the freed blocks; under FCFS
-          there are none, since the victim is the tail).
+        - Room: when a running request's grant is refused, room is made by recompute (preempt), with as few
+          victims as possible, taken in the order choose_victim() names them; the request itself may come up.
+          The plan the step returns holds only requests that still run after it, with the budget it reports
+          exact, and a victim never costs the requests behind it their turn.
         - Alone: a request whose grant is refused while it is the only request in self.running at that moment
           (nobody else ran, or all the others were preempted earlier in this step) can never fit: nobody is
           left to preempt, and preempting itself would leave it waiting for blocks that can never be freed.
