@@ -14,7 +14,7 @@ have (a reference: which of these a step uses, and when, is yours to decide):
 | you have | what it guarantees |
 |---|---|
 | `self.config` | `max_num_batched_tokens` (the budget), `max_num_seqs`, `max_model_len`, ... |
-| `lookahead(r, n, num_computed)` | r's lookahead slots past n new tokens from num_computed (default r's: 0 until admit) |
+| `lookahead(r, n, num_computed)` | r's lookahead slots past n new tokens starting at num_computed (default: r's own) |
 | `long_prefill_threshold()` | this step's chunk cap: the threshold, or 0 while one request is alone (vLLM 0.33) |
 | `self.running` | the running requests, in admission order (a list) |
 | `self.waiting` | a RequestQueue: `peek_request()`, `bool(self.waiting)`; FCFS or priority order already |
@@ -89,28 +89,27 @@ class Scheduler(EngineScheduler):
           The plan the step returns holds only requests that still run after it, with the budget it reports
           exact, and a victim never costs the requests behind it their turn.
         - Alone: a request whose grant is refused while it is the only request in self.running at that moment
-          (nobody else ran, or all the others were preempted earlier in this step) can never fit: nobody is
-          left to preempt, and preempting itself would leave it waiting for blocks that can never be freed.
-          It is ended with
-          finish_length_capped, which takes it out of self.running (status FINISHED_LENGTH_CAPPED, its blocks
-          freed; the next update_from_output reports it finished). It is not planned and is not a victim: it
-          is in neither num_scheduled nor preempted, so ending it does not by itself stop admission.
-        - Admission: a step that preempted anyone admits nobody (the pool just proved too small for what
-          runs). Otherwise the admitted newcomers are the front of the waiting queue, in its order, none
-          skipped (FCFS head-of-line: a request behind one that is not admitted is not admitted either). A
-          newcomer is admitted exactly when, with those before it admitted, budget is left, fewer than
-          config.max_num_seqs requests run, and the KV cache manager grants it its cache hit and slots for its
-          first chunk under chapter 06's whole-sequence gate: its whole sequence (num_tokens), hit included,
-          fits in the free blocks as they are (vLLM 0.33's scheduler_reserve_full_isl, True by default), so a
-          long prompt is not admitted, preempted and readmitted over and over. Nothing changes for a request
-          that is not admitted (no reference, no block, no count).
+          (nobody else ran, or all the others were preempted earlier in this step) can never fit: nobody is left to
+          preempt, and preempting itself would leave it waiting for blocks that can never be freed. It is ended with
+          finish_length_capped, which takes it out of self.running (status FINISHED_LENGTH_CAPPED, its blocks freed;
+          the next update_from_output reports it finished). It is not planned and is not a victim: it is in neither
+          num_scheduled nor preempted, so ending it does not by itself stop admission.
+        - Admission: a step that had to make room for a running request admits nobody (the pool just proved too
+          small for what runs; the Alone case excepted). Otherwise the admitted newcomers are the front of the
+          waiting queue, in its order, none skipped (FCFS head-of-line: a request behind one that is not admitted is
+          not admitted either). A newcomer is admitted exactly when, with those before it admitted, budget is left,
+          fewer than config.max_num_seqs requests run, and the KV cache manager grants it its cache hit and slots
+          for its first chunk under chapter 06's whole-sequence gate: its whole sequence (num_tokens), hit included,
+          fits in the free blocks as they are (vLLM 0.33's scheduler_reserve_full_isl, True by default), so a long
+          prompt is not admitted, preempted and readmitted over and over. Nothing changes for a request that is not
+          admitted (no reference, no block, no count).
         - Lookahead: every grant, to a running request or a newcomer, also holds config.num_lookahead_tokens
           slots past the request's planned tokens (a draft model writes its own KV there, chapter 13), but none
           at position config.max_model_len or past it. With num_lookahead_tokens 0 nothing changes.
         - Stats: each admitted request's prefix-cache lookup is counted exactly once (admit counts it); the
           lookups of requests left waiting are not counted.
         - Output: num_scheduled maps each planned request id to its tokens (running ones in order, then
-          admitted ones); new_blocks maps each planned running request to get_block_ids() of the KVCacheBlocks
+          admitted ones); new_blocks maps each planned running request's id to get_block_ids() of the KVCacheBlocks
           its grant returned this step: a tuple with one list of block ids per KV cache group, in the order
           given (([],) when a one-group request got no new block; vLLM's scheduler sends None then);
           new_reqs lists admit()'s results in admission order; preempted lists the victims in order.
