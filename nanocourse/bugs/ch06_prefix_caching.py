@@ -336,8 +336,8 @@ BUGS = [
     (
         "06.6",
         "free releases the request first to last",
-        "self.block_pool.free_blocks(reversed(blocks))",
-        "self.block_pool.free_blocks(blocks)",
+        "self.block_pool.free_blocks(reversed(self.req_to_blocks.get(request_id, [])))",
+        "self.block_pool.free_blocks(self.req_to_blocks.get(request_id, []))",
     ),
     (
         "06.6",
@@ -379,8 +379,8 @@ BUGS = [
     (
         "06.7",
         "free releases the request first to last",
-        "self.block_pool.free_blocks(reversed(blocks))",
-        "self.block_pool.free_blocks(blocks)",
+        "self.block_pool.free_blocks(reversed(self.req_to_blocks.get(request_id, [])))",
+        "self.block_pool.free_blocks(self.req_to_blocks.get(request_id, []))",
     ),
     (
         "06.7",
