@@ -86,5 +86,6 @@ class EngineConfig:
 
     @property
     def use_eagle(self) -> bool:
-        """Whether a prefix hit drops its last block for an EAGLE head (vLLM's VllmConfig.use_eagle)."""
+        """Whether a prefix hit drops its last block for an EAGLE head (vLLM's Scheduler passes
+        SpeculativeConfig.use_eagle_block_drop() to its KVCacheManager as use_eagle)."""
         return self.speculative_config is not None and self.speculative_config.use_eagle()

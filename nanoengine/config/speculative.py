@@ -101,8 +101,9 @@ class SpeculativeConfig:
             )
 
     def use_eagle(self) -> bool:
-        """Whether the drafter reads the target's hidden states, so a prefix hit drops its last block (vLLM's
-        use_eagle, and needs_eagle_block_drop for its EAGLE-1 case)."""
+        """Whether the drafter reads the target's hidden states (vLLM's use_eagle). For EAGLE-1, nanoengine's one
+        such drafter, it also means a prefix hit drops its last block: the head's KV at a position depends on the
+        next token (vLLM's needs_eagle_block_drop, False for DFlash and DSpark, which read hidden states too)."""
         return self.method == "eagle"
 
     @property

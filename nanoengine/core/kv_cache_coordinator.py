@@ -92,7 +92,10 @@ class KVCacheCoordinator:
 
 
 class UnitaryKVCacheCoordinator(KVCacheCoordinator):
-    """One group: its manager's hit is the hit."""
+    """One group: its manager's hit is the hit. With use_eagle the manager drops its last hit block within
+    max_length, with no extra block to search, as vLLM 0.33's UnitaryKVCacheCoordinator: a block-aligned prompt,
+    whose last block the last-token rule already gave back, loses one more (a hybrid layout's search margin
+    spares it)."""
 
     def find_longest_cache_hit(
         self, block_hashes: list[BlockHash], max_length: int, token_ids: Sequence[int] | None = None

@@ -8,8 +8,9 @@ own output in place of a hidden state.
 
 A position's head KV thus depends on the token after it. A prefix-cache hit may end where another request went
 on with another token, so with EAGLE the hit search drops the last hit block and the target computes it again,
-with the hidden states the head needs (use_eagle in the KV cache coordinator; vLLM's
-SpeculativeConfig.needs_eagle_block_drop).
+the head rebuilding its KV there with this request's next token (use_eagle in the KV cache coordinator; vLLM's
+SpeculativeConfig.needs_eagle_block_drop; by default vLLM 0.33 hashes each block with the token after it instead,
+num_hash_lookahead_tokens, and drops nothing).
 """
 
 from __future__ import annotations

@@ -812,9 +812,21 @@ R(
     [
         ("vllm/vllm/v1/core/sched/scheduler.py", "                        preempted_req = self.running[-1]"),
         ("vllm/vllm/v1/core/sched/scheduler.py", "                    if preempted_req == request:"),
+        (
+            "vllm/vllm/v1/core/sched/scheduler.py",
+            "                    # preempted itself. The requests after it have higher",
+        ),
+        (
+            "vllm/vllm/v1/core/sched/scheduler.py",
+            "                    if not self._request_blocks_can_be_freed(preempted_req):",
+        ),
     ],
     [
         ("nanoengine/core/sched/scheduler.py", "                    self.finish_length_capped(request)"),
+        (
+            "nanoengine/core/sched/scheduler.py",
+            "                if self.policy is SchedulingPolicy.PRIORITY and request.status is RequestStatus.PREEMPTED:",
+        ),
         ("nanoengine/core/sched/scheduler.py", "    def finish_length_capped("),
     ],
 )
@@ -1347,6 +1359,26 @@ R(
 )
 R(
     "12",
+    "group order",
+    [
+        ("vllm/vllm/v1/core/kv_cache_planning.py", "        same_type_layers[layer_spec].append(layer_name)"),
+        ("vllm/vllm/v1/core/kv_cache_planning.py", "            grouped_layers.append(layers[i::num_groups])"),
+        ("vllm/vllm/v1/core/kv_cache_coordinator.py", "        self.attention_groups.sort("),
+        (
+            "vllm/vllm/v1/core/kv_cache_coordinator.py",
+            "            key=lambda g: not isinstance(g.spec, FullAttentionSpec)",
+        ),
+    ],
+    [
+        (
+            "nanoengine/kv_cache_interface.py",
+            "    for window in sorted(by_window, key=lambda w: (w is not None, w or 0)):",
+        ),
+        ("nanoengine/core/kv_cache_utils.py", "    if kv_cache_group_id == 0:\n        return block_hash"),
+    ],
+)
+R(
+    "12",
     "coordinator and its return",
     [
         ("vllm/vllm/v1/core/kv_cache_coordinator.py", "def get_kv_cache_coordinator("),
@@ -1380,6 +1412,47 @@ R(
             "        self, block_hashes: list[BlockHash], max_length: int, token_ids: Sequence[int] | None = None\n    ) -> tuple[tuple[list[KVCacheBlock], ...], int]:",
         ),
         ("nanoengine/core/kv_cache_utils.py", "    if kv_cache_group_id == 0:\n        return block_hash"),
+    ],
+)
+R(
+    "12",
+    "EAGLE block drop and lookahead hashes",
+    [
+        ("vllm/vllm/config/speculative.py", "    def needs_eagle_block_drop(self) -> bool:"),
+        ("vllm/vllm/config/speculative.py", '        """Whether draft KV at a position depends on the next token.'),
+        (
+            "vllm/vllm/config/speculative.py",
+            "        return self.use_eagle() and not (self.use_dflash() or self.use_dspark())",
+        ),
+        (
+            "vllm/vllm/config/speculative.py",
+            "        return self.needs_eagle_block_drop() and not self.disable_eagle_block_drop",
+        ),
+        ("vllm/vllm/config/speculative.py", "    disable_lookahead_block_hashes: bool = False"),
+        ("vllm/vllm/config/vllm.py", "    def num_hash_lookahead_tokens(self) -> int:"),
+        ("vllm/vllm/config/vllm.py", "            or speculative_config.disable_lookahead_block_hashes"),
+        ("vllm/vllm/config/vllm.py", "        return self.num_prefill_lookahead_tokens"),
+        ("vllm/vllm/v1/core/kv_cache_utils.py", "        num_tokens = request.num_tokens - num_hash_lookahead_tokens"),
+        (
+            "vllm/vllm/v1/core/sched/scheduler.py",
+            "            # Lookahead hashes prove the boundary token, so EAGLE needs no drop.",
+        ),
+        (
+            "vllm/vllm/v1/kv_cache_interface.py",
+            "    is_draft: bool = field(default=False, kw_only=True, compare=False)",
+        ),
+        ("vllm/vllm/v1/core/kv_cache_coordinator.py", "            drop_eagle_block=0 in self.drop_eagle_group_ids,"),
+        ("vllm/vllm/v1/core/kv_cache_coordinator.py", "                    eagle_margin = eagle_proof_margin("),
+    ],
+    [
+        (
+            "nanoengine/core/kv_cache_coordinator.py",
+            "        hits = self.single_type_managers[0].find_longest_cache_hit(block_hashes, max_length, [0], **tokens)",
+        ),
+        (
+            "nanoengine/core/kv_cache_coordinator.py",
+            "                limit = min(length + self.block_size, len(block_hashes) * self.block_size) if self.use_eagle else length",
+        ),
     ],
 )
 R(
@@ -1513,6 +1586,11 @@ R(
             "vllm/vllm/v1/worker/gpu/spec_decode/ngram/speculator.py",
             "    out = tl.where(slot_valid, gathered, last_tok)",
         ),
+        # The runner picks the proposer: V2 always the GPU speculator; V1 the CPU one, and V1 then turns async off.
+        ("vllm/vllm/v1/worker/gpu/spec_decode/__init__.py", "    elif speculative_config.use_ngram():"),
+        ("vllm/vllm/v1/worker/gpu_model_runner.py", "                self.drafter = NgramProposer(self.vllm_config)"),
+        ("vllm/vllm/config/vllm.py", "        # Async scheduling incompatibilities specific to the V1 model runner."),
+        ("vllm/vllm/config/speculative.py", 'NgramGPUTypes = Literal["ngram_gpu"]'),
     ],
     [
         ("nanoengine/spec_decode/ngram_proposer.py", "class NgramProposer:"),
@@ -1593,6 +1671,12 @@ R(
     "13",
     "draft model",
     [
+        (
+            "vllm/vllm/v1/worker/gpu/spec_decode/standalone_ar/speculator.py",
+            "class StandaloneARSpeculator(DraftModelSpeculator):",
+        ),
+        ("vllm/vllm/v1/worker/gpu/spec_decode/standalone_ar/speculator.py", "    num_extra_query_per_req = 1"),
+        ("vllm/vllm/v1/worker/gpu/spec_decode/__init__.py", "    elif speculative_config.uses_draft_model():"),
         ("vllm/vllm/v1/spec_decode/draft_model.py", "class DraftModelProposer(SpecDecodeBaseProposer):"),
         (
             "vllm/vllm/v1/spec_decode/draft_model.py",
@@ -1623,6 +1707,13 @@ R(
             "class Eagle3LlamaForCausalLM(_Eagle3LlamaForCausalLMBase):",
         ),
         ("vllm/vllm/config/speculative.py", "    def use_eagle_block_drop(self) -> bool:"),
+        ("vllm/vllm/config/speculative.py", "    def needs_eagle_block_drop(self) -> bool:"),
+        (
+            "vllm/vllm/v1/worker/gpu/spec_decode/eagle/speculator.py",
+            "class EagleSpeculator(TargetDependentARSpeculator):",
+        ),
+        ("vllm/vllm/config/vllm.py", "    def num_hash_lookahead_tokens(self) -> int:"),
+        ("vllm/vllm/v1/core/sched/scheduler.py", "            self.use_eagle_block_drop = False"),
     ],
     [
         ("nanoengine/spec_decode/eagle.py", "class EagleProposer(DraftModelProposer):"),
