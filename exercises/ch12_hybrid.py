@@ -90,8 +90,9 @@ class SlidingWindowManager(EngineSlidingWindowManager):
         - L is the largest such length, in whole blocks and at most max_length // block_size; if there is none,
           every list is []. max_length never exceeds len(block_hashes) * block_size.
         - With self.use_eagle: the hit's last block is computed again, since EAGLE's draft KV at a position
-          depends on the token after it, which a cached prefix cannot supply (vLLM 0.33:
-          SpeculativeConfig.needs_eagle_block_drop). The hit returned is what is left once that block is dropped:
+          depends on the token after it, which a cached prefix cannot supply (vLLM 0.33's fallback,
+          SpeculativeConfig.needs_eagle_block_drop; by default its block hashes cover the next token instead and
+          nothing is dropped: notebook 12's vLLM box). The hit returned is what is left once that block is dropped:
           the dropped block was cached, what is left must still serve the next query by the first rule, and it
           is the longest such. At W = 1, where the next query sees no earlier token, its last entry may be null.
         - A lookup only: no ref_cnt, queue or map changes.
