@@ -19,6 +19,7 @@ from nanoengine.entrypoints.llm import LLM
 from nanoengine.entrypoints.openai.api_server import MAX_REQUEST_BODY_BYTES, build_app
 from nanoengine.sampling_params import SamplingParams
 
+pytestmark = pytest.mark.model
 KEY = "test-key"
 MODEL = "smol"
 PROMPT = "The capital of France is"
