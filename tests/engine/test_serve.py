@@ -140,6 +140,10 @@ def test_n_seed_logprobs_and_stop(server, client):
         model=MODEL, messages=[{"role": "user", "content": "Hi"}], max_tokens=4, logprobs=True, top_logprobs=2
     )
     assert all(len(t.top_logprobs) == 2 for t in chat.choices[0].logprobs.content)
+    prompt = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=1, extra_body={"prompt_logprobs": 1})
+    entries = prompt.choices[0].model_extra["prompt_logprobs"]
+    assert entries[0] is None and len(entries) == prompt.usage.prompt_tokens
+    assert all(-9999.0 <= lp["logprob"] <= 0 for entry in entries[1:] for lp in entry.values())
     full = client.completions.create(model=MODEL, prompt=PROMPT, temperature=0, max_tokens=8).choices[0].text
     stop = " ".join(full.split()[1:3])  # two words of the greedy continuation, past its first: several tokens
     cut = client.completions.create(model=MODEL, prompt=PROMPT, temperature=0, max_tokens=8, stop=[stop]).choices[0]
@@ -165,6 +169,7 @@ BAD = [
     ("completions", {"prompt": PROMPT, "stop": [""]}, 400, "stop"),
     ("completions", {"prompt": PROMPT, "presence_penalty": 0.5}, 400, "presence_penalty"),
     ("completions", {"prompt": PROMPT, "echo": True}, 400, "echo"),
+    ("completions", {"prompt": PROMPT, "prompt_logprobs": 1, "stream": True}, 400, "prompt_logprobs"),
     ("completions", {"prompt": "word " * 3000}, 400, "prompt"),
     ("completions", {"prompt": []}, 400, "prompt"),
     ("completions", {"prompt": [[10**9]]}, 400, "prompt"),

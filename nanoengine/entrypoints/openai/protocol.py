@@ -15,6 +15,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from nanoengine.outputs import Logprob
+
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 # Request field -> SamplingParams field (None: not supported by nanoengine yet; the request is refused when the field
@@ -153,6 +155,7 @@ class CompletionResponseChoice(OpenAIBaseModel):
     stop_reason: int | str | None = None
     token_ids: list[int] | None = None
     prompt_token_ids: list[int] | None = None
+    prompt_logprobs: list[dict[int, Logprob] | None] | None = None
 
 
 class CompletionResponse(OpenAIBaseModel):
@@ -208,7 +211,7 @@ class ChatCompletionResponse(OpenAIBaseModel):
     model: str
     choices: list[ChatCompletionResponseChoice]
     usage: UsageInfo
-    prompt_token_ids: list[int] | None = None
+    prompt_logprobs: list[dict[int, Logprob] | None] | None = None
 
 
 class ChatCompletionResponseStreamChoice(OpenAIBaseModel):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Coroutine, Sequence
 from contextlib import AsyncExitStack, aclosing
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http import HTTPStatus
 from typing import Any
 
@@ -43,7 +43,7 @@ from nanoengine.entrypoints.openai.protocol import (
     random_uuid,
 )
 from nanoengine.errors import InvalidArgumentError
-from nanoengine.outputs import Logprob, RequestOutput, SampleLogprobs
+from nanoengine.outputs import Logprob, PromptLogprobs, RequestOutput, SampleLogprobs
 from nanoengine.sampling_params import SamplingParams
 
 
@@ -71,7 +71,7 @@ class _Choice:
     num_chars: int = 0
     finish_reason: str | None = None
     stop_reason: int | str | None = None
-    sent_role: bool = False
+    prompt_logprobs: PromptLogprobs | None = None
 
 
 class OpenAIServing:
@@ -110,6 +110,8 @@ class OpenAIServing:
         requested = getattr(request, renames.get("max_tokens", "max_tokens"))
         kwargs["max_tokens"] = room if requested is None else min(requested, room)
         kwargs["logprobs"] = request.logprobs if isinstance(request, CompletionRequest) else request.top_logprobs or 0
+        if request.stream and request.prompt_logprobs is not None:
+            raise OpenAIServingError("prompt_logprobs are not available when stream=true.", param="prompt_logprobs")
         if isinstance(request, ChatCompletionRequest) and not request.logprobs:
             if request.top_logprobs:
                 raise OpenAIServingError("top_logprobs needs logprobs set to true.", param="top_logprobs")
@@ -168,6 +170,7 @@ class OpenAIServing:
                     finish_reason=c.finish_reason,
                     stop_reason=c.stop_reason,
                     token_ids=c.token_ids if request.return_token_ids else None,
+                    prompt_logprobs=c.prompt_logprobs,
                 )
                 for j, c in enumerate(choices)
             ],
@@ -247,6 +250,7 @@ class OpenAIServing:
                 for j, c in enumerate(choices)
             ],
             usage=_usage([length], choices),
+            prompt_logprobs=choices[0].prompt_logprobs,
         )
 
     async def _chat_stream(
@@ -367,6 +371,11 @@ def _collect(choice: _Choice, out: RequestOutput) -> None:
     choice.token_ids += delta.token_ids
     choice.logprobs += delta.logprobs or []
     choice.finish_reason, choice.stop_reason = delta.finish_reason, delta.stop_reason
+    if out.prompt_logprobs is not None:  # -inf is no JSON number: clamped as vLLM's clamp_prompt_logprobs does
+        choice.prompt_logprobs = [
+            None if entry is None else {t: replace(lp, logprob=max(lp.logprob, -9999.0)) for t, lp in entry.items()}
+            for entry in out.prompt_logprobs
+        ]
 
 
 def _usage(prompt_lengths: list[int], choices: list[_Choice]) -> UsageInfo:
