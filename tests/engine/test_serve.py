@@ -225,6 +225,15 @@ def test_a_client_that_disconnects_mid_stream_has_its_request_aborted(server):
     assert engine.stats.num_aborted_requests == aborted + 1
 
 
+def test_a_client_that_gives_up_on_a_whole_response_has_its_request_aborted(server):
+    aborted = server.llm.engine.stats.num_aborted_requests
+    body = {"prompt": PROMPT, "max_tokens": 1000, "ignore_eos": True}
+    with pytest.raises(httpx.ReadTimeout):  # the client closes the connection when its timeout ends
+        httpx.post(f"{server.url}/v1/completions", json=body, headers={"Authorization": f"Bearer {KEY}"}, timeout=1)
+    assert_idle(server, timeout=2.0)
+    assert server.llm.engine.stats.num_aborted_requests == aborted + 1
+
+
 def test_metrics_parse_with_vllms_names(server, client):
     client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=3)
     text = httpx.get(server.url + "/metrics").text
