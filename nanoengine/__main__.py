@@ -1,17 +1,27 @@
-"""Command line: `python -m nanoengine generate --prompt ...` and `chat "..."`. (The benchmark is
-`python bench/engine.py`: it is not part of the engine.)"""
+"""Command line: `python -m nanoengine generate --prompt ...`, `chat "..."` and `serve` (the OpenAI-compatible
+server, entrypoints/openai/api_server.py). (The benchmark is `python bench/engine.py`: it is not part of the
+engine.)"""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from nanoengine.errors import NanoEngineError
 
+if TYPE_CHECKING:
+    from nanoengine.entrypoints.llm import LLM
 
-def _add_sampling(p: argparse.ArgumentParser) -> None:
+
+def _add_model(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="path to a llama .gguf (default: embedded SmolLM2-135M-Instruct)")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda")
+
+
+def _add_sampling(p: argparse.ArgumentParser) -> None:
+    _add_model(p)
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--top-p", type=float, default=1.0)
@@ -27,7 +37,14 @@ def main(argv: list[str] | None = None) -> int:
     chat = sub.add_parser("chat", help="answer one user message with the model's chat template")
     chat.add_argument("message")
     _add_sampling(chat)
+    serve = sub.add_parser("serve", help="serve the model over HTTP with the OpenAI API (/v1/completions, ...)")
+    _add_model(serve)
+    add_serve_arguments(serve)
     args = parser.parse_args(argv)
+    if args.command == "serve":
+        from nanoengine.entrypoints.llm import LLM
+
+        return serve_cli(lambda: LLM(args.model, device=args.device), args)
 
     try:
         from nanoengine.entrypoints.llm import LLM
@@ -55,6 +72,28 @@ def main(argv: list[str] | None = None) -> int:
         f"TTFT {out.ttft * 1000:.0f} ms | decode {out.decode_tokens_per_s:.1f} tokens/s | {llm.device}]",
         file=sys.stderr,
     )
+    return 0
+
+
+def add_serve_arguments(p: argparse.ArgumentParser) -> None:
+    """The server's own options, vLLM's names (`vllm serve --host --port --api-key --served-model-name`)."""
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--api-key", default=None, help="if given, /v1 routes want `Authorization: Bearer <key>`")
+    p.add_argument("--served-model-name", default=None, help="the model's name in the API (default: the GGUF's)")
+
+
+def serve_cli(build_llm: Callable[[], LLM], args: argparse.Namespace) -> int:
+    """Build the LLM and serve it until Ctrl-C; an engine error is one line on stderr and status 2."""
+    try:
+        from nanoengine.entrypoints.openai.api_server import run_server
+
+        run_server(
+            build_llm(), host=args.host, port=args.port, api_key=args.api_key, served_model_name=args.served_model_name
+        )
+    except NanoEngineError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     return 0
 
 

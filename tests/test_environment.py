@@ -17,7 +17,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[1]
-EXTRAS = "course,test"
+EXTRAS = "course,serve,test"
 
 
 def _project() -> dict:

@@ -202,3 +202,18 @@ def test_grades_are_batched_into_one_process_and_kept_on_disk(monkeypatch, tmp_p
     assert {ch: [(r.task, r.passed, r.message) for r in card] for ch, card in second.items()} == {
         ch: [(r.task, r.passed, r.message) for r in card] for ch, card in first.items()
     }
+
+
+def test_the_worked_engine_is_served_over_the_openai_api(llm, capsys):
+    """The server takes any LLM: my_llm()'s answers the completions API as nanoengine's own does."""
+    from fastapi.testclient import TestClient
+
+    from nanoengine.entrypoints.openai.api_server import build_app
+
+    worked = my_llm(source="solutions", kv_cache_memory_bytes=KV_BYTES, quiet=True)
+    body = {"prompt": "The capital of France is", "temperature": 0, "max_tokens": 6, "return_token_ids": True}
+    with TestClient(build_app(worked, served_model_name="mine")) as client:
+        assert client.get("/v1/models").json()["data"][0]["id"] == "mine"
+        choice = client.post("/v1/completions", json=body).json()["choices"][0]
+    expected = llm.generate(body["prompt"], SamplingParams(temperature=0, max_tokens=6))[0]
+    assert choice["token_ids"] == expected.token_ids and choice["text"] == expected.text

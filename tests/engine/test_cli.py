@@ -1,4 +1,4 @@
-"""`python -m nanoengine generate|chat` prints text, TTFT and tokens/s."""
+"""`python -m nanoengine generate|chat` prints text, TTFT and tokens/s; `serve` answers over HTTP."""
 
 import signal
 import subprocess
@@ -60,3 +60,37 @@ def test_ctrl_c_exits_130_with_one_line():
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert err.strip().splitlines()[-1] == "interrupted" and "Traceback" not in err, err
+
+
+@pytest.mark.model
+def test_serve_answers_over_http_then_stops_on_ctrl_c():
+    import socket
+
+    import httpx
+
+    with socket.socket() as s:  # a free loopback port (released for the server to take)
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nanoengine", "serve", "--port", str(port), "--served-model-name", "smol"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() else "slow"
+            try:
+                if httpx.get(url + "/health").status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.2)
+        body = {"model": "smol", "prompt": "Once upon a time", "max_tokens": 3}
+        assert len(httpx.post(url + "/v1/completions", json=body, timeout=60).json()["choices"]) == 1
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert f"Uvicorn running on http://127.0.0.1:{port}" in err  # the loopback address, not 0.0.0.0

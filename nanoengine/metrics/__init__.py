@@ -1,0 +1,1 @@
+"""What the engine reports while it serves (vllm/v1/metrics/)."""
