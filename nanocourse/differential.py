@@ -258,11 +258,15 @@ def replay_workload(
     block_size: int,
     pool_text: str,
     plan_rules: bool = False,
+    reference: str = "the engine",
+    observe: Callable[..., dict[str, Any]] | None = None,
 ) -> None:
     """Replay ops on build(True) (the learner's) and build(False) (the engine's) without a model, comparing every
     step; at the end both step until every request has finished (at most MAX_DRAIN_STEPS). plan_rules: check the
     learner's every SchedulerOutput as schedule() hands it over (nanocourse.plan_rules), so a plan that breaks a
-    rule is named before anything consumes it."""
+    rule is named before anything consumes it. reference names build(False)'s side in the story (the graduation
+    compares against vLLM's own Scheduler); observe(scheduler, output, finished, spec) replaces _observe."""
+    observe = observe or _observe
     pair = {"yours": build(True), "engine": build(False)}
     k = cfg.get("num_speculative_tokens", 0)  # > 0: every running request verifies k drafts a step
     hasher = get_request_block_hasher(block_size)
@@ -270,7 +274,8 @@ def replay_workload(
     story = Story(
         f"{pool_text}, budget {cfg['budget']}, {cfg['policy']}, prefix caching "
         f"{'on' if cfg['caching'] else 'off'}, long_prefill_token_threshold {cfg['threshold']}, "
-        f"max_num_seqs {cfg['max_num_seqs']}{extra}"
+        f"max_num_seqs {cfg['max_num_seqs']}{extra}",
+        f"{reference}'s",
     )
     names, steps = [], [0]
 
@@ -311,15 +316,15 @@ def replay_workload(
             if k:  # what the engine's proposer does between steps: drafts for every request that still runs
                 s.update_draft_token_ids({r.request_id: _drafts(r.request_id, r.num_tokens, k) for r in s.running})
             seen[who] = (
-                _observe(s, so, finished, bool(k))
+                observe(s, so, finished, bool(k))
                 if who == "engine"
-                else story.call(f"step {steps[0]}{why}: reading the state", _observe, s, so, finished, bool(k))
+                else story.call(f"step {steps[0]}{why}: reading the state", observe, s, so, finished, bool(k))
             )
         engine = seen["engine"]
         plan = ", ".join(f"{r} {n}" for r, n in engine["the tokens scheduled, in order (request, tokens)"]) or "nothing"
         preempted = engine["the requests preempted"]
         story.add(
-            f"step {steps[0]}{why}: the engine schedules {plan}" + (f"; preempts {preempted}" if preempted else "")
+            f"step {steps[0]}{why}: {reference} schedules {plan}" + (f"; preempts {preempted}" if preempted else "")
         )
         steps[0] += 1
         story.compare(seen["yours"], engine)

@@ -1,0 +1,118 @@
+"""What every graduation check shares: the parts it graduates, its result, hash classes, hypothesis's settings."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from hypothesis import HealthCheck, Verbosity, settings
+
+from nanoengine.core import KVCacheManager, hash_block_tokens
+from nanoengine.core.block_pool import BlockPool
+from nanoengine.core.sched.scheduler import Scheduler
+
+BS = 4  # tokens per block: small, so that short prompts fill several blocks
+
+# Where nanoengine differs from vLLM 0.33.0 on purpose, or where vLLM only accepts some inputs; the run compares
+# around each as said here, and prints this list with every report. It never skips a comparison silently.
+ON_PURPOSE = (
+    (
+        "Block hashes: nanoengine packs tokens and extra keys into its own bytes where vLLM pickles a tuple, and keys "
+        "group 0 by the bare hash where vLLM appends the group id; so hashes are compared by class (each side's hashes "
+        "renamed h0, h1, ... in order of first sight: equal names iff equal hashes), not byte for byte."
+    ),
+    (
+        "New block ids of a running request that got none: nanoengine sends one empty list per KV cache group where "
+        "vLLM sends None (KVCacheBlocks.get_block_ids(allow_none=True)); both are compared as None."
+    ),
+    (
+        "Resumed requests: vLLM sends a preempted request that resumes among the cached requests (resumed_req_ids, "
+        "with all its block ids); nanoengine sends it as a new one. Both are compared as admissions, in scheduling order."
+    ),
+    (
+        "Valid inputs only: vLLM refuses to start with a max_model_len its KV cache cannot hold "
+        "(kv_cache_planning.check_enough_kv_cache_memory) and refuses a prompt of max_model_len tokens or more "
+        "(input_processor.py); so max_model_len is the most the pool holds (by vLLM's own spec sizing) and prompts are "
+        "cut below it, except in the check named 'max_model_len beyond the pool', which keeps the course's 8192."
+    ),
+    (
+        "Prefix-cache stats: vLLM's update_from_output takes them into SchedulerStats; the engine's are read from its "
+        "manager after the step. Both are the counts since the previous step."
+    ),
+)
+
+
+@dataclass
+class Parts:
+    """The nanoengine classes a run graduates (the engine's own by default)."""
+
+    whose: str = "the engine's"
+    hash_block_tokens: Any = hash_block_tokens
+    block_pool_cls: type = BlockPool
+    kv_cache_manager_cls: type = KVCacheManager
+    scheduler_cls: type = Scheduler
+    # More KVCacheManager keywords: the learner's single-type managers (full_attention_manager_cls, ...).
+    manager_kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Result:
+    """One check's outcome: examples run, operations compared, and on a difference the shortest story."""
+
+    name: str
+    operations: int = 0
+    examples: int = 0
+    seconds: float = 0.0
+    divergence: str | None = None
+
+
+class Labels:
+    """Each side's hash values renamed h0, h1, ... in order of first sight: equal names iff the side's hashes are
+    equal, so two sides agree iff their hashes fall into the same classes in the same order."""
+
+    def __init__(self) -> None:
+        self.names: dict[int, dict[Any, str]] = {}
+
+    def __call__(self, side: object, value: Any) -> str:
+        names = self.names.setdefault(id(side), {})
+        return names.setdefault(value, f"h{len(names)}")
+
+
+def cached_blocks(pool: Any) -> list[tuple[int, Any]]:
+    """(block id, hash) of every block the prefix cache names, by block id, read off either side's blocks."""
+    return sorted((b.block_id, b.block_hash) for b in pool.blocks if b.block_hash is not None)
+
+
+def hypothesis_settings(max_examples: int) -> settings:
+    """The same examples on every run (derandomized), quiet, one counterexample: the shortest hypothesis finds."""
+    return settings(
+        max_examples=max_examples,
+        deadline=None,
+        database=None,
+        derandomize=True,
+        suppress_health_check=list(HealthCheck),
+        verbosity=Verbosity.quiet,
+        report_multiple_bugs=False,
+    )
+
+
+@contextlib.contextmanager
+def timed(result: Result) -> Iterator[None]:
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        result.seconds = time.perf_counter() - start
+
+
+def run_property(result: Result, property_: Callable[[], None]) -> Result:
+    """Run a check's hypothesis property, timing it; a difference (the shortest story) lands in result.divergence."""
+    with timed(result):
+        try:
+            property_()
+        except AssertionError as error:
+            result.divergence = str(error)
+    return result
