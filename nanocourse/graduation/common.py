@@ -67,6 +67,7 @@ class Result:
     examples: int = 0
     seconds: float = 0.0
     divergence: str | None = None
+    example: dict[str, Any] = field(default_factory=dict)  # the arguments of the example run last
 
 
 class Labels:
@@ -108,11 +109,22 @@ def timed(result: Result) -> Iterator[None]:
         result.seconds = time.perf_counter() - start
 
 
-def run_property(result: Result, property_: Callable[[], None]) -> Result:
-    """Run a check's hypothesis property, timing it; a difference (the shortest story) lands in result.divergence."""
+def run_property(result: Result, property_: Callable[..., None], vllm: Any) -> Result:
+    """Run a check's hypothesis property, timing it. On a difference, hypothesis has replayed the shortest example
+    last (each property keeps its arguments in result.example); it runs once more with vLLM's calls traced, and
+    result.divergence gets the story and the vLLM functions the failing operation ran."""
     with timed(result):
         try:
             property_()
         except AssertionError as error:
             result.divergence = str(error)
+            vllm.tracing = True
+            try:
+                property_.hypothesis.inner_test(**result.example)
+            except AssertionError as again:
+                result.divergence = f"{again}\nvLLM's code in that operation (where to read why):\n" + "\n".join(
+                    f"  {line}" for line in vllm.trace.lines()
+                )
+            finally:
+                vllm.tracing = False
     return result

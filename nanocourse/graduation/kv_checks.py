@@ -68,13 +68,13 @@ def check_hashes(vllm: Vllm, parts: Parts, max_examples: int) -> Result:
     @hypothesis_settings(max_examples)
     @given(ops=_HASH_OPS)
     def property_(ops: list[tuple[int, int, str | None]]) -> None:
-        result.examples += 1
+        result.examples, result.example = result.examples + 1, {"ops": ops}
         ours, theirs, labels = _Side(None, parts), _Side(vllm, parts), Labels()
         story = Story(f"blocks of {BS} tokens", "vLLM 0.33.0's")
         for i, (family, length, salt) in enumerate(ops):
             story.add(f"request {i}: a {length}-token prompt of prefix family {family}, cache_salt {salt!r}")
             mine = story.call(f"request {i}: hashing", ours.request, str(i), family, length, salt)
-            with vllm.modules.active():
+            with vllm.modules.active(), vllm.operation():
                 reference = theirs.request(str(i), family, length, salt)
             result.operations += 1
             story.compare(
@@ -82,7 +82,7 @@ def check_hashes(vllm: Vllm, parts: Parts, max_examples: int) -> Result:
                 {"the request's block hashes": [labels(theirs, h) for h in reference.block_hashes]},
             )
 
-    return run_property(result, property_)
+    return run_property(result, property_, vllm)
 
 
 # ---- the block pool ----------------------------------------------------------------------------------------------
@@ -176,7 +176,7 @@ def check_pool(vllm: Vllm, parts: Parts, max_examples: int) -> Result:
     @hypothesis_settings(max_examples)
     @given(ops=_POOL_OPS)
     def property_(ops: list[tuple]) -> None:
-        result.examples += 1
+        result.examples, result.example = result.examples + 1, {"ops": ops}
         labels = Labels()
         ours = _PoolDriver(parts.block_pool_cls(num_blocks, True, BS), _Side(None, parts), vllm_api=False)
         with vllm.modules.active():
@@ -188,7 +188,7 @@ def check_pool(vllm: Vllm, parts: Parts, max_examples: int) -> Result:
                 continue
             text = _pool_op_text(op, len(theirs.holders))
             story.add(f"op {i}: {text}")
-            with vllm.modules.active():
+            with vllm.modules.active(), vllm.operation():
                 expected = theirs.apply(op, f"r{i}")
             got = story.call(f"op {i}: {text}", ours.apply, op, f"r{i}")
             result.operations += 1
@@ -197,7 +197,7 @@ def check_pool(vllm: Vllm, parts: Parts, max_examples: int) -> Result:
                 {"what the call returned": expected, **_pool_state(theirs.pool, labels, theirs)},
             )
 
-    return run_property(result, property_)
+    return run_property(result, property_, vllm)
 
 
 def _pool_op_valid(op: tuple, reference: _PoolDriver) -> bool:
@@ -334,7 +334,7 @@ def check_manager(vllm: Vllm, parts: Parts, max_examples: int) -> Result:
     @hypothesis_settings(max_examples)
     @given(cfg=_MANAGER_CONFIG, ops=_MANAGER_OPS)
     def property_(cfg: dict, ops: list[tuple]) -> None:
-        result.examples += 1
+        result.examples, result.example = result.examples + 1, {"cfg": cfg, "ops": ops}
         labels, windows = Labels(), cfg["windows"]
         groups = get_kv_cache_groups(windows)
         num_blocks = cfg["num_blocks"] * len(groups)
@@ -371,8 +371,9 @@ def check_manager(vllm: Vllm, parts: Parts, max_examples: int) -> Result:
                 continue
             text = _manager_op_text(op, theirs.running)
             story.add(f"op {i}: {text}")
-            with vllm.modules.active():
+            with vllm.modules.active(), vllm.operation():
                 expected = theirs.apply(op, f"r{i}")
+            with vllm.modules.active():
                 expected_state = theirs.state(labels)
             got = story.call(f"op {i}: {text}", ours.apply, op, f"r{i}")
             result.operations += 1
@@ -381,4 +382,4 @@ def check_manager(vllm: Vllm, parts: Parts, max_examples: int) -> Result:
                 {"what the call returned": expected, **expected_state},
             )
 
-    return run_property(result, property_)
+    return run_property(result, property_, vllm)

@@ -86,8 +86,8 @@ def check_scheduler(vllm: Vllm, parts: Parts, name: str, max_examples: int) -> R
     @hypothesis_settings(max_examples)
     @given(workload=scheduler_workloads(**SCHEDULER_CHECKS[name]))
     def property_(workload: tuple[dict, list]) -> None:
-        result.examples += 1
-        cfg, ops = workload
+        result.examples, result.example = result.examples + 1, {"workload": workload}
+        cfg, ops = dict(workload[0]), workload[1]
         windows = [cfg["window"]] * cfg["sliding_groups"] + [None] if "window" in cfg else [None]
         groups = get_kv_cache_groups(windows)
         num_blocks = cfg["num_blocks"] * len(groups)
@@ -131,6 +131,6 @@ def check_scheduler(vllm: Vllm, parts: Parts, name: str, max_examples: int) -> R
                 observe=observe,
             )
 
-    run_property(result, property_)
+    run_property(result, property_, vllm)
     result.operations = counter.operations
     return result

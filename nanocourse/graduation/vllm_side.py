@@ -8,25 +8,69 @@ observable fields have the engine's names). Nothing here decides anything: every
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import contextlib
+import sys
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from nanocourse.graduation.config import vllm_config
-from nanocourse.graduation.loader import VllmModules
+from nanocourse.graduation.loader import COMPARED_MODULES, WHEEL_PREFIX, VllmModules
 from nanoengine.request import Request as EngineRequest
 from nanoengine.request import RequestStatus as EngineRequestStatus
 from nanoengine.worker.outputs import ModelRunnerOutput as EngineModelRunnerOutput
 
+COMPARED_PREFIXES = tuple(f"{WHEEL_PREFIX}{m.replace('.', '/')}.py" for m in COMPARED_MODULES)
+
+
+class Trace:
+    """The functions of vLLM's compared files that one operation ran, in the order first entered, each with the
+    line it was defined on and the last line it ran: where to read in vLLM's source why it did what it did."""
+
+    def __init__(self) -> None:
+        self.calls: dict[tuple[str, int], list[Any]] = {}
+
+    def _local(self, frame: Any, event: str, arg: Any) -> Any:
+        if event == "line":
+            self.calls[(frame.f_code.co_filename, frame.f_code.co_firstlineno)][2] = frame.f_lineno
+        return self._local
+
+    def _global(self, frame: Any, event: str, arg: Any) -> Any:
+        code = frame.f_code
+        if event != "call" or not code.co_filename.startswith(COMPARED_PREFIXES):
+            return None
+        self.calls.setdefault((code.co_filename, code.co_firstlineno), [code.co_qualname, code.co_firstlineno, None])
+        return self._local
+
+    @contextlib.contextmanager
+    def recording(self) -> Iterator[None]:
+        previous = sys.gettrace()
+        sys.settrace(self._global)
+        try:
+            yield
+        finally:
+            sys.settrace(previous)
+
+    def lines(self, limit: int = 12) -> list[str]:
+        out = [
+            f"{path.removeprefix(WHEEL_PREFIX)}:{first} {name} (last line run: {last})"
+            for (path, _), (name, first, last) in self.calls.items()
+            if not name.split(".")[-1].startswith(("__", "<"))  # not dunders, comprehensions or lambdas
+        ]
+        return out[:limit] + ([f"... and {len(out) - limit} more"] if len(out) > limit else [])
+
 
 class Vllm:
     """The loaded modules, with the few constructors the run needs. Every call into vLLM goes through
-    `with vllm.active():` (the caller's), since vLLM imports some modules inside its functions."""
+    `with vllm.active():` (the caller's), since vLLM imports some modules inside its functions. With tracing on
+    (the rerun of a shortest failing sequence), each operation's calls into vLLM are recorded in `trace`."""
 
     def __init__(self, modules: VllmModules) -> None:
         self.modules = modules
+        self.tracing = False
+        self.trace = Trace()
         self.kv_cache_interface = modules["vllm.v1.kv_cache_interface"]
         self.kv_cache_utils = modules["vllm.v1.core.kv_cache_utils"]
         self.request_module = modules["vllm.v1.request"]
@@ -34,6 +78,18 @@ class Vllm:
         self.hash_fn = modules["vllm.utils.hashing"].sha256
         with modules.active():
             self.kv_cache_utils.init_none_hash(self.hash_fn)
+
+    @contextlib.contextmanager
+    def operation(self, continues: bool = False) -> Iterator[None]:
+        """One operation on vLLM's side (continues: the same operation as the last one, e.g. a step's
+        update_from_output after its schedule()); recorded when tracing."""
+        if not self.tracing:
+            yield
+            return
+        if not continues:
+            self.trace = Trace()
+        with self.trace.recording():
+            yield
 
     def kv_cache_config(self, num_blocks: int, block_size: int, windows: Sequence[int | None]) -> Any:
         """A KVCacheConfig of one group per entry of windows (None: full attention, else a sliding window of that
@@ -232,7 +288,8 @@ class VllmScheduler:
         )
 
     def schedule(self) -> _Admissions:
-        return _Admissions(self.scheduler.schedule())
+        with self.vllm.operation():
+            return _Admissions(self.scheduler.schedule())
 
     def update_from_output(self, scheduler_output: _Admissions, output: EngineModelRunnerOutput) -> list[Any]:
         """vLLM's ModelRunnerOutput lists every scheduled request (an empty list where a prompt chunk samples
@@ -244,7 +301,8 @@ class VllmScheduler:
             sampled_token_ids=[list(output.sampled_token_ids.get(r, [])) for r in req_ids],
         )
         before = dict(self.scheduler.requests)
-        outputs = self.scheduler.update_from_output(scheduler_output.original, runner_output)
+        with self.vllm.operation(continues=True):
+            outputs = self.scheduler.update_from_output(scheduler_output.original, runner_output)
         finished = []
         for engine_outputs in outputs.values():
             if engine_outputs.scheduler_stats is not None:
