@@ -21,7 +21,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from nanocourse.graduation.common import ON_PURPOSE, Parts, Result
-from nanocourse.graduation.kv_checks import check_hashes, check_manager, check_pool
+from nanocourse.graduation.kv_checks import MANAGER_CHECKS, check_hashes, check_manager, check_pool
 from nanocourse.graduation.loader import load_vllm
 from nanocourse.graduation.scheduler_check import SCHEDULER_CHECKS, check_scheduler
 from nanocourse.graduation.vllm_side import Vllm
@@ -60,8 +60,7 @@ def checks(examples: int) -> list[tuple[str, Callable[[Vllm, Parts], Result]]]:
     kv = [
         ("block hashes (cache_salt)", lambda v, p: check_hashes(v, p, examples)),
         ("block pool and free queue", lambda v, p: check_pool(v, p, examples)),
-        ("KV cache manager and coordinator", lambda v, p: check_manager(v, p, examples)),
-    ]
+    ] + [(name, functools.partial(lambda v, p, n: check_manager(v, p, n, examples), n=name)) for name in MANAGER_CHECKS]
     scheduler = [
         (name, functools.partial(lambda v, p, n: check_scheduler(v, p, n, examples), n=name))
         for name in SCHEDULER_CHECKS

@@ -218,17 +218,28 @@ def _pool_op_valid(op: tuple, reference: _PoolDriver) -> bool:
 
 # ---- the KV cache manager -----------------------------------------------------------------------------------------
 
-_MANAGER_CONFIG = st.fixed_dictionaries(
-    {
-        "num_blocks": st.integers(4, 14),
-        "caching": st.booleans(),
-        "windows": st.one_of(
-            st.just([None]),
-            st.tuples(st.integers(1, 9), st.integers(1, 2)).map(lambda t: [t[0]] * t[1] + [None]),
-        ),
-        "use_eagle": st.sampled_from([False, False, True]),
-    }
-)
+
+def _manager_config(hybrid: bool) -> st.SearchStrategy:
+    """One full-attention group, or (hybrid) one or two sliding-window groups of one window beside it."""
+    windows = (
+        st.tuples(st.integers(1, 9), st.integers(1, 2)).map(lambda t: [t[0]] * t[1] + [None])
+        if hybrid
+        else st.just([None])
+    )
+    return st.fixed_dictionaries(
+        {
+            "num_blocks": st.integers(4, 14),
+            "caching": st.booleans(),
+            "windows": windows,
+            "use_eagle": st.sampled_from([False, False, True]),
+        }
+    )
+
+
+MANAGER_CHECKS = {
+    "KV cache manager, full attention": False,
+    "KV cache manager, sliding-window groups": True,
+}
 _MANAGER_OPS = st.lists(
     st.one_of(
         st.tuples(
@@ -326,13 +337,14 @@ def _manager_op_text(op: tuple, running: list[Any]) -> str:
     return "reset_prefix_cache()"
 
 
-def check_manager(vllm: Vllm, parts: Parts, max_examples: int) -> Result:
+def check_manager(vllm: Vllm, parts: Parts, name: str, max_examples: int) -> Result:
     """Random admissions, growth, frees, evictions and resets on parts.kv_cache_manager_cls (on parts' pool) and
-    vLLM's KVCacheManager, with one full-attention group or a hybrid of sliding-window groups, EAGLE on or off."""
-    result = Result("KV cache manager and coordinator")
+    vLLM's KVCacheManager (and so its coordinator and single-type managers), with one full-attention group or a
+    hybrid of sliding-window groups (MANAGER_CHECKS[name]), EAGLE on or off."""
+    result = Result(name)
 
     @hypothesis_settings(max_examples)
-    @given(cfg=_MANAGER_CONFIG, ops=_MANAGER_OPS)
+    @given(cfg=_manager_config(MANAGER_CHECKS[name]), ops=_MANAGER_OPS)
     def property_(cfg: dict, ops: list[tuple]) -> None:
         result.examples, result.example = result.examples + 1, {"cfg": cfg, "ops": ops}
         labels, windows = Labels(), cfg["windows"]

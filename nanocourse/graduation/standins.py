@@ -295,7 +295,7 @@ class StructuredOutputManager:
 # ---- vllm.multimodal.utils: the run's requests carry no multimodal features ---------------------------------------
 
 
-def get_mm_features_in_window(mm_features: Any, start_idx: int, end_idx: int) -> Any:
+def get_mm_features_in_window(mm_features: Any, start: int, end: int) -> Any:
     raise NotImplementedError("the graduation run's requests carry no multimodal features")
 
 

@@ -46,6 +46,7 @@ def fetch_wheel(folder: Path | None = None, announce=print) -> Path:
             f"Downloading vLLM {VLLM_VERSION}'s wheel ({WHEEL_MB} MB, once) into {folder} with "
             f"`pip download vllm=={VLLM_VERSION} --no-deps`; only its Python files are read, nothing is installed."
         )
+        created = not folder.exists()
         folder.mkdir(parents=True, exist_ok=True)
         command = [
             sys.executable,
@@ -54,6 +55,9 @@ def fetch_wheel(folder: Path | None = None, announce=print) -> Path:
             "download",
             f"vllm=={VLLM_VERSION}",
             "--no-deps",
+            # The one wheel vLLM publishes (Linux x86-64): only its Python files are read, so any machine takes it.
+            "--platform",
+            "manylinux_2_28_x86_64",
             "--only-binary",
             ":all:",
             "--disable-pip-version-check",
@@ -67,6 +71,8 @@ def fetch_wheel(folder: Path | None = None, announce=print) -> Path:
         # pip's own progress bar shows on the terminal; its last lines say why, when it fails.
         if subprocess.run(command, check=False).returncode != 0 or not path.is_file():
             path.unlink(missing_ok=True)
+            if created and not any(folder.iterdir()):
+                folder.rmdir()
             raise WheelError(
                 f"could not download vLLM {VLLM_VERSION}'s wheel (is the network reachable? pip's message is "
                 f"above). Nothing was changed. Run again with a connection, or put {WHEEL_NAME} in {folder}."
