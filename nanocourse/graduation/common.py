@@ -122,8 +122,10 @@ def run_property(result: Result, property_: Callable[..., None], vllm: Any) -> R
             try:
                 property_.hypothesis.inner_test(**result.example)
             except AssertionError as again:
+                # The story's first line is "<operation>: <field>: yours ..., vLLM's ...".
+                field = str(again).split(": yours", 1)[0].rsplit(": ", 1)[-1]
                 result.divergence = f"{again}\nvLLM's code in that operation (where to read why):\n" + "\n".join(
-                    f"  {line}" for line in vllm.trace.lines()
+                    f"  {line}" for line in vllm.trace.lines(field)
                 )
             finally:
                 vllm.tracing = False

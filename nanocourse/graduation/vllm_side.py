@@ -9,6 +9,7 @@ observable fields have the engine's names). Nothing here decides anything: every
 from __future__ import annotations
 
 import contextlib
+import linecache
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -27,14 +28,17 @@ COMPARED_PREFIXES = tuple(f"{WHEEL_PREFIX}{m.replace('.', '/')}.py" for m in COM
 
 class Trace:
     """The functions of vLLM's compared files that one operation ran, in the order first entered, each with the
-    line it was defined on and the last line it ran: where to read in vLLM's source why it did what it did."""
+    line it was defined on and the last condition (if, elif, while) it tested: where vLLM chose what it did."""
 
     def __init__(self) -> None:
         self.calls: dict[tuple[str, int], list[Any]] = {}
 
     def _local(self, frame: Any, event: str, arg: Any) -> Any:
         if event == "line":
-            self.calls[(frame.f_code.co_filename, frame.f_code.co_firstlineno)][2] = frame.f_lineno
+            code = frame.f_code
+            line = linecache.getline(code.co_filename, frame.f_lineno).lstrip()
+            if line.startswith(("if ", "elif ", "while ")):  # the last condition it tested: where it chose
+                self.calls[(code.co_filename, code.co_firstlineno)][2] = frame.f_lineno
         return self._local
 
     def _global(self, frame: Any, event: str, arg: Any) -> Any:
@@ -53,13 +57,43 @@ class Trace:
         finally:
             sys.settrace(previous)
 
-    def lines(self, limit: int = 12) -> list[str]:
-        out = [
-            f"{path.removeprefix(WHEEL_PREFIX)}:{first} {name} (last line run: {last})"
+    def lines(self, field: str, limit: int = 10) -> list[str]:
+        """The deciding functions for a differing field (DECIDES), each with its last condition tested, quoted; then
+        the other functions of the operation, in the order first entered (the request's own methods left out)."""
+        deciders = next((names for key, names in DECIDES.items() if key in field), ())
+        out = []
+        for (path, _), (name, first, last) in self.calls.items():
+            if name.rsplit(".", 1)[-1] in deciders and last is not None:
+                quoted = linecache.getline(path, last).strip()
+                out.append(f"chose at {path.removeprefix(WHEEL_PREFIX)}:{last} ({name}): {quoted}")
+        rest = [
+            f"{path.removeprefix(WHEEL_PREFIX)}:{first} {name}"
+            + (f" (last condition tested: line {last})" if last else "")
             for (path, _), (name, first, last) in self.calls.items()
-            if not name.split(".")[-1].startswith(("__", "<"))  # not dunders, comprehensions or lambdas
+            if not name.split(".")[-1].startswith(("__", "<")) and not path.endswith("v1/request.py")
         ]
-        return out[:limit] + ([f"... and {len(out) - limit} more"] if len(out) > limit else [])
+        return out + rest[:limit] + ([f"... and {len(rest) - limit} more"] if len(rest) > limit else [])
+
+
+# Which of vLLM's functions (by name, in whichever class) decide each observable: the field names of the checks'
+# observations, matched by a word they contain. The report quotes the last line each of them ran.
+DECIDES = {
+    "free queue": ("free_blocks", "get_new_blocks", "touch"),
+    "ref_cnt": ("free_blocks", "get_new_blocks", "touch"),
+    "prefix cache names": ("cache_full_blocks", "cache_blocks"),
+    "block hashes": ("hash_block_tokens", "generate_block_hash_extra_keys"),
+    "block": ("allocate_slots", "allocate_new_blocks", "remove_skipped_blocks", "find_longest_cache_hit"),
+    "returned": ("allocate_slots", "get_computed_blocks", "find_longest_cache_hit"),
+    "admitted": ("schedule",),
+    "scheduled": ("schedule",),
+    "preempted": ("schedule", "_preempt_request"),
+    "drafts": ("schedule", "update_draft_token_ids"),
+    "num_computed_tokens": ("schedule", "update_from_output"),
+    "finished": ("update_from_output", "check_stop"),
+    "queue": ("schedule", "_preempt_request"),
+    "running list": ("schedule", "update_from_output"),
+    "stats": ("record_prefix_cache_stats", "record"),
+}
 
 
 class Vllm:

@@ -184,7 +184,8 @@ def test_a_seeded_bug_gives_a_short_counterexample_naming_the_method(vllm):
     steps = [line for line in story.splitlines() if line.startswith("  ")]
     assert "free_blocks" in steps[-1] and "the free queue, head to tail" in story, story
     assert len(steps) <= 4, f"the counterexample should be short:\n{story}"
-    assert "block_pool.py" in result.divergence and "free_blocks" in result.divergence.split("vLLM's code")[1]
+    where = result.divergence.split("vLLM's code in that operation", 1)[1]
+    assert "block_pool.py" in where and "BlockPool.free_blocks" in where, where
 
 
 def test_offline_the_download_stops_with_one_message_and_changes_nothing(tmp_path, monkeypatch):
