@@ -36,12 +36,24 @@ def parts_for(which: str) -> Parts:
     if which == "engine":
         return Parts()
     from nanocourse.checkout import use_checkout
-    from nanocourse.my_engine import PARTS, my_parts, part_status
+    from nanocourse.my_engine import (
+        PARTS,
+        SOURCES,
+        chapter_grade,
+        load_exercise,
+        my_parts,
+        part_status,
+        parts_table,
+        stubs_left,
+    )
 
     use_checkout()
     source = "solutions" if which == "solutions" else "exercises"
-    kw = my_parts([part_status(p, source) for p in PARTS if not p.instantiate], source)
-    parts = Parts(whose="the worked solutions'" if which == "solutions" else "your")
+    statuses = [part_status(p, source) for p in PARTS if not p.instantiate]
+    kw = my_parts(statuses, source)
+    parts = Parts(
+        whose="the worked solutions'" if which == "solutions" else "your", table=parts_table(statuses, source)
+    )
     if "hash_block_tokens" in kw:
         parts.hash_block_tokens = kw["hash_block_tokens"]
     pool_cls = kw.get("block_pool", parts.block_pool_cls)
@@ -52,6 +64,14 @@ def parts_for(which: str) -> Parts:
     if "full_attention_manager_cls" in kw:
         parts.manager_kwargs["full_attention_manager_cls"] = kw["full_attention_manager_cls"]
     parts.scheduler_cls = kw.get("scheduler_cls", parts.scheduler_cls)
+    # Chapter 12's SlidingWindowManager is no LLM part (the embedded model has no sliding layers); here it serves the
+    # sliding-window checks, by the same rule: the worked one, or yours once chapter 12's graded tasks all pass.
+    if which == "solutions":
+        parts.manager_kwargs["sliding_window_manager_cls"] = load_exercise(
+            "ch12_hybrid", SOURCES["solutions"]
+        ).SlidingWindowManager
+    elif not stubs_left("ch12_hybrid") and all(r.passed for r in chapter_grade("12")):
+        parts.manager_kwargs["sliding_window_manager_cls"] = load_exercise("ch12_hybrid").SlidingWindowManager
     return parts
 
 
@@ -73,6 +93,8 @@ def report(results: list[Result], parts: Parts, vllm: Vllm, seconds: float) -> s
     operations = sum(r.operations for r in results)
     diverged = [r for r in results if r.divergence]
     lines = [f"Graduation: {parts.whose} parts against vLLM {VLLM_VERSION}'s own classes, loaded from its wheel"]
+    if parts.table:
+        lines += [parts.table, ""]
     lines.append(f"  wheel sha256 {WHEEL_SHA256}")
     for path, digest in sorted(vllm.modules.file_sha256.items()):
         lines.append(f"  {digest[:16]}  {path}")

@@ -56,6 +56,7 @@ class Parts:
     scheduler_cls: type = Scheduler
     # More KVCacheManager keywords: the learner's single-type managers (full_attention_manager_cls, ...).
     manager_kwargs: dict[str, Any] = field(default_factory=dict)
+    table: str = ""  # which parts are whose (my_engine's table), for the learner's and the solutions' runs
 
 
 @dataclass
