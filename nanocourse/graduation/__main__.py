@@ -78,7 +78,7 @@ def parts_for(which: str) -> Parts:
 def checks(examples: int) -> list[tuple[str, Callable[[Vllm, Parts], Result]]]:
     """Every check with its number of random examples (the scheduler's cost more per example)."""
     kv = [
-        ("block hashes (cache_salt)", lambda v, p: check_hashes(v, p, examples)),
+        ("block hashes (cache_salt, LoRA)", lambda v, p: check_hashes(v, p, examples)),
         ("block pool and free queue", lambda v, p: check_pool(v, p, examples)),
     ] + [(name, functools.partial(lambda v, p, n: check_manager(v, p, n, examples), n=name)) for name in MANAGER_CHECKS]
     scheduler = [

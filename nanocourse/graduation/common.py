@@ -25,6 +25,10 @@ ON_PURPOSE = (
         "renamed h0, h1, ... in order of first sight: equal names iff equal hashes), not byte for byte."
     ),
     (
+        "LoRA: vLLM keys a block by the adapter's name and path, nanoengine by its name; the run gives each name one "
+        "path, so the two keys fall in the same classes."
+    ),
+    (
         "New block ids of a running request that got none: nanoengine sends one empty list per KV cache group where "
         "vLLM sends None (KVCacheBlocks.get_block_ids(allow_none=True)); both are compared as None."
     ),

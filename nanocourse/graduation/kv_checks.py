@@ -23,6 +23,7 @@ from nanoengine.request import Request
 from nanoengine.sampling_params import SamplingParams
 
 SALTS = (None, None, "s1", "s2")
+LORAS = (None, None, "adapter-1", "adapter-2")
 
 
 def _tokens(family: int, length: int) -> list[int]:
@@ -37,11 +38,13 @@ class _Side:
         self.vllm = vllm
         self.hasher = None if vllm else get_request_block_hasher(BS, hash_block=parts.hash_block_tokens)
 
-    def request(self, name: str, family: int, length: int, salt: str | None) -> Any:
+    def request(self, name: str, family: int, length: int, salt: str | None, lora: str | None = None) -> Any:
         if self.vllm is not None:
-            return self.vllm.request(name, _tokens(family, length), max_tokens=64, block_size=BS, cache_salt=salt)
+            return self.vllm.request(
+                name, _tokens(family, length), max_tokens=64, block_size=BS, cache_salt=salt, lora_name=lora
+            )
         params = SamplingParams(max_tokens=64, ignore_eos=True)
-        return Request(name, _tokens(family, length), params, block_hasher=self.hasher, cache_salt=salt)
+        return Request(name, _tokens(family, length), params, block_hasher=self.hasher, cache_salt=salt, lora_name=lora)
 
 
 def _pool_state(pool: Any, labels: Labels, side: object) -> dict[str, Any]:
@@ -56,26 +59,31 @@ def _pool_state(pool: Any, labels: Labels, side: object) -> dict[str, Any]:
 # ---- hashes ------------------------------------------------------------------------------------------------------
 
 _HASH_OPS = st.lists(
-    st.tuples(st.integers(0, 2), st.integers(1, 4 * BS), st.sampled_from(SALTS)), min_size=1, max_size=12
+    st.tuples(st.integers(0, 2), st.integers(1, 4 * BS), st.sampled_from(SALTS), st.sampled_from(LORAS)),
+    min_size=1,
+    max_size=12,
 )
 
 
 def check_hashes(vllm: Vllm, parts: Parts, max_examples: int) -> Result:
-    """Requests of random prefix families, lengths and cache salts: each full block's hash must fall in the same
-    class on both sides (equal to the same earlier hashes), i.e. equal prefixes and salts hash equal, others not."""
-    result = Result("block hashes (cache_salt)")
+    """Requests of random prefix families, lengths, cache salts and LoRA adapters (extra keys): each full block's
+    hash must fall in the same class on both sides (equal to the same earlier hashes), i.e. equal prefixes with
+    equal salts and adapters hash equal, others not."""
+    result = Result("block hashes (cache_salt, LoRA)")
 
     @hypothesis_settings(max_examples)
     @given(ops=_HASH_OPS)
-    def property_(ops: list[tuple[int, int, str | None]]) -> None:
+    def property_(ops: list[tuple[int, int, str | None, str | None]]) -> None:
         result.examples, result.example = result.examples + 1, {"ops": ops}
         ours, theirs, labels = _Side(None, parts), _Side(vllm, parts), Labels()
         story = Story(f"blocks of {BS} tokens", "vLLM 0.33.0's")
-        for i, (family, length, salt) in enumerate(ops):
-            story.add(f"request {i}: a {length}-token prompt of prefix family {family}, cache_salt {salt!r}")
-            mine = story.call(f"request {i}: hashing", ours.request, str(i), family, length, salt)
+        for i, (family, length, salt, lora) in enumerate(ops):
+            story.add(
+                f"request {i}: a {length}-token prompt of prefix family {family}, cache_salt {salt!r}, LoRA {lora!r}"
+            )
+            mine = story.call(f"request {i}: hashing", ours.request, str(i), family, length, salt, lora)
             with vllm.modules.active(), vllm.operation():
-                reference = theirs.request(str(i), family, length, salt)
+                reference = theirs.request(str(i), family, length, salt, lora)
             result.operations += 1
             story.compare(
                 {"the request's block hashes": [labels(ours, h) for h in mine.block_hashes]},

@@ -331,6 +331,16 @@ class SpecDecodingStats:
             self.num_draft_tokens_per_pos[i] += 1
 
 
+# ---- vllm.lora.request: the adapter a request names (its name and path go into every block's hash) -------------
+
+
+@dataclass
+class LoRARequest:
+    lora_name: str
+    lora_int_id: int
+    lora_path: str = ""
+
+
 # ---- vllm.sampling_params: the fields the scheduler and Request read, with SamplingParams's defaults -------------
 
 
@@ -445,6 +455,7 @@ STANDINS: dict[str, dict[str, Any]] = {
         "strip_covered_mm_data": strip_covered_mm_data,
     },
     "vllm.v1.kv_hints": {"KvHintsEnvelope": unreached("KvHintsEnvelope")},
+    "vllm.lora.request": {"LoRARequest": LoRARequest},
     "vllm.pooling_params": {"PoolingParams": unreached("PoolingParams")},
     "vllm.config": {
         **_unreached("VllmConfig", "KVEventsConfig"),

@@ -9,6 +9,7 @@ observable fields have the engine's names). Nothing here decides anything: every
 from __future__ import annotations
 
 import contextlib
+import importlib
 import linecache
 import sys
 from collections.abc import Iterable, Iterator, Sequence
@@ -112,6 +113,8 @@ class Vllm:
         self.hash_fn = modules["vllm.utils.hashing"].sha256
         with modules.active():
             self.kv_cache_utils.init_none_hash(self.hash_fn)
+            # vLLM's Request imports LoRARequest only for type checking; its stand-in is served the same way.
+            self.lora_request_cls = importlib.import_module("vllm.lora.request").LoRARequest
 
     @contextlib.contextmanager
     def operation(self, continues: bool = False) -> Iterator[None]:
@@ -175,6 +178,7 @@ class Vllm:
         priority: int = 0,
         arrival_time: float = 0.0,
         cache_salt: str | None = None,
+        lora_name: str | None = None,
         prompt_logprobs: int | None = None,
     ) -> Any:
         params = self.modules["vllm.sampling_params"].SamplingParams(
@@ -188,6 +192,8 @@ class Vllm:
             arrival_time=arrival_time,
             priority=priority,
             cache_salt=cache_salt,
+            # One adapter per name, at one path: nanoengine keys blocks by the name alone.
+            lora_request=lora_name and self.lora_request_cls(lora_name, 1, f"/{lora_name}"),
             block_hasher=self.block_hasher(block_size),
         )
 
