@@ -38,9 +38,12 @@ ON_PURPOSE = (
     ),
     (
         "Valid inputs only: vLLM refuses to start with a max_model_len its KV cache cannot hold "
-        "(kv_cache_planning.check_enough_kv_cache_memory) and refuses a prompt of max_model_len tokens or more "
-        "(input_processor.py); so max_model_len is the most the pool holds (by vLLM's own spec sizing) and prompts are "
-        "cut below it, except in the check named 'max_model_len beyond the pool', which keeps the course's 8192."
+        "(kv_cache_planning.check_enough_kv_cache_memory), with max_num_batched_tokens below max_num_seqs "
+        "(SchedulerConfig.verify_max_model_len) or not above a draft model's lookahead slots (VllmConfig), and "
+        "refuses a prompt of max_model_len tokens or more (input_processor.py). So max_model_len is the most the pool "
+        "holds (by vLLM's own spec sizing; the check 'max_model_len beyond the pool' keeps the course's 8192), "
+        "prompts are cut below it, max_num_seqs is cut to the budget and a draft model's budget raised past its "
+        "lookahead."
     ),
     (
         "Prefix-cache stats: vLLM's update_from_output takes them into SchedulerStats; the engine's are read from its "

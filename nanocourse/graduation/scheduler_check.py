@@ -94,6 +94,8 @@ def check_scheduler(vllm: Vllm, parts: Parts, name: str, max_examples: int) -> R
         k, drafter = cfg.get("num_speculative_tokens", 0), cfg.get("drafter")
         if drafter == "draft_model":
             cfg["num_lookahead_tokens"] = k
+            cfg["budget"] = max(cfg["budget"], k + 1)  # vLLM needs a token's slot beyond the lookahead ones
+        cfg["max_num_seqs"] = min(cfg["max_num_seqs"], cfg["budget"])  # vLLM: at least one token per sequence
         if not cfg.pop("oversized", False):
             windows = [g.sliding_window for g in groups]
             cfg["max_model_len"] = vllm.max_model_len(BS, windows, num_blocks, cfg["budget"])
