@@ -56,7 +56,7 @@ ON_PURPOSE = (
 class Parts:
     """The nanoengine classes a run graduates (the engine's own by default)."""
 
-    whose: str = "the engine's"
+    whose: str = "nanoengine's"
     hash_block_tokens: Any = hash_block_tokens
     block_pool_cls: type = BlockPool
     kv_cache_manager_cls: type = KVCacheManager
@@ -64,6 +64,11 @@ class Parts:
     # More KVCacheManager keywords: the learner's single-type managers (full_attention_manager_cls, ...).
     manager_kwargs: dict[str, Any] = field(default_factory=dict)
     table: str = ""  # which parts are whose (my_engine's table), for the learner's and the solutions' runs
+
+    @property
+    def subject(self) -> str:
+        """How a story names this side's values: "yours", "nanoengine's", "the worked solutions'"."""
+        return "yours" if self.whose == "your" else self.whose
 
 
 @dataclass

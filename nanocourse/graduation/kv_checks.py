@@ -76,7 +76,7 @@ def check_hashes(vllm: Vllm, parts: Parts, max_examples: int) -> Result:
     def property_(ops: list[tuple[int, int, str | None, str | None]]) -> None:
         result.examples, result.example = result.examples + 1, {"ops": ops}
         ours, theirs, labels = _Side(None, parts), _Side(vllm, parts), Labels()
-        story = Story(f"blocks of {BS} tokens", "vLLM 0.33.0's")
+        story = Story(f"blocks of {BS} tokens", "vLLM 0.33.0's", parts.subject)
         for i, (family, length, salt, lora) in enumerate(ops):
             story.add(
                 f"request {i}: a {length}-token prompt of prefix family {family}, cache_salt {salt!r}, LoRA {lora!r}"
@@ -190,7 +190,9 @@ def check_pool(vllm: Vllm, parts: Parts, max_examples: int) -> Result:
         with vllm.modules.active():
             pool_cls = vllm.modules["vllm.v1.core.block_pool"].BlockPool
             theirs = _PoolDriver(pool_cls(num_blocks, True, BS), _Side(vllm, parts), vllm_api=True)
-        story = Story(f"{num_blocks - 1} usable blocks of {BS} tokens, prefix caching on", "vLLM 0.33.0's")
+        story = Story(
+            f"{num_blocks - 1} usable blocks of {BS} tokens, prefix caching on", "vLLM 0.33.0's", parts.subject
+        )
         for i, op in enumerate(ops):
             if not _pool_op_valid(op, theirs):
                 continue
@@ -385,6 +387,7 @@ def check_manager(vllm: Vllm, parts: Parts, name: str, max_examples: int) -> Res
             f"{num_blocks - 1} usable blocks of {BS} tokens, groups {[g.sliding_window or 'full' for g in groups]}, "
             f"prefix caching {'on' if cfg['caching'] else 'off'}, use_eagle {cfg['use_eagle']}",
             "vLLM 0.33.0's",
+            parts.subject,
         )
         for i, op in enumerate(ops):
             if op[0] in ("grow", "free") and not theirs.running:

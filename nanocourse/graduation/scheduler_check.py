@@ -130,6 +130,7 @@ def check_scheduler(vllm: Vllm, parts: Parts, name: str, max_examples: int) -> R
                 f"{num_blocks - 1} usable blocks of {BS} tokens"
                 + (f" in {len(groups)} groups" if len(groups) > 1 else ""),
                 reference="vLLM 0.33.0",
+                subject=parts.subject,
                 observe=observe,
             )
 
