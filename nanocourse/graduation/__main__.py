@@ -20,7 +20,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from nanocourse.graduation.common import ON_PURPOSE, Parts, Result
+from nanocourse.graduation.common import ON_PURPOSE, Parts, Result, parts_for
 from nanocourse.graduation.kv_checks import MANAGER_CHECKS, check_hashes, check_manager, check_pool
 from nanocourse.graduation.loader import load_vllm
 from nanocourse.graduation.scheduler_check import SCHEDULER_CHECKS, check_scheduler
@@ -28,51 +28,6 @@ from nanocourse.graduation.vllm_side import Vllm
 from nanocourse.graduation.wheel import VLLM_VERSION, WHEEL_SHA256, WheelError, fetch_wheel
 
 PARTS_CHOICES = ("engine", "solutions", "learner")
-
-
-def parts_for(which: str) -> Parts:
-    """The engine's own parts, the worked solutions', or the learner's finished ones (the engine's where a chapter
-    is not finished: my_engine's rule, which grades the chapters first)."""
-    if which == "engine":
-        return Parts()
-    from nanocourse.checkout import use_checkout
-    from nanocourse.my_engine import (
-        PARTS,
-        SOURCES,
-        chapter_grade,
-        load_exercise,
-        my_parts,
-        part_status,
-        parts_table,
-        stubs_left,
-    )
-
-    use_checkout()
-    source = "solutions" if which == "solutions" else "exercises"
-    statuses = [part_status(p, source) for p in PARTS if not p.instantiate]
-    kw = my_parts(statuses, source)
-    parts = Parts(
-        whose="the worked solutions'" if which == "solutions" else "your", table=parts_table(statuses, source)
-    )
-    if "hash_block_tokens" in kw:
-        parts.hash_block_tokens = kw["hash_block_tokens"]
-    pool_cls = kw.get("block_pool", parts.block_pool_cls)
-    parts.block_pool_cls = (
-        functools.partial(pool_cls, free_queue_cls=kw["free_queue_cls"]) if "free_queue_cls" in kw else pool_cls
-    )
-    parts.kv_cache_manager_cls = kw.get("kv_cache_manager_cls", parts.kv_cache_manager_cls)
-    if "full_attention_manager_cls" in kw:
-        parts.manager_kwargs["full_attention_manager_cls"] = kw["full_attention_manager_cls"]
-    parts.scheduler_cls = kw.get("scheduler_cls", parts.scheduler_cls)
-    # Chapter 12's SlidingWindowManager is no LLM part (the embedded model has no sliding layers); here it serves the
-    # sliding-window checks, by the same rule: the worked one, or yours once chapter 12's graded tasks all pass.
-    if which == "solutions":
-        parts.manager_kwargs["sliding_window_manager_cls"] = load_exercise(
-            "ch12_hybrid", SOURCES["solutions"]
-        ).SlidingWindowManager
-    elif not stubs_left("ch12_hybrid") and all(r.passed for r in chapter_grade("12")):
-        parts.manager_kwargs["sliding_window_manager_cls"] = load_exercise("ch12_hybrid").SlidingWindowManager
-    return parts
 
 
 def checks(examples: int) -> list[tuple[str, Callable[[Vllm, Parts], Result]]]:

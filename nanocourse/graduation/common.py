@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -71,6 +72,51 @@ class Parts:
         return "yours" if self.whose == "your" else self.whose
 
 
+def parts_for(which: str) -> Parts:
+    """The engine's own parts, the worked solutions', or the learner's finished ones (the engine's where a chapter
+    is not finished: my_engine's rule, which grades the chapters first)."""
+    if which == "engine":
+        return Parts()
+    from nanocourse.checkout import use_checkout
+    from nanocourse.my_engine import (
+        PARTS,
+        SOURCES,
+        chapter_grade,
+        load_exercise,
+        my_parts,
+        part_status,
+        parts_table,
+        stubs_left,
+    )
+
+    use_checkout()
+    source = "solutions" if which == "solutions" else "exercises"
+    statuses = [part_status(p, source) for p in PARTS if not p.instantiate]
+    kw = my_parts(statuses, source)
+    parts = Parts(
+        whose="the worked solutions'" if which == "solutions" else "your", table=parts_table(statuses, source)
+    )
+    if "hash_block_tokens" in kw:
+        parts.hash_block_tokens = kw["hash_block_tokens"]
+    pool_cls = kw.get("block_pool", parts.block_pool_cls)
+    parts.block_pool_cls = (
+        functools.partial(pool_cls, free_queue_cls=kw["free_queue_cls"]) if "free_queue_cls" in kw else pool_cls
+    )
+    parts.kv_cache_manager_cls = kw.get("kv_cache_manager_cls", parts.kv_cache_manager_cls)
+    if "full_attention_manager_cls" in kw:
+        parts.manager_kwargs["full_attention_manager_cls"] = kw["full_attention_manager_cls"]
+    parts.scheduler_cls = kw.get("scheduler_cls", parts.scheduler_cls)
+    # Chapter 12's SlidingWindowManager is no LLM part (the embedded model has no sliding layers); here it serves the
+    # sliding-window checks, by the same rule: the worked one, or yours once chapter 12's graded tasks all pass.
+    if which == "solutions":
+        parts.manager_kwargs["sliding_window_manager_cls"] = load_exercise(
+            "ch12_hybrid", SOURCES["solutions"]
+        ).SlidingWindowManager
+    elif not stubs_left("ch12_hybrid") and all(r.passed for r in chapter_grade("12")):
+        parts.manager_kwargs["sliding_window_manager_cls"] = load_exercise("ch12_hybrid").SlidingWindowManager
+    return parts
+
+
 @dataclass
 class Result:
     """One check's outcome: examples run, operations compared, and on a difference the shortest story."""
@@ -122,7 +168,7 @@ def timed(result: Result) -> Iterator[None]:
         result.seconds = time.perf_counter() - start
 
 
-def run_property(result: Result, property_: Callable[..., None], vllm: Any) -> Result:
+def run_property(result: Result, property_: Callable[..., None], vllm: Any, subject: str) -> Result:
     """Run a check's hypothesis property, timing it. On a difference, hypothesis has replayed the shortest example
     last (each property keeps its arguments in result.example); it runs once more with vLLM's calls traced, and
     result.divergence gets the story and the vLLM functions the failing operation ran."""
@@ -135,8 +181,8 @@ def run_property(result: Result, property_: Callable[..., None], vllm: Any) -> R
             try:
                 property_.hypothesis.inner_test(**result.example)
             except AssertionError as again:
-                # The story's first line is "<operation>: <field>: yours ..., vLLM's ...".
-                field = str(again).split(": yours", 1)[0].rsplit(": ", 1)[-1]
+                # The story's first line is "<operation>: <field>: <subject> ..., vLLM's ...".
+                field = str(again).split(f": {subject} ", 1)[0].rsplit(": ", 1)[-1]
                 result.divergence = f"{again}\nvLLM's code in that operation (where to read why):\n" + "\n".join(
                     f"  {line}" for line in vllm.trace.lines(field)
                 )

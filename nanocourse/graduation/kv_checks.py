@@ -90,7 +90,7 @@ def check_hashes(vllm: Vllm, parts: Parts, max_examples: int) -> Result:
                 {"the request's block hashes": [labels(theirs, h) for h in reference.block_hashes]},
             )
 
-    return run_property(result, property_, vllm)
+    return run_property(result, property_, vllm, parts.subject)
 
 
 # ---- the block pool ----------------------------------------------------------------------------------------------
@@ -207,7 +207,7 @@ def check_pool(vllm: Vllm, parts: Parts, max_examples: int) -> Result:
                 {"what the call returned": expected, **_pool_state(theirs.pool, labels, theirs)},
             )
 
-    return run_property(result, property_, vllm)
+    return run_property(result, property_, vllm, parts.subject)
 
 
 def _pool_op_valid(op: tuple, reference: _PoolDriver) -> bool:
@@ -405,4 +405,4 @@ def check_manager(vllm: Vllm, parts: Parts, name: str, max_examples: int) -> Res
                 {"what the call returned": expected, **expected_state},
             )
 
-    return run_property(result, property_, vllm)
+    return run_property(result, property_, vllm, parts.subject)

@@ -134,6 +134,6 @@ def check_scheduler(vllm: Vllm, parts: Parts, name: str, max_examples: int) -> R
                 observe=observe,
             )
 
-    run_property(result, property_, vllm)
+    run_property(result, property_, vllm, parts.subject)
     result.operations = counter.operations
     return result

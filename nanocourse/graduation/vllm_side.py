@@ -33,10 +33,12 @@ class Trace:
 
     def __init__(self) -> None:
         self.calls: dict[tuple[str, int], list[Any]] = {}
+        self.executed: dict[tuple[str, int], None] = {}  # every line run, in the order first run
 
     def _local(self, frame: Any, event: str, arg: Any) -> Any:
         if event == "line":
             code = frame.f_code
+            self.executed[(code.co_filename, frame.f_lineno)] = None
             line = linecache.getline(code.co_filename, frame.f_lineno).lstrip()
             if line.startswith(("if ", "elif ", "while ")):  # the last condition it tested: where it chose
                 self.calls[(code.co_filename, code.co_firstlineno)][2] = frame.f_lineno
@@ -58,15 +60,22 @@ class Trace:
         finally:
             sys.settrace(previous)
 
-    def lines(self, field: str, limit: int = 10) -> list[str]:
-        """The deciding functions for a differing field (DECIDES), each with its last condition tested, quoted; then
-        the other functions of the operation, in the order first entered (the request's own methods left out)."""
-        deciders = next((names for key, names in DECIDES.items() if key in field), ())
-        out = []
-        for (path, _), (name, first, last) in self.calls.items():
-            if name.rsplit(".", 1)[-1] in deciders and last is not None:
-                quoted = linecache.getline(path, last).strip()
-                out.append(f"chose at {path.removeprefix(WHEEL_PREFIX)}:{last} ({name}): {quoted}")
+    def lines(self, field: str, limit: int = 6) -> list[str]:
+        """For a differing field: the lines of MARKERS that ran (the statements that make that observable, in the
+        order run), else the deciding functions (DECIDES) with the last condition each tested, quoted; then the
+        functions of the operation, in the order first entered (the request's own methods left out)."""
+        key = next((key for key in DECIDES if key in field), None)
+        deciders, markers = DECIDES.get(key, ()), MARKERS.get(key, ())
+        out = [
+            f"ran {path.removeprefix(WHEEL_PREFIX)}:{number}: {source}"
+            for path, number in self.executed
+            if any(m in (source := linecache.getline(path, number).strip()) for m in markers)
+        ][:6]
+        if not out:  # no statement of MARKERS ran: the last condition each deciding function tested
+            for (path, _), (name, _first, last) in self.calls.items():
+                if name.rsplit(".", 1)[-1] in deciders and last is not None:
+                    quoted = linecache.getline(path, last).strip()
+                    out.append(f"chose at {path.removeprefix(WHEEL_PREFIX)}:{last} ({name}): {quoted}")
         rest = [
             f"{path.removeprefix(WHEEL_PREFIX)}:{first} {name}"
             + (f" (last condition tested: line {last})" if last else "")
@@ -94,6 +103,28 @@ DECIDES = {
     "queue": ("schedule", "_preempt_request"),
     "running list": ("schedule", "update_from_output"),
     "stats": ("record_prefix_cache_stats", "record"),
+}
+
+# The statements of vLLM's that make each observable: the report quotes those the failing operation ran.
+MARKERS = {
+    "free queue": (
+        "blocks_to_evict_first.append",
+        "blocks_to_evict_last.append",
+        "free_block_queue.popleft_n",
+        "free_block_queue.remove",
+    ),
+    "ref_cnt": ("ref_cnt -= 1", "ref_cnt += 1"),
+    "prefix cache names": ("self._insert_block_hash(", "reachable_block_mask(", "_maybe_evict_cached_block("),
+    "block hashes": ("hash_function((parent_block_hash",),
+    "block": ("allocate_new_blocks(", "remove_skipped_blocks(", "apply_admission_cap=True"),
+    "returned": ("allocate_new_blocks(", "find_longest_cache_hit(", "apply_admission_cap=True"),
+    "admitted": ("self.running.append(request)", "apply_admission_cap=True", "num_new_tokens = min("),
+    "scheduled": ("num_new_tokens = min(", "input_budget -=", "preempted_req = "),
+    "preempted": ("preempted_req = ",),
+    "drafts": ("scheduled_spec_decode_tokens[", "request.spec_token_ids = []", "input_budget -="),
+    "num_computed_tokens": ("num_computed_tokens +=", "num_computed_tokens -=", "preempted_req = "),
+    "finished": ("check_stop(",),
+    "stats": ("prefix_cache_stats.record(",),
 }
 
 

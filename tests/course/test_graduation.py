@@ -22,13 +22,15 @@ from pathlib import Path
 import pytest
 
 from nanocourse.graduation import config, standins
-from nanocourse.graduation.common import Parts
+from nanocourse.graduation.common import Parts, parts_for
 from nanocourse.graduation.kv_checks import check_hashes, check_manager, check_pool
 from nanocourse.graduation.loader import REAL_MODULES, load_vllm
 from nanocourse.graduation.scheduler_check import check_scheduler
 from nanocourse.graduation.vllm_side import Vllm
 from nanocourse.graduation.wheel import WHEEL_NAME, WheelError, fetch_wheel, wheel_dir
 from nanoengine.core.block_pool import BlockPool
+from nanoengine.core.sched.request_queue import SchedulingPolicy
+from nanoengine.core.sched.scheduler import Scheduler
 
 
 @pytest.fixture(scope="module")
@@ -152,16 +154,18 @@ def test_the_real_files_load_byte_for_byte_and_leave_no_vllm_behind(wheel, vllm)
         import vllm
 
 
-def test_the_engines_parts_agree_with_vllm(vllm):
-    """A short run: 0 divergences for the engine's hashes, pool, full-attention manager and scheduler (no drafts)."""
-    parts, start = Parts(), time.perf_counter()
+@pytest.mark.parametrize("which", ["engine", "solutions"])
+def test_the_parts_agree_with_vllm(vllm, which):
+    """A short run: 0 divergences for the engine's (and the worked solutions') hashes, pool, full-attention manager
+    and scheduler without drafts."""
+    parts, start = parts_for(which), time.perf_counter()
     results = [
         check_hashes(vllm, parts, 40),
         check_pool(vllm, parts, 60),
         check_manager(vllm, parts, "KV cache manager, full attention", 60),
         check_scheduler(vllm, parts, "scheduler", 60),
     ]
-    print(f"{sum(r.operations for r in results)} operations compared in {time.perf_counter() - start:.1f} s")
+    print(f"{which}: {sum(r.operations for r in results)} operations compared in {time.perf_counter() - start:.1f} s")
     for r in results:
         assert r.divergence is None, f"{r.name}:\n{r.divergence}"
         assert r.operations > 100, f"{r.name}: only {r.operations} operations compared"
@@ -185,7 +189,22 @@ def test_a_seeded_bug_gives_a_short_counterexample_naming_the_method(vllm):
     assert "free_blocks" in steps[-1] and "the free queue, head to tail" in story, story
     assert len(steps) <= 4, f"the counterexample should be short:\n{story}"
     where = result.divergence.split("vLLM's code in that operation", 1)[1]
-    assert "block_pool.py" in where and "BlockPool.free_blocks" in where, where
+    assert "ran vllm/v1/core/block_pool.py" in where and "blocks_to_evict_first.append(block)" in where, where
+
+
+class _OldestVictim(Scheduler):
+    """A seeded bug: under FCFS the oldest running request is preempted, not the newest."""
+
+    def choose_victim(self):
+        return self.running.pop(0) if self.policy is SchedulingPolicy.FCFS else super().choose_victim()
+
+
+def test_a_seeded_scheduler_bug_is_caught_at_a_preemption(vllm):
+    result = check_scheduler(vllm, Parts(whose="a buggy", scheduler_cls=_OldestVictim), "scheduler", 200)
+    assert result.divergence is not None, "the scheduler that preempts the oldest request was not caught"
+    story, where = result.divergence.split("\nvLLM's code in that operation", 1)
+    assert "preempts" in story, result.divergence
+    assert "ran vllm/v1/core/sched/scheduler.py" in where and "preempted_req = self.running[-1]" in where, where
 
 
 def test_offline_the_download_stops_with_one_message_and_changes_nothing(tmp_path, monkeypatch):
