@@ -21,7 +21,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from nanocourse.graduation.common import ON_PURPOSE, Parts, Result, parts_for
-from nanocourse.graduation.kv_checks import MANAGER_CHECKS, check_hashes, check_manager, check_pool
+from nanocourse.graduation.kv_checks import MANAGER_CHECKS, check_free_queue, check_hashes, check_manager, check_pool
 from nanocourse.graduation.loader import load_vllm
 from nanocourse.graduation.scheduler_check import SCHEDULER_CHECKS, check_scheduler
 from nanocourse.graduation.vllm_side import Vllm
@@ -34,6 +34,7 @@ def checks(examples: int) -> list[tuple[str, Callable[[Vllm, Parts], Result]]]:
     """Every check with its number of random examples (the scheduler's cost more per example)."""
     kv = [
         ("block hashes (cache_salt, LoRA)", lambda v, p: check_hashes(v, p, examples)),
+        ("free queue", lambda v, p: check_free_queue(v, p, examples)),
         ("block pool and free queue", lambda v, p: check_pool(v, p, examples)),
     ] + [(name, functools.partial(lambda v, p, n: check_manager(v, p, n, examples), n=name)) for name in MANAGER_CHECKS]
     scheduler = [

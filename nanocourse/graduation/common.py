@@ -11,7 +11,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, Verbosity, settings
 
-from nanoengine.core import KVCacheManager, hash_block_tokens
+from nanoengine.core import FreeKVCacheBlockQueue, KVCacheManager, hash_block_tokens
 from nanoengine.core.block_pool import BlockPool
 from nanoengine.core.sched.scheduler import Scheduler
 
@@ -59,7 +59,8 @@ class Parts:
 
     whose: str = "nanoengine's"
     hash_block_tokens: Any = hash_block_tokens
-    block_pool_cls: type = BlockPool
+    free_queue_cls: type = FreeKVCacheBlockQueue
+    block_pool_cls: Any = BlockPool
     kv_cache_manager_cls: type = KVCacheManager
     scheduler_cls: type = Scheduler
     # More KVCacheManager keywords: the learner's single-type managers (full_attention_manager_cls, ...).
@@ -99,9 +100,10 @@ def parts_for(which: str) -> Parts:
     if "hash_block_tokens" in kw:
         parts.hash_block_tokens = kw["hash_block_tokens"]
     pool_cls = kw.get("block_pool", parts.block_pool_cls)
-    parts.block_pool_cls = (
-        functools.partial(pool_cls, free_queue_cls=kw["free_queue_cls"]) if "free_queue_cls" in kw else pool_cls
-    )
+    if "free_queue_cls" in kw:
+        parts.free_queue_cls = kw["free_queue_cls"]
+        pool_cls = functools.partial(pool_cls, free_queue_cls=parts.free_queue_cls)
+    parts.block_pool_cls = pool_cls
     parts.kv_cache_manager_cls = kw.get("kv_cache_manager_cls", parts.kv_cache_manager_cls)
     if "full_attention_manager_cls" in kw:
         parts.manager_kwargs["full_attention_manager_cls"] = kw["full_attention_manager_cls"]

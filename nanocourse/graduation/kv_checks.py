@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from nanocourse.differential import Story, per_group
 from nanocourse.graduation.common import BS, Labels, Parts, Result, cached_blocks, hypothesis_settings, run_property
 from nanocourse.graduation.vllm_side import Vllm
-from nanoengine.core import get_request_block_hasher
+from nanoengine.core import KVCacheBlock, get_request_block_hasher
 from nanoengine.kv_cache_interface import get_kv_cache_groups
 from nanoengine.request import Request
 from nanoengine.sampling_params import SamplingParams
@@ -89,6 +89,86 @@ def check_hashes(vllm: Vllm, parts: Parts, max_examples: int) -> Result:
                 {"the request's block hashes": [labels(ours, h) for h in mine.block_hashes]},
                 {"the request's block hashes": [labels(theirs, h) for h in reference.block_hashes]},
             )
+
+    return run_property(result, property_, vllm, parts.subject)
+
+
+# ---- the free queue ----------------------------------------------------------------------------------------------
+
+_QUEUE_OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("popleft")),
+        st.tuples(st.just("popleft_n"), st.integers(0, 4)),
+        st.tuples(st.just("remove"), st.integers(0, 7)),
+        st.tuples(st.just("append"), st.integers(0, 7)),
+        st.tuples(st.just("append_n"), st.lists(st.integers(0, 7), max_size=3, unique=True)),
+        st.tuples(st.just("prepend_n"), st.lists(st.integers(0, 7), max_size=3, unique=True)),
+    ),
+    min_size=1,
+    max_size=30,
+)
+
+
+def _queue_op_valid(op: tuple, free: list[int]) -> bool:
+    """The queue's contract, judged on vLLM's side: take only what is there, remove only a free block, add only
+    blocks that are not free."""
+    kind = op[0]
+    if kind == "popleft":
+        return bool(free)
+    if kind == "popleft_n":
+        return op[1] <= len(free)
+    if kind == "remove":
+        return op[1] in free
+    if kind == "append":
+        return op[1] not in free
+    return not set(op[1]) & set(free)
+
+
+def _apply_queue_op(queue: Any, blocks: list[Any], op: tuple) -> Any:
+    kind = op[0]
+    if kind == "popleft":
+        return queue.popleft().block_id
+    if kind == "popleft_n":
+        return [b.block_id for b in queue.popleft_n(op[1])]
+    if kind in ("remove", "append"):
+        return getattr(queue, kind)(blocks[op[1]])
+    return getattr(queue, kind)([blocks[i] for i in op[1]])
+
+
+def check_free_queue(vllm: Vllm, parts: Parts, max_examples: int) -> Result:
+    """Random operations on parts.free_queue_cls and vLLM's FreeKVCacheBlockQueue over 8 blocks: what each returns,
+    the queue head to tail and num_free_blocks after each."""
+    result = Result("free queue")
+
+    @hypothesis_settings(max_examples)
+    @given(ops=_QUEUE_OPS)
+    def property_(ops: list[tuple]) -> None:
+        result.examples, result.example = result.examples + 1, {"ops": ops}
+        ours_blocks = [KVCacheBlock(i) for i in range(8)]
+        theirs_blocks = [vllm.kv_cache_utils.KVCacheBlock(i) for i in range(8)]
+        story = Story("a free queue of blocks 0 to 7", "vLLM 0.33.0's", parts.subject)
+        ours = story.call("building the queue of blocks 0 to 7", parts.free_queue_cls, ours_blocks)
+        with vllm.modules.active():
+            theirs = vllm.kv_cache_utils.FreeKVCacheBlockQueue(theirs_blocks)
+        for i, op in enumerate(ops):
+            free = [b.block_id for b in theirs.get_all_free_blocks()]
+            if not _queue_op_valid(op, free):
+                continue
+            text = f"{op[0]}({', '.join(map(str, op[1:]))})"
+            story.add(f"op {i}: {text}")
+            with vllm.modules.active(), vllm.operation():
+                expected = _apply_queue_op(theirs, theirs_blocks, op)
+            got = story.call(f"op {i}: {text}", _apply_queue_op, ours, ours_blocks, op)
+            result.operations += 1
+
+            def seen(queue: Any, returned: Any) -> dict[str, Any]:
+                return {
+                    "what the call returned": returned,
+                    "the free queue, head to tail": [b.block_id for b in queue.get_all_free_blocks()],
+                    "num_free_blocks": queue.num_free_blocks,
+                }
+
+            story.compare(story.call(f"op {i}: reading the queue", seen, ours, got), seen(theirs, expected))
 
     return run_property(result, property_, vllm, parts.subject)
 

@@ -23,7 +23,7 @@ import pytest
 
 from nanocourse.graduation import config, standins
 from nanocourse.graduation.common import Parts, parts_for
-from nanocourse.graduation.kv_checks import check_hashes, check_manager, check_pool
+from nanocourse.graduation.kv_checks import check_free_queue, check_hashes, check_manager, check_pool
 from nanocourse.graduation.loader import REAL_MODULES, load_vllm
 from nanocourse.graduation.scheduler_check import check_scheduler
 from nanocourse.graduation.vllm_side import Vllm
@@ -156,11 +156,12 @@ def test_the_real_files_load_byte_for_byte_and_leave_no_vllm_behind(wheel, vllm)
 
 @pytest.mark.parametrize("which", ["engine", "solutions"])
 def test_the_parts_agree_with_vllm(vllm, which):
-    """A short run: 0 divergences for the engine's (and the worked solutions') hashes, pool, full-attention manager
-    and scheduler without drafts."""
+    """A short run: 0 divergences for the engine's (and the worked solutions') hashes, free queue, pool,
+    full-attention manager and scheduler without drafts."""
     parts, start = parts_for(which), time.perf_counter()
     results = [
         check_hashes(vllm, parts, 40),
+        check_free_queue(vllm, parts, 60),
         check_pool(vllm, parts, 60),
         check_manager(vllm, parts, "KV cache manager, full attention", 60),
         check_scheduler(vllm, parts, "scheduler", 60),
