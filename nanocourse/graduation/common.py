@@ -177,6 +177,9 @@ def run_property(result: Result, property_: Callable[..., None], vllm: Any, subj
     with timed(result):
         try:
             property_()
+        except NotImplementedError as error:  # the part's own stub (a stand-in raises StandInReached instead)
+            result.divergence = f"a stub of {result.name}'s part was reached: {error}"
+            return result
         except AssertionError as error:
             result.divergence = str(error)
             vllm.tracing = True

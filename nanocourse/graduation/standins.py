@@ -23,12 +23,16 @@ from typing import Any
 import xxhash as _xxhash
 
 
+class StandInReached(RuntimeError):
+    """vLLM took a path the graduation's stand-ins do not serve: the run is missing a stand-in, not the part."""
+
+
 class Unreached:
     """A vLLM class that only paths the graduation run never takes use (connectors, multimodal, metrics
     publishing). Annotations and isinstance checks see a class; building one or reading its attributes raises."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        raise NotImplementedError(
+        raise StandInReached(
             f"{type(self).__qualname__} is a stand-in (nanocourse/graduation/standins.py): the graduation run was "
             "not meant to reach the vLLM path that builds it"
         )
@@ -87,7 +91,7 @@ def xxhash(input: Any) -> bytes:
 
 
 def xxhash_cbor(input: Any) -> bytes:
-    raise NotImplementedError("xxhash_cbor needs cbor2, which the course does not install: use xxhash or sha256")
+    raise StandInReached("xxhash_cbor needs cbor2, which the course does not install: use xxhash or sha256")
 
 
 # ---- vllm.distributed.kv_events: the events as plain dataclasses with the real Structs' fields ------------------
@@ -147,7 +151,7 @@ class EventPublisherFactory:
     @classmethod
     def create(cls, config: Any, data_parallel_rank: int = 0) -> NullEventPublisher:
         if config is not None and config.enable_kv_cache_events:
-            raise NotImplementedError("the graduation run publishes no KV events")
+            raise StandInReached("the graduation run publishes no KV events")
         return NullEventPublisher()
 
 
@@ -296,7 +300,7 @@ class StructuredOutputManager:
 
 
 def get_mm_features_in_window(mm_features: Any, start: int, end: int) -> Any:
-    raise NotImplementedError("the graduation run's requests carry no multimodal features")
+    raise StandInReached("the graduation run's requests carry no multimodal features")
 
 
 # ---- vllm.v1.spec_decode.metrics ---------------------------------------------------------------------------------
@@ -415,7 +419,7 @@ def _unreached(*names: str) -> dict[str, type]:
 def strip_covered_mm_data(mm_features: list, num_computed_tokens: int, uses_mrope: bool = False) -> list:
     """Without multimodal features there is nothing to strip (vLLM returns an empty list as it is)."""
     if mm_features:
-        raise NotImplementedError("the graduation run's requests carry no multimodal features")
+        raise StandInReached("the graduation run's requests carry no multimodal features")
     return mm_features
 
 
