@@ -86,7 +86,8 @@ class Trace:
 
 
 # Which of vLLM's functions (by name, in whichever class) decide each observable: the field names of the checks'
-# observations, matched by a word they contain. The report quotes the last line each of them ran.
+# observations, matched by a word they contain. Where none of MARKERS ran, the report quotes the last condition
+# each of them tested.
 DECIDES = {
     "free queue": ("free_blocks", "get_new_blocks", "touch"),
     "ref_cnt": ("free_blocks", "get_new_blocks", "touch"),
