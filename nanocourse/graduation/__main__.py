@@ -3,6 +3,7 @@
     python -m nanocourse.graduation                  # the engine's own parts
     python -m nanocourse.graduation --parts solutions # the worked solutions (solutions/ch04..ch07, ch13)
     python -m nanocourse.graduation --parts learner   # your finished parts (exercises/), the engine's elsewhere
+    python -m nanocourse.graduation --known           # replay the divergences found so far: which still diverge
 
 The first run downloads vLLM's wheel once (336 MB, into the course's cache); without it and without a network it
 stops with one message and changes nothing. Exit status 0 when nothing diverged, 1 when something did, 2 when
@@ -23,7 +24,7 @@ from tqdm import tqdm
 from nanocourse.graduation.common import ON_PURPOSE, Parts, Result, parts_for
 from nanocourse.graduation.kv_checks import MANAGER_CHECKS, check_free_queue, check_hashes, check_manager, check_pool
 from nanocourse.graduation.loader import load_vllm
-from nanocourse.graduation.scheduler_check import SCHEDULER_CHECKS, check_scheduler
+from nanocourse.graduation.scheduler_check import SCHEDULER_CHECKS, check_scheduler, replay_known
 from nanocourse.graduation.vllm_side import Vllm
 from nanocourse.graduation.wheel import VLLM_VERSION, WHEEL_SHA256, WheelError, fetch_wheel
 
@@ -77,12 +78,23 @@ def report(results: list[Result], parts: Parts, vllm: Vllm, seconds: float) -> s
     return "\n".join(lines)
 
 
+def known(vllm: Vllm, parts: Parts) -> int:
+    """Replay the shortest cases of the divergences found so far (KNOWN_CASES): which still diverge, and how."""
+    found = replay_known(vllm, parts)
+    for name, story in found.items():
+        print(f"{'still diverges' if story else 'agrees now':15} {name}")
+        if story:
+            print("\n".join(f"    {line}" for line in story.splitlines()[:1]))
+    return 1 if any(found.values()) else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m nanocourse.graduation", description=__doc__.split("\n")[0])
     parser.add_argument("--parts", choices=PARTS_CHOICES, default="engine", help="whose parts to graduate")
     parser.add_argument("--examples", type=int, default=200, help="random workloads per check (default 200)")
     parser.add_argument("--only", action="append", default=[], help="run only checks whose name contains this")
     parser.add_argument("--report", type=Path, help="also write the report to this file")
+    parser.add_argument("--known", action="store_true", help="replay only the known divergences' shortest cases")
     args = parser.parse_args(argv)
     try:
         wheel = fetch_wheel()
@@ -92,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     vllm = Vllm(load_vllm(wheel))
     parts = parts_for(args.parts)
+    if args.known:
+        return known(vllm, parts)
     todo = [(name, run) for name, run in checks(args.examples) if not args.only or any(o in name for o in args.only)]
     results = []
     with tqdm(todo, desc="graduation", unit="check", file=sys.stderr) as bar:

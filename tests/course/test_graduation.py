@@ -25,7 +25,7 @@ from nanocourse.graduation import config, standins
 from nanocourse.graduation.common import Parts, parts_for
 from nanocourse.graduation.kv_checks import check_free_queue, check_hashes, check_manager, check_pool
 from nanocourse.graduation.loader import REAL_MODULES, load_vllm
-from nanocourse.graduation.scheduler_check import check_scheduler
+from nanocourse.graduation.scheduler_check import KNOWN_CASES, check_scheduler, replay_known
 from nanocourse.graduation.vllm_side import Vllm
 from nanocourse.graduation.wheel import WHEEL_NAME, WheelError, fetch_wheel, wheel_dir
 from nanoengine.core.block_pool import BlockPool
@@ -206,6 +206,15 @@ def test_a_seeded_scheduler_bug_is_caught_at_a_preemption(vllm):
     story, where = result.divergence.split("\nvLLM's code in that operation", 1)
     assert "preempts" in story, result.divergence
     assert "ran vllm/v1/core/sched/scheduler.py" in where and "preempted_req = self.running[-1]" in where, where
+
+
+def test_the_known_cases_replay(vllm):
+    """Every known divergence's shortest case replays (diverging or, once fixed, agreeing): a story or None each."""
+    found = replay_known(vllm, Parts())
+    assert set(found) == set(KNOWN_CASES)
+    for name, story in found.items():
+        assert story is None or "vLLM 0.33.0's" in story, f"{name}: {story}"
+    print(f"{sum(s is not None for s in found.values())} of {len(found)} known cases still diverge")
 
 
 def test_offline_the_download_stops_with_one_message_and_changes_nothing(tmp_path, monkeypatch):
