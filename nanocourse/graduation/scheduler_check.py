@@ -59,7 +59,8 @@ def _observer(counter: _Counter) -> Callable[..., dict[str, Any]]:
 
 # The scheduler checks: (name, extra config strategies, drafter) -------------------------------------------------
 SCHEDULER_CHECKS: dict[str, dict[str, Any]] = {
-    "scheduler": {},
+    # The course's pressure workloads use the priority policy only; here FCFS gets them too (its victim is the newest).
+    "scheduler": {"policy": st.sampled_from(["fcfs", "priority"])},
     "scheduler, sliding window": {
         "window": st.integers(1, 9),
         "sliding_groups": st.integers(1, 2),
