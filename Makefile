@@ -21,7 +21,7 @@ TORCH_VERSION = $(shell sed -n 's/^torch==\([^ ;#]*\).*/\1/p' constraints.txt)
 # then Linux's torch entry holds only those wheels' hashes, and a Linux machine needing another fails the hash check.
 TORCH_CPU_FROM ?= https://download.pytorch.org/whl/cpu/torch/
 
-.PHONY: setup lock lint lab test test-no-triton test-browser test-fast grade bench clean
+.PHONY: setup lock lint lab test test-no-triton test-browser test-fast grade graduate bench clean
 
 setup: $(STAMP)
 
@@ -104,6 +104,12 @@ grade: setup
 	@test -n "$(CH)" || (echo "usage: make grade CH=04 (one chapter) or CH=all (the whole course); FIRST=1 stops at \
 	the first task that fails" && exit 2)
 	$(BIN)/python -m nanocourse.grading $(CH) $(if $(STRICT),--strict) $(if $(FIRST),--first)
+
+# Issue 45: the engine's parts (PARTS=solutions: the worked solutions'; PARTS=learner: yours in exercises/) against
+# vLLM 0.33.0's own BlockPool, KVCacheManager and Scheduler, loaded from its wheel (downloaded once into the course's
+# cache, nothing installed). EXAMPLES sets the random workloads per check.
+graduate: setup
+	$(BIN)/python -m nanocourse.graduation --parts $(or $(PARTS),engine) $(if $(EXAMPLES),--examples $(EXAMPLES))
 
 bench: setup
 	$(BIN)/python bench/engine.py

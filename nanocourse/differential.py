@@ -33,20 +33,22 @@ def short(value: Any) -> str:
     return _short.repr(value)
 
 
-def first_difference(yours: dict[str, Any], engine: dict[str, Any], reference: str = "the engine's") -> str | None:
+def first_difference(
+    yours: dict[str, Any], engine: dict[str, Any], reference: str = "the engine's", subject: str = "yours"
+) -> str | None:
     """The first field, in the dicts' order, whose values differ, in words; None when all agree."""
     for field, expected in engine.items():
         got = yours.get(field)
         if got != expected:
-            return f"{field}: yours {short(got)}, {reference} {short(expected)}"
+            return f"{field}: {subject} {short(got)}, {reference} {short(expected)}"
     return None
 
 
 class Story:
     """The operations replayed so far, in words, for a failure message."""
 
-    def __init__(self, setup: str, reference: str = "the engine's") -> None:
-        self.setup, self.reference = setup, reference
+    def __init__(self, setup: str, reference: str = "the engine's", subject: str = "yours") -> None:
+        self.setup, self.reference, self.subject = setup, reference, subject
         self.lines: list[str] = []
 
     def add(self, line: str) -> None:
@@ -69,7 +71,7 @@ class Story:
 
     def compare(self, yours: dict[str, Any], engine: dict[str, Any]) -> None:
         """Fail on the first observable field where the learner's part and the engine's disagree."""
-        difference = first_difference(yours, engine, self.reference)
+        difference = first_difference(yours, engine, self.reference, self.subject)
         if difference is not None:
             where = self.lines[-1].split(":")[0] if self.lines else "at the start"
             raise self.fail(f"{where}: {difference}")
@@ -258,11 +260,16 @@ def replay_workload(
     block_size: int,
     pool_text: str,
     plan_rules: bool = False,
+    reference: str = "the engine",
+    subject: str = "yours",
+    observe: Callable[..., dict[str, Any]] | None = None,
 ) -> None:
     """Replay ops on build(True) (the learner's) and build(False) (the engine's) without a model, comparing every
     step; at the end both step until every request has finished (at most MAX_DRAIN_STEPS). plan_rules: check the
     learner's every SchedulerOutput as schedule() hands it over (nanocourse.plan_rules), so a plan that breaks a
-    rule is named before anything consumes it."""
+    rule is named before anything consumes it. reference and subject name build(False)'s and build(True)'s sides in
+    the story (the graduation compares nanoengine's parts against vLLM's own Scheduler); observe(scheduler, output, finished, spec) replaces _observe."""
+    observe = observe or _observe
     pair = {"yours": build(True), "engine": build(False)}
     k = cfg.get("num_speculative_tokens", 0)  # > 0: every running request verifies k drafts a step
     hasher = get_request_block_hasher(block_size)
@@ -270,7 +277,9 @@ def replay_workload(
     story = Story(
         f"{pool_text}, budget {cfg['budget']}, {cfg['policy']}, prefix caching "
         f"{'on' if cfg['caching'] else 'off'}, long_prefill_token_threshold {cfg['threshold']}, "
-        f"max_num_seqs {cfg['max_num_seqs']}{extra}"
+        f"max_num_seqs {cfg['max_num_seqs']}{extra}",
+        f"{reference}'s",
+        subject,
     )
     names, steps = [], [0]
 
@@ -311,15 +320,15 @@ def replay_workload(
             if k:  # what the engine's proposer does between steps: drafts for every request that still runs
                 s.update_draft_token_ids({r.request_id: _drafts(r.request_id, r.num_tokens, k) for r in s.running})
             seen[who] = (
-                _observe(s, so, finished, bool(k))
+                observe(s, so, finished, bool(k))
                 if who == "engine"
-                else story.call(f"step {steps[0]}{why}: reading the state", _observe, s, so, finished, bool(k))
+                else story.call(f"step {steps[0]}{why}: reading the state", observe, s, so, finished, bool(k))
             )
         engine = seen["engine"]
         plan = ", ".join(f"{r} {n}" for r, n in engine["the tokens scheduled, in order (request, tokens)"]) or "nothing"
         preempted = engine["the requests preempted"]
         story.add(
-            f"step {steps[0]}{why}: the engine schedules {plan}" + (f"; preempts {preempted}" if preempted else "")
+            f"step {steps[0]}{why}: {reference} schedules {plan}" + (f"; preempts {preempted}" if preempted else "")
         )
         steps[0] += 1
         story.compare(seen["yours"], engine)

@@ -1,0 +1,208 @@
+"""The scheduler checks: nanoengine's Scheduler (the engine's, the worked solution's or the learner's, on the part's
+KV cache manager) and vLLM 0.33.0's own Scheduler, side by side through nanocourse/differential.py's
+replay_workload on the course's random workloads: chunked prefill, preemption, FCFS and priority, prefix hits,
+aborts, sliding-window groups, and n-gram or draft-model drafts. Everything replay_workload observes is compared
+after every step; hash values by class (common.ON_PURPOSE).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from nanocourse.differential import _observe, _shorter, replay_workload, scheduler_config, scheduler_workloads
+from nanocourse.graduation.common import BS, Labels, Parts, Result, cached_blocks, hypothesis_settings, run_property
+from nanocourse.graduation.vllm_side import Vllm, VllmScheduler
+from nanoengine.kv_cache_interface import get_kv_cache_groups
+
+NEW_BLOCKS_FIELD = "the new block ids of the running requests, per KV cache group"
+HASH_FIELD = "the blocks the prefix cache names (block id, hash)"
+
+
+class _Counter:
+    def __init__(self) -> None:
+        self.operations = 0
+
+
+class _With:
+    """An object as it is, but for the attributes given."""
+
+    def __init__(self, target: Any, **fields: Any) -> None:
+        self._target = target
+        self.__dict__.update(fields)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._target, name)
+
+
+def _observer(counter: _Counter) -> Callable[..., dict[str, Any]]:
+    """replay_workload's observation, with hashes compared by class and "no new blocks" as None (ON_PURPOSE)."""
+    labels = Labels()
+
+    def observe(scheduler: Any, so: Any, finished: Any, spec: bool) -> dict[str, Any]:
+        kv = scheduler.kv_cache_manager
+        # _observe reads the hashes from the engine's map; they are read here instead, from either side's blocks.
+        pool = _With(kv.block_pool, cached_block_hash_to_block={})
+        seen = _observe(_With(scheduler, kv_cache_manager=_With(kv, block_pool=pool)), so, finished, spec)
+        seen[NEW_BLOCKS_FIELD] = [(r, ids if ids and any(ids) else None) for r, ids in seen[NEW_BLOCKS_FIELD]]
+        if spec:
+            seen[HASH_FIELD] = [(i, labels(scheduler, h)) for i, h in cached_blocks(kv.block_pool)]
+        if isinstance(scheduler, VllmScheduler):
+            counter.operations += 1
+        return seen
+
+    return observe
+
+
+# The scheduler checks: (name, extra config strategies, drafter) -------------------------------------------------
+SCHEDULER_CHECKS: dict[str, dict[str, Any]] = {
+    # The course's pressure workloads use the priority policy only; here FCFS gets them too (its victim is the newest).
+    "scheduler": {"policy": st.sampled_from(["fcfs", "priority"])},
+    "scheduler, sliding window": {
+        "window": st.integers(1, 9),
+        "sliding_groups": st.integers(1, 2),
+    },
+    "scheduler, n-gram drafts": {"num_speculative_tokens": st.sampled_from([1, 2, 4]), "drafter": st.just("ngram")},
+    "scheduler, draft-model drafts": {
+        "num_speculative_tokens": st.sampled_from([1, 2, 4]),
+        "drafter": st.just("draft_model"),
+    },
+    # The course's workloads as they are: max_model_len 8192 on pools of a few blocks, which vLLM would refuse to
+    # start with; a request alone in the pool then outgrows it.
+    "scheduler, max_model_len beyond the pool": {"oversized": st.just(True)},
+}
+
+
+def replay(vllm: Vllm, parts: Parts, workload: tuple[dict, list], observe: Callable[..., dict[str, Any]]) -> None:
+    """One workload (scheduler_workloads' config and operations) through parts' scheduler and vLLM's, side by side;
+    AssertionError with the story at the first difference. Only configurations vLLM accepts (ON_PURPOSE)."""
+    cfg, ops = dict(workload[0]), workload[1]
+    windows = [cfg["window"]] * cfg["sliding_groups"] + [None] if "window" in cfg else [None]
+    groups = get_kv_cache_groups(windows)
+    num_blocks = cfg["num_blocks"] * len(groups)
+    k, drafter = cfg.get("num_speculative_tokens", 0), cfg.get("drafter")
+    if drafter == "draft_model":
+        cfg["num_lookahead_tokens"] = k
+        cfg["budget"] = max(cfg["budget"], k + 1)  # vLLM needs a token's slot beyond the lookahead ones
+    cfg["max_num_seqs"] = min(cfg["max_num_seqs"], cfg["budget"])  # vLLM: at least one token per sequence
+    if not cfg.pop("oversized", False):
+        windows = [g.sliding_window for g in groups]
+        cfg["max_model_len"] = vllm.max_model_len(BS, windows, num_blocks, cfg["budget"])
+        ops = [_shorter(op, cfg["max_model_len"] - 1) for op in ops]
+
+    def build(ours: bool) -> Any:
+        if not ours:
+            return VllmScheduler(
+                vllm,
+                num_blocks=num_blocks,
+                block_size=BS,
+                windows=[g.sliding_window for g in groups],
+                max_num_batched_tokens=cfg["budget"],
+                max_num_seqs=cfg["max_num_seqs"],
+                policy=cfg["policy"],
+                long_prefill_token_threshold=cfg["threshold"],
+                enable_prefix_caching=cfg["caching"],
+                max_model_len=scheduler_config(cfg).max_model_len,
+                num_speculative_tokens=k,
+                drafter=drafter,
+            )
+        pool = parts.block_pool_cls(num_blocks, cfg["caching"], BS)
+        manager = parts.kv_cache_manager_cls(BS, pool, kv_cache_groups=groups, **parts.manager_kwargs)
+        return parts.scheduler_cls(scheduler_config(cfg), manager)
+
+    with vllm.modules.active():
+        replay_workload(
+            build,
+            cfg,
+            ops,
+            BS,
+            f"{num_blocks - 1} usable blocks of {BS} tokens" + (f" in {len(groups)} groups" if len(groups) > 1 else ""),
+            reference="vLLM 0.33.0",
+            subject=parts.subject,
+            observe=observe,
+        )
+
+
+def check_scheduler(vllm: Vllm, parts: Parts, name: str, max_examples: int) -> Result:
+    """Random workloads through parts.scheduler_cls (on parts' KV cache manager) and vLLM's Scheduler, compared
+    after every step: plans, preemptions, admissions with their hits, new block ids, finishes, the running list
+    and waiting queue, every request's blocks, the free queue and the prefix-cache stats (with drafts also the
+    drafts verified, every num_computed_tokens and the cached blocks' hashes)."""
+    result, counter = Result(name), _Counter()
+    observe = _observer(counter)
+
+    @hypothesis_settings(max_examples)
+    @given(workload=scheduler_workloads(**SCHEDULER_CHECKS[name]))
+    def property_(workload: tuple[dict, list]) -> None:
+        result.examples, result.example = result.examples + 1, {"workload": workload}
+        replay(vllm, parts, workload, observe)
+
+    run_property(result, property_, vllm, parts.subject)
+    result.operations = counter.operations
+    return result
+
+
+def _case(cfg: dict, *ops: tuple) -> tuple[dict, list]:
+    base = {"policy": "fcfs", "caching": False, "threshold": 0, "max_num_seqs": 1}
+    return {**base, **cfg}, list(ops)
+
+
+# The shortest workloads the checks found where nanoengine and vLLM 0.33.0 part (issue 44's five classes with
+# drafts, and two with sliding windows), replayed by `--known` so a fix can be seen to take: each says whether it
+# still diverges. A request is ("add", prompt tokens, prefix family, priority, max_tokens, prompt_logprobs).
+KNOWN_CASES = {
+    "drafts: verified blocks cached late (update_from_output)": _case(
+        {
+            "num_blocks": 4,
+            "budget": 2,
+            "policy": "priority",
+            "caching": True,
+            "max_num_seqs": 3,
+            "num_speculative_tokens": 1,
+            "drafter": "ngram",
+        },
+        ("add", 1, 0, 3, 20, False),
+        ("step", 1),
+        ("add", 1, 0, 0, 4, False),
+        ("add", 1, 0, 0, 4, False),
+        ("step", 1),
+    ),
+    "drafts: the input budget reserves a draft model's slots": _case(
+        {"num_blocks": 3, "budget": 2, "num_speculative_tokens": 1, "drafter": "draft_model"},
+        ("add", 1, 0, 0, 2, False),
+    ),
+    "drafts: a new one-token request is padded to 1 + k": _case(
+        {"num_blocks": 12, "budget": 16, "max_num_seqs": 4, "num_speculative_tokens": 2, "drafter": "ngram"},
+        ("add", 5, 0, 0, 6, False),
+        ("step", 1),
+        ("add", 1, 1, 0, 6, False),
+        ("step", 3),
+    ),
+    "a lone request outgrowing the pool is preempted, not capped": _case(
+        {"num_blocks": 3, "budget": 1, "oversized": True}, ("add", 1, 0, 0, 9, False)
+    ),
+    "drafts: proposed after a prefill chunk, they are dropped": _case(
+        {"num_blocks": 3, "budget": 3, "num_speculative_tokens": 1, "drafter": "ngram"}, ("add", 4, 0, 0, 1, False)
+    ),
+    "sliding window: blocks no hit can reach are not cached": _case(
+        {"num_blocks": 3, "budget": 1, "caching": True, "window": 1, "sliding_groups": 1}, ("add", 1, 0, 0, 4, False)
+    ),
+    "sliding window: admission caps a sliding group's blocks": _case(
+        {"num_blocks": 3, "budget": 1, "window": 1, "sliding_groups": 1}, ("add", 9, 0, 0, 1, False)
+    ),
+}
+
+
+def replay_known(vllm: Vllm, parts: Parts) -> dict[str, str | None]:
+    """Each of KNOWN_CASES replayed: the story of its first difference, or None where the sides now agree."""
+    found = {}
+    for name, workload in KNOWN_CASES.items():
+        try:
+            replay(vllm, parts, workload, _observer(_Counter()))
+            found[name] = None
+        except AssertionError as error:
+            found[name] = str(error)
+    return found
