@@ -173,8 +173,9 @@ class Scheduler(Chapter07Scheduler):
           is the KV of the request's own tokens, save that the request's last token is always left to compute
           (the next step writes its KV; at a stop too, as vLLM keeps it, so that a resumable request resumes
           from there). Which slots the step filled with a guess rather than the request's own KV is what
-          section 3 of the notebook shows. allocate_slots caches blocks only up to num_tokens, so while this
-          count is right no block holding a rejected draft is ever cached.
+          section 3 of the notebook shows. The scheduler caches the request's blocks up to num_computed_tokens
+          right after this call (section 4), so while this count is right no block holding a rejected draft is
+          ever cached.
         - It returns the finished status the stop rule gave, or None when the request goes on; the caller
           finishes the request (sets its status and frees it), so this method does not.
         What a subclass can use: request.append_output_token_ids(token or tokens) adds output tokens and hashes the

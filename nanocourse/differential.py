@@ -173,6 +173,7 @@ def scheduler_config(cfg: dict) -> SchedulerConfig:
         max_num_seqs=cfg["max_num_seqs"],
         policy=cfg["policy"],
         long_prefill_token_threshold=cfg["threshold"],
+        num_spec_tokens=cfg.get("num_speculative_tokens", 0),
         **{key: cfg[key] for key in ("max_model_len", "num_lookahead_tokens") if key in cfg},
     )
 

@@ -64,6 +64,9 @@ class Request:
     output_token_ids: list[int] = field(default_factory=list, init=False)
     block_hashes: list[BlockHash] = field(default_factory=list, init=False, repr=False)
     spec_token_ids: list[int] = field(default_factory=list, init=False)
+    # Whether the last step scheduled for it stopped short of its num_tokens (a prompt chunk that is not the
+    # last): set with num_computed_tokens when a step is scheduled, as vLLM's Request.is_prefill_chunk is.
+    is_prefill_chunk: bool = field(default=False, init=False)
     _all_token_ids: list[int] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:

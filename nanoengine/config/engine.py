@@ -39,6 +39,8 @@ class EngineConfig:
         spec = self.speculative_config
         if self.scheduler_config.num_lookahead_tokens != (spec.num_lookahead_tokens if spec else 0):
             raise ValueError("scheduler_config.num_lookahead_tokens must be speculative_config's")
+        if self.scheduler_config.num_spec_tokens != (spec.num_speculative_tokens if spec else 0):
+            raise ValueError("scheduler_config.num_spec_tokens must be speculative_config's num_speculative_tokens")
         if self.parts.attention_backend.name == "triton" and not is_pow2(block_size, 8):
             raise InvalidEngineArgumentError(
                 f"block_size must be a power of two >= 8 for the Triton kernels, got {block_size}. Use 8, 16 or 32, "

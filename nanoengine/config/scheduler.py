@@ -21,6 +21,9 @@ class SchedulerConfig:
     max_num_batched_tokens // (requests running and waiting) (vLLM 0.33's option; off by default).
     num_lookahead_tokens: KV slots reserved past each request's scheduled tokens, for a draft model's own KV
     (SpeculativeConfig.num_lookahead_tokens; 0 without one).
+    num_spec_tokens: k, the drafts a request verifies per step (SpeculativeConfig.num_speculative_tokens; 0
+    without speculative decoding). With k > 0 a step's verified blocks are cached as soon as its output is in
+    (vLLM 0.33's Scheduler.num_spec_tokens).
     """
 
     max_num_batched_tokens: int = 2048
@@ -30,6 +33,7 @@ class SchedulerConfig:
     max_model_len: int = 8192
     long_prefill_token_threshold_adaptive: bool = False
     num_lookahead_tokens: int = 0
+    num_spec_tokens: int = 0
 
     def __post_init__(self) -> None:
         if self.policy not in SCHEDULING_POLICIES:

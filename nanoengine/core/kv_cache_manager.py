@@ -103,6 +103,7 @@ class KVCacheManagerInterface(Protocol):
         num_lookahead_tokens: int = 0,
         full_sequence_must_fit: bool = False,
     ) -> KVCacheBlocks | None: ...
+    def cache_blocks(self, request: Request, num_computed_tokens: int) -> None: ...
     def free(self, request: Request) -> None: ...
     def get_block_ids(self, request_id: str) -> tuple[list[int], ...]: ...
     def reset_prefix_cache(self) -> bool: ...
@@ -289,6 +290,13 @@ class KVCacheManager:
                 f"Request {request_id!r} lacks block hashes for its full blocks; "
                 "create it with block_hasher=get_request_block_hasher(block_size)."
             )
+
+    def cache_blocks(self, request: Request, num_computed_tokens: int) -> None:
+        """Name every block of the request that its first num_computed_tokens tokens fill, in every group; nothing
+        with prefix caching off (vLLM 0.33's KVCacheManager.cache_blocks, which the scheduler calls once a
+        step's drafts are verified)."""
+        if self.enable_caching:
+            self.coordinator.cache_blocks(request, num_computed_tokens)
 
     def free(self, request: Request) -> None:
         """Release the request's blocks in every group, each group last block first.

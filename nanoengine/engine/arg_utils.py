@@ -192,6 +192,7 @@ class EngineArgs:
             max_model_len=model_config.max_model_len,
             long_prefill_token_threshold_adaptive=self.long_prefill_token_threshold_adaptive,
             num_lookahead_tokens=speculative.num_lookahead_tokens if speculative else 0,
+            num_spec_tokens=speculative.num_speculative_tokens if speculative else 0,
         )
         return EngineConfig(
             model_config=model_config,

@@ -150,3 +150,35 @@ def test_a_priority_request_that_preempts_itself_lets_the_running_loop_go_on():
     outs = [run_step(s)[0] for _ in range(6)]
     assert outs[-2].num_scheduled_tokens == {"a": 1, "b": 1}
     assert outs[-1].num_scheduled_tokens == {"b": 1} and outs[-1].preempted_req_ids == {"a"}
+
+
+def test_with_drafts_on_the_blocks_a_verify_step_accepts_are_cached_before_a_stop_frees_them():
+    """vLLM 0.33's update_from_output caches a verify step's blocks (num_spec_tokens > 0): a request that stops
+    in the step that accepted its drafts leaves them cached. Issue: block size 4, prompt [98], max_tokens 4."""
+    s = make(num_spec_tokens=2, max_model_len=24)
+    s.add_request(req("a", 1, first=98, max_tokens=4))
+    run_step(s, token=7)  # the prompt: a's first output token is 7
+    s.update_draft_token_ids({"a": [8, 9]})
+    out = s.schedule()
+    assert out.scheduled_spec_decode_tokens == {"a": [8, 9]}
+    finished = s.update_from_output(out, ModelRunnerOutput({"a": [8, 9, 10]}))  # both accepted, then the bonus
+    a = s.requests.get("a") or finished[0]
+    assert a.output_token_ids == [7, 8, 9, 10] and a.status is RequestStatus.FINISHED_LENGTH_CAPPED
+    pool = s.kv_cache_manager.block_pool
+    assert pool.get_cached_block(a.block_hashes[0]) is not None, "block 0 ([98, 7, 8, 9]) was verified this step"
+
+
+def test_drafts_proposed_after_a_prompt_chunk_are_dropped():
+    """A request whose step was a prompt chunk (not its last) has no context to draft from yet: vLLM 0.33's
+    update_draft_token_ids drops what it is given (is_prefill_chunk). Budget 4, a 5-token prompt: 4 + 1."""
+    s = make(max_num_batched_tokens=4, num_spec_tokens=1)
+    s.add_request(req("a", 5))
+    out, _ = run_step(s)
+    assert out.num_scheduled_tokens == {"a": 4} and s.requests["a"].is_prefill_chunk
+    s.update_draft_token_ids({"a": [7]})
+    assert s.requests["a"].spec_token_ids == []
+    out, _ = run_step(s)
+    assert out.num_scheduled_tokens == {"a": 1} and out.scheduled_spec_decode_tokens == {}
+    assert not s.requests["a"].is_prefill_chunk
+    s.update_draft_token_ids({"a": [7]})
+    assert s.requests["a"].spec_token_ids == [7]

@@ -271,7 +271,9 @@ class Scheduler:
         )
         self.finished_req_ids = set()
         for req_id, n in num_scheduled.items():
-            self.requests[req_id].num_computed_tokens += n
+            request = self.requests[req_id]
+            request.num_computed_tokens += n
+            request.is_prefill_chunk = request.num_computed_tokens < request.num_tokens
         return out
 
     def scheduled_spec_decode_tokens(self, num_scheduled: dict[str, int]) -> dict[str, list[int]]:
@@ -290,11 +292,12 @@ class Scheduler:
 
     def update_draft_token_ids(self, draft_token_ids: dict[str, list[int]]) -> None:
         """Give running requests the drafts their next step verifies (vLLM's method of this name). Requests
-        finished or preempted meanwhile are skipped."""
+        finished or preempted meanwhile are skipped, and so are the drafts of a request whose last step was a
+        prompt chunk: they were proposed from a context that is not the request's yet."""
         for req_id, drafts in draft_token_ids.items():
             request = self.requests.get(req_id)
             if request is not None and request.status is RequestStatus.RUNNING:
-                request.spec_token_ids = drafts
+                request.spec_token_ids = [] if request.is_prefill_chunk else drafts
 
     # ---- results ----------------------------------------------------------------------------
     def update_from_output(
@@ -316,6 +319,10 @@ class Scheduler:
                 model_runner_output.sampled_token_ids[req_id],
                 scheduler_output.scheduled_spec_decode_tokens.get(req_id, []),
             )
+            if self.config.num_spec_tokens:
+                # The accepted drafts' blocks are verified now: name them before a stop frees the request
+                # (vLLM 0.33 does so here; allocate_slots would only at the request's next step).
+                self.kv_cache_manager.cache_blocks(request, request.num_computed_tokens)
             if status is not None:
                 self._finish(request, status)
                 finished.append(request)
