@@ -165,7 +165,7 @@ class Scheduler(Chapter07Scheduler):
         token and all the drafts, accepted or not. Contract, after the call:
         - The request's output holds exactly the tokens a non-speculative run would have appended by now:
           new_token_ids in order, up to and including the first one that triggers a stop rule (EOS unless
-          ignore_eos, max_tokens, max_model_len), and nothing after it. Its block hashes cover them.
+          ignore_eos, a stop token, max_tokens, max_model_len), and nothing after it. Its block hashes cover them.
         - num_computed_tokens counts only KV that is the request's own: every token it holds but the last, whose
           KV the next step computes (num_tokens - 1, at a stop too: vLLM keeps this so that a resumable request
           resumes from it). A rejected draft's slot holds the KV of a guess; the next step overwrites it.

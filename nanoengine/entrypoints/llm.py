@@ -77,7 +77,7 @@ def _keywords(method: Callable) -> tuple[str, ...]:
 
 def _progress_bar(use_tqdm) -> Callable[..., tqdm]:
     """What makes generate's progress bar: tqdm, shown or not, or the caller's own callable (vLLM's use_tqdm)."""
-    from tqdm.auto import tqdm  # here, not at import: in a notebook tqdm.auto brings in IPython's widgets
+    from tqdm.auto import tqdm  # here, not at import: under Jupyter tqdm.auto brings in IPython's widgets
 
     if isinstance(use_tqdm, bool):
         return partial(tqdm, disable=not use_tqdm)
@@ -227,7 +227,7 @@ class LLM:
         list of prompts gives an empty list, as in vLLM).
 
         use_tqdm: show a progress bar of finished requests (vLLM's argument, whose default is True; here
-        False, so that notebooks and scripts stay quiet unless asked), or a callable that makes the bar from
+        False, so that a call prints nothing unless asked), or a callable that makes the bar from
         tqdm's arguments, as vLLM accepts (functools.partial(tqdm, leave=False)).
         cache_salt isolates these requests' prefix-cache entries from everyone else's (a tenant id);
         priority matters only with scheduling_policy="priority" (lower runs first).
