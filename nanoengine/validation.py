@@ -115,5 +115,5 @@ def check_names(
         else:
             close = difflib.get_close_matches(name, [*known, *unsupported], n=1)
             suggestion = f" Did you mean {close[0]}?" if close else ""
-            message = f"{where} got an unexpected argument {name}.{suggestion} It takes: {', '.join(sorted(known))}."
+            message = f"{where} got an unknown argument {name}.{suggestion} It takes: {', '.join(sorted(known))}."
         raise error(message, parameter=name, value=given[name])

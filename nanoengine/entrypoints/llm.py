@@ -234,7 +234,8 @@ class LLM:
         Any other keyword raises InvalidRequestError naming it: vLLM's (lora_request, ...) with what nanoengine
         does instead, others with the closest name.
         """
-        check_names(InvalidRequestError, "LLM.generate", kwargs, _keywords(LLM.generate), _UNSUPPORTED_GENERATE)
+        if kwargs:
+            check_names(InvalidRequestError, "LLM.generate", kwargs, _keywords(LLM.generate), _UNSUPPORTED_GENERATE)
         batch = self._prepare(prompts, prompt_token_ids)
         params = self._params_per_prompt(sampling_params, len(batch))
         check_optional_str(InvalidRequestError, "cache_salt", cache_salt)
@@ -266,7 +267,8 @@ class LLM:
     ) -> RequestOutput:
         """One assistant reply to `messages` ([{"role", "content"}], or a single user string). use_tqdm and
         unknown keywords as in generate()."""
-        check_names(InvalidRequestError, "LLM.chat", kwargs, _keywords(LLM.chat), _UNSUPPORTED_CHAT)
+        if kwargs:
+            check_names(InvalidRequestError, "LLM.chat", kwargs, _keywords(LLM.chat), _UNSUPPORTED_CHAT)
         return self.generate(self.apply_chat_template(messages), sampling_params, use_tqdm=use_tqdm)[0]
 
     def apply_chat_template(self, messages: list[dict] | str) -> str:

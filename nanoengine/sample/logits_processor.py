@@ -84,30 +84,28 @@ def apply_penalties(logits: torch.Tensor, rows: Sequence[RowTokens]) -> torch.Te
     """vLLM's apply_penalties on logits [R, V], in place and returned: a token seen in the row's prompt or output
     has its logit divided by repetition_penalty when positive and multiplied by it otherwise; then every output
     token's logit loses frequency_penalty times its count and presence_penalty once."""
-    vocab_size = logits.shape[1]
-    device = logits.device
-    prompt_mask = _bin_counts([row.prompt_token_ids for row in rows], vocab_size, device) > 0
-    output_counts = _bin_counts([row.output_token_ids for row in rows], vocab_size, device)
+    vocab_size, device = logits.shape[1], logits.device
+    output_counts = _bin_counts([row.output_token_ids for row in rows], vocab_size, logits.dtype, device)
     output_mask = output_counts > 0
+    seen = output_mask | (_bin_counts([row.prompt_token_ids for row in rows], vocab_size, logits.dtype, device) > 0)
 
     def per_row(name: str) -> torch.Tensor:
         return torch.tensor([getattr(row.params, name) for row in rows], dtype=logits.dtype, device=device)[:, None]
 
-    penalties = torch.where(prompt_mask | output_mask, per_row("repetition_penalty"), 1.0)
+    penalties = torch.where(seen, per_row("repetition_penalty"), 1.0)
     logits *= torch.where(logits > 0, 1.0 / penalties, penalties)
     logits -= per_row("frequency_penalty") * output_counts
     logits -= per_row("presence_penalty") * output_mask
     return logits
 
 
-def _bin_counts(token_lists: Sequence[Sequence[int]], vocab_size: int, device: torch.device) -> torch.Tensor:
-    """[R, V] counts of each token in each list. The lists are padded with vocab_size, a column cut off after the
-    count (vLLM's get_token_bin_counts_and_mask pads the same way)."""
-    padded = pad_sequence(
-        [torch.as_tensor(tokens, dtype=torch.int64) for tokens in token_lists],
-        batch_first=True,
-        padding_value=vocab_size,
-    ).to(device)
-    counts = torch.zeros(len(token_lists), vocab_size + 1, dtype=torch.int64, device=device)
-    counts.scatter_add_(1, padded, torch.ones_like(padded))
-    return counts[:, :vocab_size]
+def _bin_counts(
+    token_lists: Sequence[Sequence[int]], vocab_size: int, dtype: torch.dtype, device: torch.device
+) -> torch.Tensor:
+    """[R, V] counts of each token in each list, in dtype (they only ever scale a penalty). The lists are padded
+    with token 0 at weight 0, so the counts come out contiguous (vLLM pads with vocab_size, to a column it then
+    cuts off, which leaves a strided view that every later operation pays for)."""
+    tokens = pad_sequence([torch.as_tensor(t, dtype=torch.int64) for t in token_lists], batch_first=True)
+    weights = pad_sequence([torch.ones(len(t), dtype=dtype) for t in token_lists], batch_first=True)
+    counts = torch.zeros(len(token_lists), vocab_size, dtype=dtype, device=device)
+    return counts.scatter_add_(1, tokens.to(device), weights.to(device))

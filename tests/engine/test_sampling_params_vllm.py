@@ -33,11 +33,9 @@ def reference(logits: list[float], params: SamplingParams, prompt: list[int], ou
         for token in [*params.stop_token_ids, EOS]:
             out[token] = float("-inf")
     counts = collections.Counter(output)
-    for token in range(len(out)):
-        if token in prompt or token in counts:
-            out[token] = (
-                out[token] / params.repetition_penalty if out[token] > 0 else out[token] * params.repetition_penalty
-            )
+    for token in set(prompt) | set(counts):  # every other token is left as it is
+        rep = params.repetition_penalty
+        out[token] = out[token] / rep if out[token] > 0 else out[token] * rep
         if token in counts:
             out[token] -= params.frequency_penalty * counts[token] + params.presence_penalty
     return out
@@ -154,15 +152,15 @@ def greedy(llm, prompt, **kwargs):
         {"frequency_penalty": 0.8},
         {"presence_penalty": 1.5, "repetition_penalty": 1.1},
         {"logit_bias": {1000: 2.0, 34: -6.0}},
-        {"min_tokens": 20, "repetition_penalty": 0.8, "chat": True},
+        {"min_tokens": 10, "repetition_penalty": 0.8, "chat": True},
     ],
     ids=str,
 )
 def test_greedy_follows_the_processed_logits_step_by_step(llm, prompt, raw_logits, kwargs):
     kwargs = dict(kwargs)
     prompt = prompt if kwargs.pop("chat", False) else REPEATING
-    params = SamplingParams(temperature=0, max_tokens=24, **kwargs)
-    plain = greedy(llm, prompt, max_tokens=24)
+    params = SamplingParams(temperature=0, max_tokens=12, **kwargs)
+    plain = greedy(llm, prompt, max_tokens=12)
     raw_logits.clear()
     out = llm.generate(prompt, params)[0].outputs[0]
     prompt_ids = llm.tokenizer.encode(prompt)
@@ -350,7 +348,7 @@ def test_every_unsupported_vllm_field_is_refused_by_name(name):
 
 
 def test_an_unknown_keyword_is_refused_with_the_closest_name():
-    with pytest.raises(InvalidRequestError, match="unexpected argument temprature. Did you mean temperature") as info:
+    with pytest.raises(InvalidRequestError, match="unknown argument temprature. Did you mean temperature") as info:
         SamplingParams(temprature=0.5)
     assert info.value.parameter == "temprature" and not isinstance(info.value, TypeError)
 
