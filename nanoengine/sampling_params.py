@@ -7,6 +7,7 @@ default (which asks for what nanoengine does anyway); any other keyword is refus
 
 from __future__ import annotations
 
+import inspect
 import math
 import numbers
 import reprlib
@@ -209,6 +210,9 @@ class SamplingParams(metaclass=_RefusesUnknownFields):
 
 
 FIELD_NAMES = frozenset(f.name for f in fields(SamplingParams))
+# help() and editors read the fields from the dataclass's __init__, not from the metaclass's (*args, **kwargs).
+_init = inspect.signature(SamplingParams.__init__)
+SamplingParams.__signature__ = _init.replace(parameters=list(_init.parameters.values())[1:])  # type: ignore[attr-defined]
 
 
 def _is_int(value) -> bool:

@@ -388,7 +388,8 @@ class LLM:
                     value=bad,
                 )
         if self.speculative_config is not None:
-            for name, used in (("min_p", p.min_p > 0.0), ("logit_bias", bool(p.logit_bias))):
+            # vLLM resets a greedy request's min_p to 0 before this check: greedy never reads it.
+            for name, used in (("min_p", p.min_p > 0.0 and not p.greedy), ("logit_bias", bool(p.logit_bias))):
                 if used:
                     raise InvalidRequestError(
                         f"{name} is not supported with speculative decoding (vLLM 0.33 refuses it too): leave it "

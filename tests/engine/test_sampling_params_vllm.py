@@ -248,6 +248,8 @@ def test_penalties_and_min_tokens_give_the_same_greedy_tokens_under_speculative_
         with pytest.raises(InvalidRequestError, match=f"{name} is not supported with speculative") as info:
             spec.generate(prompt, SamplingParams(**kwargs))
         assert info.value.parameter == name
+    greedy_min_p = spec.generate(prompt, SamplingParams(temperature=0, max_tokens=2, min_p=0.5))[0]
+    assert len(greedy_min_p.token_ids) == 2, "vLLM lets greedy keep a min_p it never reads"
 
 
 # ---- validation ---------------------------------------------------------------------------------------------------
