@@ -168,7 +168,7 @@ class Scheduler(Chapter07Scheduler):
         verified token and all the drafts, accepted or not. Contract, after the call:
         - The request's output holds exactly the tokens a non-speculative run would have appended by now:
           new_token_ids in order, up to and including the first one that triggers a stop rule (EOS unless
-          ignore_eos, max_tokens, max_model_len), and nothing after it. Its block hashes cover them.
+          ignore_eos, a stop token, max_tokens, max_model_len), and nothing after it. Its block hashes cover them.
         - num_computed_tokens counts the positions the next step need not compute: those whose KV in the cache
           is the KV of the request's own tokens, save that the request's last token is always left to compute
           (the next step writes its KV; at a stop too, as vLLM keeps it, so that a resumable request resumes

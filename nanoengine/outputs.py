@@ -31,8 +31,9 @@ PromptLogprobs = list[dict[int, Logprob] | None]
 class CompletionOutput:
     """One completion of a request, vLLM's field names.
 
-    finish_reason: "stop" (EOS or a stop string) or "length" (max_tokens reached); None while running.
-    stop_reason: the stop string that ended it, None for EOS or a length cap (as in vLLM).
+    finish_reason: "stop" (EOS, a stop token or a stop string) or "length" (max_tokens reached); None while running.
+    stop_reason: the stop string or the stop token id (SamplingParams.stop_token_ids) that ended it, None for EOS
+    or a length cap (as in vLLM).
     logprobs and cumulative_logprob (the sum of the sampled tokens' logprobs) are set when
     SamplingParams.logprobs asks for them, None otherwise.
     """

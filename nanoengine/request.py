@@ -103,6 +103,17 @@ class Request:
         return self.sampling_params.prompt_logprobs is not None
 
     @property
+    def stop_reason(self) -> int | None:
+        """The stop token that finished the request (vLLM's Request.stop_reason): its last token, when
+        Scheduler.check_stop stopped it on one of stop_token_ids rather than on EOS (which it checks first);
+        None otherwise. A stop string's stop_reason is the engine's, which matches text."""
+        if self.status != RequestStatus.FINISHED_STOPPED or not self.output_token_ids:
+            return None
+        last, params = self.output_token_ids[-1], self.sampling_params
+        stopped_on_eos = last == self.eos_token_id and not params.ignore_eos
+        return last if last in params.stop_token_ids and not stopped_on_eos else None
+
+    @property
     def num_prompt_tokens(self) -> int:
         return len(self.prompt_token_ids)
 

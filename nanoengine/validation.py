@@ -9,10 +9,11 @@ Python, but `max_tokens=True` is a slip, not a request for one token.
 
 from __future__ import annotations
 
+import difflib
 import math
 import numbers
 import reprlib
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 from nanoengine.errors import InvalidArgumentError
 
@@ -58,16 +59,20 @@ def check_real(
     value,
     *,
     low: float,
-    high: float,
+    high: float | None,
     low_open: bool = False,
     hint: str = "",
 ) -> float:
-    """A finite number in [low, high], or (low, high] where low_open: NaN and infinities never pass."""
-    wanted = f"a finite number in {'(' if low_open else '['}{low}, {high}]"
+    """A finite number in [low, high], or (low, high] where low_open; high None leaves it unbounded above.
+    NaN and infinities never pass."""
+    if high is None:
+        wanted = f"a finite number {'>' if low_open else '>='} {low}"
+    else:
+        wanted = f"a finite number in {'(' if low_open else '['}{low}, {high}]"
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
         _fail(error, name, value, wanted, hint)
     value = float(value)
-    if value > high or value < low or (low_open and value == low):
+    if (high is not None and value > high) or value < low or (low_open and value == low):
         _fail(error, name, value, wanted, hint)
     return value
 
@@ -88,3 +93,27 @@ def check_optional_str(error: type[InvalidArgumentError], name: str, value) -> s
     if value is not None and not isinstance(value, str):
         _fail(error, name, value, "a string or None", "")
     return value
+
+
+def check_names(
+    error: type[InvalidArgumentError],
+    where: str,
+    given: Mapping[str, object],
+    known: Collection[str],
+    unsupported: Mapping[str, str] | None = None,
+) -> None:
+    """Refuse, by name, an argument `where` does not take (given maps names to values), where Python would raise
+    a bare TypeError. One of vLLM's that nanoengine lacks (a key of unsupported) says so, with the reason its
+    value gives; any other name gets the closest known one (difflib), if one is close."""
+    unsupported = unsupported or {}
+    for name in given:
+        if name in known:
+            continue
+        if name in unsupported:
+            shown = reprlib.repr(given[name])
+            message = f"nanoengine's {where} does not support {name} (given {shown}): {unsupported[name]}"
+        else:
+            close = difflib.get_close_matches(name, [*known, *unsupported], n=1)
+            suggestion = f" Did you mean {close[0]}?" if close else ""
+            message = f"{where} got an unknown argument {name}.{suggestion} It takes: {', '.join(sorted(known))}."
+        raise error(message, parameter=name, value=given[name])

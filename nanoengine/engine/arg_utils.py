@@ -30,7 +30,7 @@ from nanoengine.model.loader import read_config, unpacked_folder
 from nanoengine.parts import EngineParts, build_part, missing_members
 from nanoengine.sample.rejection_sampler import rejection_sample
 from nanoengine.spec_decode.ngram_proposer import NgramProposer
-from nanoengine.validation import check_bool, check_choice, check_int, check_real
+from nanoengine.validation import check_bool, check_choice, check_int, check_names, check_real
 from nanoengine.worker.block_table import BlockTable
 
 _FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
@@ -160,15 +160,9 @@ class EngineArgs:
 
     @classmethod
     def from_kwargs(cls, model: str | os.PathLike | LlamaForCausalLM | None, kwargs: dict) -> EngineArgs:
-        """LLM(model, **kwargs)'s arguments; an unknown keyword is refused by name, with the known ones listed."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(k for k in kwargs if k not in names)
-        if unknown:
-            raise InvalidEngineArgumentError(
-                f"LLM got unknown argument(s) {', '.join(unknown)}. nanoengine takes: {', '.join(sorted(names))}.",
-                parameter=unknown[0],
-                value=kwargs[unknown[0]],
-            )
+        """LLM(model, **kwargs)'s arguments; an unknown keyword is refused by name, with the closest known one and
+        all of them listed."""
+        check_names(InvalidEngineArgumentError, "LLM", kwargs, {f.name for f in dataclasses.fields(cls)})
         return cls(model=model, **kwargs)
 
     def create_engine_config(self) -> EngineConfig:

@@ -389,13 +389,21 @@ class LLMEngine:
         state = self.outputs[req_id]
         request, detokenizer = state.request, state.detokenizer
         state.first_token_time = state.first_token_time or now
-        stops = request.sampling_params.stop
-        if detokenizer is None or not stops:
-            if detokenizer is not None:
-                detokenizer.update(request.output_token_ids)
+        params = request.sampling_params
+        if detokenizer is None:
             return False
-        for token in request.output_token_ids[detokenizer.num_tokens :]:
-            if (new := detokenizer.step(token)) and self._match_stop(state, new, stops):
+        # A request the scheduler stopped on EOS or a stop token keeps that token in token_ids but not in the
+        # text (vLLM's detokenizer skips it unless include_stop_str_in_output).
+        tokens = request.output_token_ids
+        if request.status == RequestStatus.FINISHED_STOPPED:
+            tokens = tokens[:-1]
+        if not params.stop:
+            detokenizer.update(tokens)
+            return False
+        for token in tokens[detokenizer.num_tokens :]:
+            new = detokenizer.step(token)
+            # Stop strings count only once min_tokens tokens are out: a match must end in a later token's text.
+            if new and detokenizer.num_tokens > params.min_tokens and self._match_stop(state, new, params.stop):
                 state.num_token_ids = detokenizer.num_tokens
                 break
         return state.finish_reason is not None and not RequestStatus.is_finished(request.status)
@@ -403,12 +411,15 @@ class LLMEngine:
     @staticmethod
     def _match_stop(state: _OutputState, new: str, stops: list[str]) -> bool:
         """Whether a stop string ends in the new text; if so, record where it begins and which it is."""
-        # No stop string was in the text before, so a match ends in the new part: search a window that
-        # starts where the longest stop could begin. Stops stay exact across tokens; the earliest match wins.
+        # A match ends in the new part: search a window that starts where the longest stop could begin. Stops
+        # stay exact across tokens; the earliest match wins.
         detokenizer = state.detokenizer
         assert detokenizer is not None, "_detokenize matches stop strings only with a detokenizer"
         window = detokenizer.tail(len(new) + max(map(len, stops)) - 1)
-        matches = [(i, stop) for stop in stops if (i := window.find(stop)) >= 0]
+        # Each stop is searched only where it would end in the new text: text before min_tokens may hold one.
+        matches = [
+            (i, stop) for stop in stops if (i := window.find(stop, max(0, len(window) - len(new) - len(stop) + 1))) >= 0
+        ]
         if matches:
             i, stop = min(matches)
             state.stop_at = detokenizer.num_chars - len(window) + i
@@ -426,7 +437,7 @@ class LLMEngine:
             logprobs=logprobs,
             cumulative_logprob=None if logprobs is None else sum(e[t].logprob for e, t in zip(logprobs, token_ids)),
             finish_reason=state.finish_reason or _FINISH_REASONS[request.status],
-            stop_reason=state.stop_reason,
+            stop_reason=state.stop_reason if state.finish_reason else request.stop_reason,
         )
         return RequestOutput(
             request_id=request.request_id,

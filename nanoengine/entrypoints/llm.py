@@ -7,11 +7,13 @@ the LLMEngine and its layers are built from (engine/arg_utils.py, engine/llm_eng
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import numbers
 import os
 import reprlib
-from collections.abc import Iterator, Sequence
-from typing import Self
+from collections.abc import Callable, Iterator, Sequence
+from functools import partial
+from typing import TYPE_CHECKING, Self
 
 import torch
 
@@ -26,7 +28,10 @@ from nanoengine.model.tokenizer import Tokenizer
 from nanoengine.outputs import RequestMetrics, RequestOutput
 from nanoengine.parts import attribute, given_parts
 from nanoengine.sampling_params import SamplingParams
-from nanoengine.validation import check_bool, check_int, check_optional_str
+from nanoengine.validation import check_int, check_names, check_optional_str
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
 
 
 def merge_samples(samples: list[RequestOutput]) -> RequestOutput:
@@ -44,6 +49,44 @@ def merge_samples(samples: list[RequestOutput]) -> RequestOutput:
             min(t.first_token_time for t in times),
             max(t.finish_time for t in times),
         ),
+    )
+
+
+# vLLM 0.33's arguments of LLM.generate and LLM.chat that nanoengine does not take, and what to do instead.
+_UNSUPPORTED_GENERATE = {
+    "lora_request": "nanoengine serves no LoRA adapters.",
+    "tokenization_kwargs": "pass prompt_token_ids= to tokenize the prompts yourself.",
+    "mm_processor_kwargs": "nanoengine serves text-only models.",
+}
+_UNSUPPORTED_CHAT = {
+    **_UNSUPPORTED_GENERATE,
+    "chat_template": "the model's own template (from its GGUF) is always used; or format the prompt yourself and "
+    "call generate().",
+    "chat_template_content_format": "message contents are plain strings.",
+    "add_generation_prompt": "the assistant's turn is always opened; format the prompt yourself for anything else.",
+    "continue_final_message": "format the prompt yourself and call generate().",
+    "tools": "nanoengine has no tool calling.",
+    "chat_template_kwargs": "format the prompt yourself and call generate().",
+}
+
+
+def _keywords(method: Callable) -> tuple[str, ...]:
+    """The named parameters of a method, to suggest the closest to a keyword it does not take."""
+    return tuple(n for n, p in inspect.signature(method).parameters.items() if n != "self" and p.kind != p.VAR_KEYWORD)
+
+
+def _progress_bar(use_tqdm) -> Callable[..., tqdm]:
+    """What makes generate's progress bar: tqdm, shown or not, or the caller's own callable (vLLM's use_tqdm)."""
+    from tqdm.auto import tqdm  # here, not at import: under Jupyter tqdm.auto brings in IPython's widgets
+
+    if isinstance(use_tqdm, bool):
+        return partial(tqdm, disable=not use_tqdm)
+    if callable(use_tqdm):
+        return use_tqdm
+    raise InvalidRequestError(
+        f"use_tqdm must be True, False or a callable that makes a progress bar, got {reprlib.repr(use_tqdm)}.",
+        parameter="use_tqdm",
+        value=use_tqdm,
     )
 
 
@@ -175,22 +218,29 @@ class LLM:
         sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
         *,
         prompt_token_ids: Sequence[int] | Sequence[Sequence[int]] | None = None,
+        use_tqdm: bool | Callable[..., tqdm] = False,
         cache_salt: str | None = None,
         priority: int = 0,
-        progress: bool = False,
+        **kwargs,
     ) -> list[RequestOutput]:
         """Complete every prompt together (continuous batching); outputs come back in input order (an empty
         list of prompts gives an empty list, as in vLLM).
 
+        use_tqdm: show a progress bar of finished requests (vLLM's argument, whose default is True; here
+        False, so that a call prints nothing unless asked), or a callable that makes the bar from
+        tqdm's arguments, as vLLM accepts (functools.partial(tqdm, leave=False)).
         cache_salt isolates these requests' prefix-cache entries from everyone else's (a tenant id);
         priority matters only with scheduling_policy="priority" (lower runs first).
+        Any other keyword raises InvalidRequestError naming it: vLLM's (lora_request, ...) with what nanoengine
+        does instead, others with the closest name.
         """
+        if kwargs:
+            check_names(InvalidRequestError, "LLM.generate", kwargs, _keywords(LLM.generate), _UNSUPPORTED_GENERATE)
         batch = self._prepare(prompts, prompt_token_ids)
         params = self._params_per_prompt(sampling_params, len(batch))
         check_optional_str(InvalidRequestError, "cache_salt", cache_salt)
         priority = check_int(InvalidRequestError, "priority", priority)
-        check_bool(InvalidRequestError, "progress", progress)
-        from tqdm.auto import tqdm
+        make_bar = _progress_bar(use_tqdm)
 
         with _Call(self) as call:
             # n > 1: n child requests per prompt; the first to be scheduled caches the prompt's full
@@ -202,14 +252,24 @@ class LLM:
                 ]
                 for (text, tokens), p in zip(batch, params)
             ]
-            with tqdm(total=sum(map(len, ids)), desc="Generating", unit="req", disable=not progress) as bar:
+            with make_bar(total=sum(map(len, ids)), desc="Generating", unit="req") as bar:
                 while call.pending:
                     bar.update(len(call.step()))
             return [merge_samples([call.done[i] for i in children]) for children in ids]
 
-    def chat(self, messages: list[dict] | str, sampling_params: SamplingParams | None = None) -> RequestOutput:
-        """One assistant reply to `messages` ([{"role", "content"}], or a single user string)."""
-        return self.generate(self.apply_chat_template(messages), sampling_params)[0]
+    def chat(
+        self,
+        messages: list[dict] | str,
+        sampling_params: SamplingParams | None = None,
+        *,
+        use_tqdm: bool | Callable[..., tqdm] = False,
+        **kwargs,
+    ) -> RequestOutput:
+        """One assistant reply to `messages` ([{"role", "content"}], or a single user string). use_tqdm and
+        unknown keywords as in generate()."""
+        if kwargs:
+            check_names(InvalidRequestError, "LLM.chat", kwargs, _keywords(LLM.chat), _UNSUPPORTED_CHAT)
+        return self.generate(self.apply_chat_template(messages), sampling_params, use_tqdm=use_tqdm)[0]
 
     def apply_chat_template(self, messages: list[dict] | str) -> str:
         if self.tokenizer is None:
@@ -312,7 +372,31 @@ class LLM:
                         parameter=name,
                         value=k,
                     )
+            self._verify_token_ids(p)
         return params
+
+    def _verify_token_ids(self, p: SamplingParams) -> None:
+        """What vLLM's SamplingParams.verify checks against the model and the engine: the token ids of
+        logit_bias and stop_token_ids are in the vocabulary, and neither min_p nor logit_bias is asked of an
+        engine with speculative decoding (vLLM 0.33 refuses both there)."""
+        vocab = self.config.vocab_size
+        for name, ids in (("logit_bias", list(p.logit_bias or ())), ("stop_token_ids", p.stop_token_ids)):
+            if bad := [t for t in ids if not 0 <= t < vocab]:
+                raise InvalidRequestError(
+                    f"{name} has token id(s) {reprlib.repr(bad)} outside the vocabulary: ids must be in [0, {vocab}).",
+                    parameter=name,
+                    value=bad,
+                )
+        if self.speculative_config is not None:
+            # vLLM resets a greedy request's min_p to 0 before this check: greedy never reads it.
+            for name, used in (("min_p", p.min_p > 0.0 and not p.greedy), ("logit_bias", bool(p.logit_bias))):
+                if used:
+                    raise InvalidRequestError(
+                        f"{name} is not supported with speculative decoding (vLLM 0.33 refuses it too): leave it "
+                        "out, or build the LLM without speculative_config.",
+                        parameter=name,
+                        value=getattr(p, name),
+                    )
 
     def _prepare(self, prompts, prompt_token_ids) -> list[tuple[str | None, list[int]]]:
         if (prompts is None) == (prompt_token_ids is None):

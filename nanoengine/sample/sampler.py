@@ -9,9 +9,9 @@ from nanoengine.sampling_params import SamplingParams
 
 
 def sample(logits: torch.Tensor, params: list[SamplingParams], generators: list[torch.Generator | None]) -> list[int]:
-    """logits: [B, V] fp32. Greedy rows take the argmax; the others are tempered, truncated by
-    top-k then top-p, and drawn from their own generator so a seeded request gives the same text
-    whatever else shares its batch."""
+    """logits: [B, V] fp32, already through logit_bias, min_tokens and the penalties (logits_processor.py).
+    Greedy rows take the argmax; the others are tempered, truncated by min_p, top-k then top-p, and drawn from
+    their own generator so a seeded request gives the same text whatever else shares its batch."""
     out = logits.argmax(dim=-1).tolist()
     for row, (p, gen) in enumerate(zip(params, generators)):
         if not p.greedy:
@@ -20,8 +20,14 @@ def sample(logits: torch.Tensor, params: list[SamplingParams], generators: list[
 
 
 def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-    """The distribution a sampled row draws from: logits [V] tempered, then truncated by top-k and top-p."""
-    return _filtered_probs(logits / params.temperature, params.top_k, params.top_p)
+    """The distribution a sampled row draws from: logits [V] tempered, then truncated by min_p, top-k and top-p
+    (vLLM's order: min_p is its argmax-invariant logits processor, run after temperature and before top-k/top-p)."""
+    logits = logits / params.temperature
+    if params.min_p > 0.0:
+        # vLLM's MinPLogitsProcessor: drop the tokens less likely than min_p times the likeliest one.
+        probs = logits.softmax(-1)
+        logits.masked_fill_(probs < probs.max() * params.min_p, float("-inf"))
+    return _filtered_probs(logits, params.top_k, params.top_p)
 
 
 def draw(probs: torch.Tensor, generator: torch.Generator | None) -> int:

@@ -23,6 +23,7 @@ from nanoengine.core.sched.output import SchedulerOutput
 from nanoengine.errors import InvalidRequestError
 from nanoengine.model import LlamaForCausalLM
 from nanoengine.outputs import Logprob
+from nanoengine.sample.logits_processor import RowTokens, apply_logits_processors, uses_logits_processors
 from nanoengine.sample.rejection_sampler import rejection_sample
 from nanoengine.sample.sampler import compute_logprobs, make_generator, sample
 from nanoengine.sampling_params import SamplingParams
@@ -45,6 +46,7 @@ class CachedRequestState:
     num_computed_tokens: int
     sampling_params: SamplingParams
     num_prompt_tokens: int
+    eos_token_id: int | None = None
     # Prompt logprobs gathered chunk by chunk while the prompt is prefilled (when asked for).
     prompt_logprobs: list[dict[int, Logprob]] = field(default_factory=list)
 
@@ -96,7 +98,12 @@ class ModelRunner:
                     "to a request whose skip_reading_prefix_cache is True (see KVCacheManager.get_computed_blocks)."
                 )
             self.requests[new.req_id] = CachedRequestState(
-                new.req_id, list(new.prefill_token_ids), new.num_computed_tokens, params, len(new.prompt_token_ids)
+                new.req_id,
+                list(new.prefill_token_ids),
+                new.num_computed_tokens,
+                params,
+                len(new.prompt_token_ids),
+                new.eos_token_id,
             )
             self.input_block_table.add_row(new.req_id, new.block_ids)
             if new.req_id not in self.generators:
@@ -240,15 +247,31 @@ class ModelRunner:
             [r for (i, _), d in zip(done, drafts) for r in range(starts[i + 1] - 1 - len(d), starts[i + 1])]
         )
         params, generators = [s.sampling_params for _, s in done], [self.generators[s.req_id] for _, s in done]
+        processed = apply_logits_processors(logits, self._logits_rows(done, drafts))
         if spec:  # a step without drafts samples exactly as decoding without speculation does
-            token_lists = self.rejection_sampler(logits, drafts, params, generators)
+            token_lists = self.rejection_sampler(processed, drafts, params, generators)
         else:
-            token_lists = [[token] for token in sample(logits, params, generators)]
+            token_lists = [[token] for token in sample(processed, params, generators)]
         firsts = list(itertools.accumulate((len(d) + 1 for d in drafts), initial=0))
         output.logprobs = self._sample_logprobs(logits, firsts, done, token_lists)
         for (_, state), tokens in zip(done, token_lists):
             state.token_ids.extend(tokens)
         output.sampled_token_ids = {state.req_id: tokens for (_, state), tokens in zip(done, token_lists)}
+
+    @staticmethod
+    def _logits_rows(done, drafts: list[list[int]]) -> list[RowTokens | None]:
+        """Per row of _sample's logits, what logit_bias, min_tokens and the penalties need (None: the request
+        uses none of them, the common case, which costs one check a request): row t of a request with drafts
+        follows its output tokens and its first t drafts."""
+        rows: list[RowTokens | None] = []
+        for (_, s), d in zip(done, drafts):
+            p, num_prompt = s.sampling_params, s.num_prompt_tokens
+            if not uses_logits_processors(p, len(s.token_ids) - num_prompt):
+                rows += [None] * (len(d) + 1)
+                continue
+            prompt, output = s.token_ids[:num_prompt], s.token_ids[num_prompt:]
+            rows += [RowTokens(p, prompt, output + d[:t], s.eos_token_id) for t in range(len(d) + 1)]
+        return rows
 
     def take_draft_token_ids(self) -> dict[str, list[int]]:
         """The drafts the draft model proposed in the last step, by request id (vLLM's method of this name);

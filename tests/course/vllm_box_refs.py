@@ -35,7 +35,7 @@ R(
         ("vllm/vllm/entrypoints/llm.py", "    def chat("),
         ("vllm/vllm/entrypoints/llm.py", "    ) -> list[RequestOutput]:", 2),
     ],
-    [("nanoengine/entrypoints/llm.py", "def chat(self, messages: list[dict] | str")],
+    [("nanoengine/entrypoints/llm.py", "    def chat(\n        self,\n        messages: list[dict] | str,")],
 )
 R(
     "00",

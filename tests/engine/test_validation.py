@@ -39,6 +39,13 @@ SAMPLING = {
     "n": st.one_of(st.integers(-1, 3), st.sampled_from([16384, 16385, 10**9]), ODD),
     "logprobs": st.one_of(st.integers(-2, 300), ODD),
     "prompt_logprobs": st.one_of(st.integers(-2, 300), ODD),
+    "min_p": st.one_of(st.floats(-0.5, 1.5), ODD),
+    "presence_penalty": st.one_of(st.floats(-3, 3), ODD),
+    "frequency_penalty": st.one_of(st.floats(-3, 3), ODD),
+    "repetition_penalty": st.one_of(st.floats(-1, 3), ODD),
+    "min_tokens": st.one_of(st.integers(-1, 20), ODD),
+    "stop_token_ids": st.one_of(st.lists(st.integers(-2, 300), max_size=3), ODD),
+    "logit_bias": st.one_of(st.dictionaries(st.integers(-2, 300), st.floats(-200, 200), max_size=3), ODD),
 }
 
 ENGINE = {
@@ -73,7 +80,7 @@ ENGINE = {
 CALL = {
     "cache_salt": st.one_of(st.text(max_size=3), ODD),
     "priority": st.one_of(st.integers(-5, 5), ODD),
-    "progress": st.one_of(st.booleans(), ODD),
+    "use_tqdm": st.one_of(st.booleans(), ODD),
 }
 
 

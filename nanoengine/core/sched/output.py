@@ -19,6 +19,8 @@ class NewRequestData:
 
     prefill_token_ids: every token to compute, the prompt and, for a request resumed after preemption, the
     output tokens it had (vLLM's v2 runner field of that name); prompt_token_ids is its first part.
+    eos_token_id: the request's EOS, which min_tokens keeps the sampler from drawing (vLLM carries it in the
+    request's SamplingParams, as part of all_stop_token_ids).
     """
 
     req_id: str
@@ -27,6 +29,7 @@ class NewRequestData:
     sampling_params: SamplingParams
     block_ids: tuple[list[int], ...]
     num_computed_tokens: int
+    eos_token_id: int | None = None
 
     @classmethod
     def from_request(cls, request: Request, block_ids: tuple[list[int], ...]) -> NewRequestData:
@@ -37,6 +40,7 @@ class NewRequestData:
             sampling_params=request.sampling_params,
             block_ids=block_ids,
             num_computed_tokens=request.num_computed_tokens,
+            eos_token_id=request.eos_token_id,
         )
 
 

@@ -347,11 +347,14 @@ class Scheduler:
         return None
 
     def check_stop(self, request: Request) -> RequestStatus | None:
-        """The finished status the request's last appended token gives it (EOS unless ignore_eos; max_tokens;
-        max_model_len), or None while it runs on. It changes nothing: vLLM 0.33's check_stop (sched/utils.py) sets
-        request.status itself and returns whether the request stopped."""
+        """The finished status the request's last appended token gives it (EOS unless ignore_eos; one of
+        stop_token_ids; max_tokens; max_model_len), or None while it runs on. It changes nothing: vLLM 0.33's
+        check_stop (sched/utils.py) sets request.status and stop_reason itself (here Request.stop_reason reads
+        it) and returns whether the request stopped. min_tokens needs no check here: until then the sampler
+        never draws EOS or a stop token."""
         params = request.sampling_params
-        if request.output_token_ids[-1] == request.eos_token_id and not params.ignore_eos:
+        last = request.output_token_ids[-1]
+        if (last == request.eos_token_id and not params.ignore_eos) or last in params.stop_token_ids:
             return RequestStatus.FINISHED_STOPPED
         if len(request.output_token_ids) >= params.max_tokens or request.num_tokens >= self.config.max_model_len:
             return RequestStatus.FINISHED_LENGTH_CAPPED
