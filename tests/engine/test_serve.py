@@ -109,6 +109,30 @@ def test_greedy_completion_equals_llm_generate(server, client, llm):
     assert_idle(server)
 
 
+def test_the_sampling_fields_clients_send_give_llm_generates_tokens(server, client, llm):
+    """OpenAI's penalties and logit_bias, and vLLM's extra fields (repetition_penalty, min_p, min_tokens,
+    stop_token_ids), reach SamplingParams as LLM.generate takes them."""
+    fields = {"presence_penalty": 0.5, "frequency_penalty": 0.8, "logit_bias": {"28": 4.0}}
+    extra = {
+        "repetition_penalty": 1.3,
+        "min_p": 0.05,
+        "min_tokens": 3,
+        "stop_token_ids": [30],
+        "return_token_ids": True,
+    }
+    params = SamplingParams(
+        temperature=0, max_tokens=10, **fields, **{k: v for k, v in extra.items() if k != "return_token_ids"}
+    )
+    reference = llm.generate(PROMPT, params)[0]
+    out = client.completions.create(
+        model=MODEL, prompt=PROMPT, temperature=0, max_tokens=10, **fields, extra_body=extra
+    )
+    assert out.choices[0].model_extra["token_ids"] == reference.token_ids
+    plain = llm.generate(PROMPT, SamplingParams(temperature=0, max_tokens=10))[0]
+    assert reference.token_ids != plain.token_ids, "the fields change the greedy tokens, so the test can fail"
+    assert_idle(server)
+
+
 def test_chat_streamed_and_not(server, client, llm):
     messages = [{"role": "user", "content": "What is the capital of Japan?"}]
     reference = llm.chat(messages, SamplingParams(temperature=0, max_tokens=10))
@@ -167,7 +191,13 @@ BAD = [
     ("completions", {"prompt": PROMPT, "logprobs": 1000}, 400, "logprobs"),
     ("completions", {"prompt": PROMPT, "seed": 2**70}, 400, "seed"),
     ("completions", {"prompt": PROMPT, "stop": [""]}, 400, "stop"),
-    ("completions", {"prompt": PROMPT, "presence_penalty": 0.5}, 400, "presence_penalty"),
+    ("completions", {"prompt": PROMPT, "presence_penalty": 3}, 400, "presence_penalty"),
+    ("completions", {"prompt": PROMPT, "repetition_penalty": 0}, 400, "repetition_penalty"),
+    ("completions", {"prompt": PROMPT, "min_p": 1.5}, 400, "min_p"),
+    ("completions", {"prompt": PROMPT, "stop_token_ids": [10**9]}, 400, "stop_token_ids"),
+    ("completions", {"prompt": PROMPT, "min_tokens": 9, "max_tokens": 4}, 400, "min_tokens"),
+    ("completions", {"prompt": PROMPT, "logit_bias": {"x": 1}}, 400, "logit_bias"),
+    ("completions", {"prompt": PROMPT, "use_beam_search": True}, 400, "use_beam_search"),
     ("completions", {"prompt": PROMPT, "echo": True}, 400, "echo"),
     ("completions", {"prompt": PROMPT, "prompt_logprobs": 1, "stream": True}, 400, "prompt_logprobs"),
     ("completions", {"prompt": "word " * 3000}, 400, "prompt"),
@@ -180,8 +210,8 @@ BAD = [
     ("chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "logprobs": True, "top_logprobs": 99}, 400,
      "top_logprobs"),
     ("chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "top_logprobs": 2}, 400, "top_logprobs"),
-    ("chat/completions", {"messages": [{"role": "user"}], "stream": True, "frequency_penalty": 1}, 400,
-     "frequency_penalty"),
+    ("chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "stream": True, "frequency_penalty": -9},
+     400, "frequency_penalty"),
     ("chat/completions", {"messages": []}, 400, "messages"),
     ("chat/completions", {"messages": "Hi"}, 400, "messages"),
 ]  # fmt: skip
