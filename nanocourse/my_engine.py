@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import hashlib
+import importlib
 import importlib.util
 import json
 import sys
@@ -86,8 +87,8 @@ def exercise_path(module: str, root: Path = EXERCISES) -> Path:
 def load_exercise(module: str, root: Path = EXERCISES) -> ModuleType:
     """exercises/<module>.py as it is on disk now, executed afresh.
 
-    The new module replaces `exercises.<module>` in sys.modules, so code that imports it later sees
-    the same version.
+    The new module replaces `exercises.<module>` in sys.modules, and the package's attribute, so code that
+    imports it later (`import exercises.<module>` as well as `from exercises import <module>`) sees the same version.
     """
     path = exercise_path(module, root)
     name = f"{root.name}.{module}"
@@ -95,6 +96,11 @@ def load_exercise(module: str, root: Path = EXERCISES) -> ModuleType:
     fresh = importlib.util.module_from_spec(spec)
     sys.modules[name] = fresh
     spec.loader.exec_module(fresh)
+    # An import finds the module in sys.modules and binds nothing on the package: bind it here, importing the
+    # repository's own package (exercises/, solutions/) first so that a later import does not replace it.
+    package = sys.modules.get(root.name) or (importlib.import_module(root.name) if root.parent == ROOT else None)
+    if package is not None:
+        setattr(package, module, fresh)
     return fresh
 
 

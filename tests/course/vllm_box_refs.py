@@ -841,7 +841,13 @@ R(
         ("vllm/vllm/v1/core/sched/scheduler.py", "            request.num_in_flight_tokens += num_scheduled_token"),
         ("vllm/vllm/v1/core/sched/scheduler.py", "        self.reset_preempted_req_ids = set()"),
     ],
-    [("nanoengine/core/sched/scheduler.py", "            self.requests[req_id].num_computed_tokens += n")],
+    [
+        ("nanoengine/core/sched/scheduler.py", "            request.num_computed_tokens += n"),
+        (
+            "nanoengine/core/sched/scheduler.py",
+            "            request.is_prefill_chunk = request.num_computed_tokens < request.num_tokens",
+        ),
+    ],
 )
 R(
     "07",

@@ -237,7 +237,7 @@ def decoding(s: Scheduler, rid="a", prompt=(1, 2, 3, 4, 5), max_tokens=20) -> Re
 
 def test_drafts_are_scheduled_inside_the_budget_and_max_model_len():
     s = scheduler(max_num_batched_tokens=4)
-    request = decoding(s)
+    request = decoding(s, prompt=(1, 2, 3, 4))  # a prompt the budget takes whole: decoding after one step
     s.update_draft_token_ids({"a": [7, 7, 7, 7, 7]})
     assert request.num_tokens_with_spec == request.num_tokens + 5
     so = s.schedule()
