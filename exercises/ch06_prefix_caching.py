@@ -224,7 +224,7 @@ class FullAttentionManager(EngineFullAttentionManager):
         the request came to hold slots for num_tokens tokens in this group: the blocks it holds already
         (self.req_to_blocks) stay and count; a request this group does not know yet (not in
         self.num_cached_block) takes all its hits at the start of its list, while a running one takes no new
-        hits; new blocks come only as far as the tokens still need whole blocks (never fewer than none). A block
+        hits; new blocks come only as far as the tokens still need whole blocks (zero when it holds enough). A block
         leaves the free queue exactly when it was in it: every new block does, a hit only if it was free
         (ref_cnt 0); a hit another request holds is out of the queue already.
         num_computed_tokens matters only where a window skips tokens (chapter 12); full attention skips none.
@@ -270,6 +270,7 @@ class KVCacheManager(EngineKVCacheManager):
         - no hit (empty_kv_cache_blocks and 0 tokens) with prefix caching off (self.enable_caching False), nor
           for a request that skips reading the cache (request.skip_reading_prefix_cache: it wants prompt
           logprobs, which need every position), and then nothing is counted;
+        - any other miss: an empty list per group (empty_kv_cache_blocks will do) and 0 tokens;
         - otherwise the lookup is counted exactly once in the prefix-cache stats (record_prefix_cache_stats)
           when record_stats is true, and not at all when false (a scheduler that may hold the request back
           counts it at admission instead).
