@@ -9,7 +9,8 @@ with nanoengine's parts (the engine's, the worked solutions' or the learner's) o
     common.py           the parts a run graduates, results, hash classes, what is compared around on purpose
     kv_checks.py        block hashes, the pool and free queue, the KV cache manager and coordinator
     scheduler_check.py  the scheduler, through nanocourse/differential.py's replay_workload
-    __main__.py         `python -m nanocourse.graduation` / `make graduate`: progress bar and certificate
+    run.py              graduate(): one run's progress bar and report (certificate), for a notebook cell or the CLI
+    __main__.py         `python -m nanocourse.graduation` / `make graduate`: its arguments, and --known
 
 The engine never imports this package.
 """

