@@ -64,3 +64,23 @@ def test_the_leak_check_catches_a_server_that_keeps_what_a_client_left(tmp_path,
     with pytest.raises(LeakError, match="the server holds"):
         main([*TINY, "--out", str(out)], llm=fresh_llm)
     assert not json.loads(out.read_text())["disconnects"]["ok"]  # written before it fails
+
+
+def test_readme_quotes_the_committed_serve_benchmark():
+    """The README's table must be re-copied whenever bench/results/serve_cpu.json is re-run."""
+    report = json.loads((ROOT / "bench" / "results" / "serve_cpu.json").read_text())
+    readme = (ROOT / "README.md").read_text()
+    assert report["disconnects"]["ok"]
+    for name, r in report["results"].items():
+        one, many = r["one_at_a_time"], r["concurrent"]
+        quoted = [f"({r['throughput_ratio']:.2f}×)"]
+        for p in (one, many):
+            quoted += [
+                f"{p['ttft_p50_ms']:.0f} / {p['ttft_p99_ms']:.0f} ms",
+                f"{p['itl_p50_ms']:.0f} / {p['itl_p99_ms']:.0f} ms",
+                f"{p['output_tokens_per_s']:.1f}",
+            ]
+        missing = [q for q in quoted if q not in readme]
+        assert not missing, f"README lacks {missing} for {name}; copy them from bench/results/serve_cpu.json"
+    load = report["machine"]["load_average_1_5_15_min_before"][0]
+    assert f"load average {load:.2f} before the run" in readme
