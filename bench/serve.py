@@ -167,7 +167,7 @@ async def disconnect_phase(url: str, prompts: list[list[int]], max_tokens: int, 
     cuts = [rng.choice([None, rng.randint(1, 8)]) for _ in prompts]
     delays = [rng.uniform(0, 0.3) for _ in prompts]
 
-    async def client_that_leaves(client: httpx.AsyncClient, prompt: list[int], cut: int | None, delay: float):
+    async def client_that_leaves(client: httpx.AsyncClient, prompt: list[int], cut: int | None, delay: float) -> None:
         if cut is None:  # gone after `delay`, whatever it has received by then
             task = asyncio.ensure_future(stream_one(client, prompt, max_tokens))
             await asyncio.sleep(delay)
@@ -226,9 +226,9 @@ def common_prefix(prompts: list[list[int]]) -> list[int]:
 def workloads(llm: LLM, num_prompts: int, random_input_len: int, seed: int) -> dict[str, list[list[int]]]:
     """shared_prefix: the chatbot's system prompt, then one of USER_TURNS (so num_prompts <= 16);
     random: unrelated seeded prose of random_input_len tokens each, no chat template."""
-    if not 1 <= num_prompts <= len(USER_TURNS):
-        raise ValueError(f"num_prompts must be 1 to {len(USER_TURNS)} (one per user turn); got {num_prompts}")
     tok, rng = llm.tokenizer, random.Random(seed)
+    if tok is None:
+        raise ValueError("llm has no tokenizer, which the workloads need: serve a model loaded with one")
     chat = [
         tok.encode(
             tok.apply_chat_template([{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": u}])
@@ -279,20 +279,32 @@ async def bench(llm: LLM, url: str, args: argparse.Namespace) -> tuple[dict, dic
     return results, leak
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def main(argv: list[str] | None = None, llm: LLM | None = None) -> dict:
     """Run the benchmark and write its JSON; `llm` None loads the embedded SmolLM2 (the tests pass their own)."""
     parser = argparse.ArgumentParser(prog="python bench/serve.py", description=__doc__.split("\n")[0])
-    parser.add_argument("--num-prompts", type=int, default=16, help="requests per workload and phase (max 16)")
-    parser.add_argument("--output-len", type=int, default=32, help="tokens each request generates (ignore_eos)")
-    parser.add_argument("--max-concurrency", type=int, default=8, help="clients in flight in the concurrent phase")
-    parser.add_argument("--random-input-len", type=int, default=256, help="tokens of each random prompt")
-    parser.add_argument("--num-disconnects", type=int, default=16, help="clients that drop their stream (max 16)")
-    parser.add_argument("--disconnect-output-len", type=int, default=256, help="tokens they ask for")
+    parser.add_argument("--num-prompts", type=_positive, default=16, help="requests per workload and phase (max 16)")
+    parser.add_argument("--output-len", type=_positive, default=32, help="tokens each request generates (ignore_eos)")
+    parser.add_argument(
+        "--max-concurrency", type=_positive, default=8, help="clients in flight in the concurrent phase"
+    )
+    parser.add_argument("--random-input-len", type=_positive, default=256, help="tokens of each random prompt")
+    parser.add_argument("--num-disconnects", type=_positive, default=16, help="clients that drop their stream (max 16)")
+    parser.add_argument("--disconnect-output-len", type=_positive, default=256, help="tokens they ask for")
     parser.add_argument("--leak-timeout", type=float, default=10.0, help="seconds the server has to free them")
     parser.add_argument("--phase-timeout", type=float, default=300.0, help="seconds any one phase may take")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "serve_cpu.json"))
     args = parser.parse_args(argv)
+    for name in ("num_prompts", "num_disconnects"):
+        if getattr(args, name) > len(USER_TURNS):
+            parser.error(f"--{name.replace('_', '-')} is at most {len(USER_TURNS)}, one request per user turn")
     load_before = os.getloadavg()
     start = time.perf_counter()
     llm = llm or LLM(device="cpu", progress=False)
