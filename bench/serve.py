@@ -31,19 +31,14 @@ import asyncio
 import json
 import os
 import random
-import socket
 import statistics
 import sys
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 import torch
-import uvicorn
 from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,7 +47,7 @@ sys.path.insert(0, str(ROOT))  # run as a script, it still finds the engine's pa
 from bench.machine import machine_info
 from nanoengine.benchmarks.datasets import SYSTEM_PROMPT, USER_TURNS, prose
 from nanoengine.entrypoints.llm import LLM
-from nanoengine.entrypoints.openai.api_server import build_app
+from nanoengine.entrypoints.openai.api_server import serve_in_thread
 
 MODEL = "bench"
 
@@ -68,27 +63,6 @@ class RequestResult:
     ttft: float = 0.0
     itl: list[float] = field(default_factory=list)
     output_tokens: int = 0
-
-
-@contextmanager
-def serve_in_thread(llm: LLM) -> Iterator[str]:
-    """The server over `llm` on a free loopback port, its own event loop in a thread; yields the base URL."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(build_app(llm, served_model_name=MODEL), log_level="warning"))
-    thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])), daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("the server did not start within 30 s")
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
-        sock.close()
 
 
 def _body(prompt: list[int], max_tokens: int) -> dict:
@@ -308,7 +282,8 @@ def main(argv: list[str] | None = None, llm: LLM | None = None) -> dict:
     load_before = os.getloadavg()
     start = time.perf_counter()
     llm = llm or LLM(device="cpu", progress=False)
-    with serve_in_thread(llm) as url:
+    with serve_in_thread(llm, served_model_name=MODEL) as server:
+        url = server.url
         results, leak = asyncio.run(bench(llm, url, args))
     report = {
         "workload": {k: v for k, v in vars(args).items() if k != "out"},

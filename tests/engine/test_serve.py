@@ -3,20 +3,15 @@ a free loopback port: the embedded SmolLM2, greedy unless a test says otherwise,
 
 from __future__ import annotations
 
-import asyncio
-import socket
-import threading
 import time
-from typing import Self
 
 import httpx
 import openai
 import pytest
-import uvicorn
 from prometheus_client.parser import text_string_to_metric_families
 
 from nanoengine.entrypoints.llm import LLM
-from nanoengine.entrypoints.openai.api_server import MAX_REQUEST_BODY_BYTES, build_app
+from nanoengine.entrypoints.openai.api_server import MAX_REQUEST_BODY_BYTES, BackgroundServer, serve_in_thread
 from nanoengine.sampling_params import SamplingParams
 
 pytestmark = pytest.mark.model
@@ -25,36 +20,11 @@ MODEL = "smol"
 PROMPT = "The capital of France is"
 
 
-class Server:
-    """A uvicorn server over `llm` in a thread of its own, on a socket bound to a free loopback port."""
-
-    def __init__(self, llm: LLM) -> None:
-        self.llm = llm
-        self.app = build_app(llm, served_model_name=MODEL, api_key=KEY)
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        self.server = uvicorn.Server(uvicorn.Config(self.app, log_level="warning", lifespan="on"))
-        self.thread = threading.Thread(target=lambda: asyncio.run(self.server.serve(sockets=[self.sock])), daemon=True)
-
-    def __enter__(self) -> Self:
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            assert time.monotonic() < deadline and self.thread.is_alive(), "the server did not start"
-            time.sleep(0.02)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=30)
-        self.sock.close()
-
-
 @pytest.fixture(scope="module")
 def server():
     # A pool of its own (the weights are shared with the session's `llm`, the reference).
-    with Server(LLM(progress=False, kv_cache_memory_bytes=128 * 2**20)) as s:
+    llm = LLM(progress=False, kv_cache_memory_bytes=128 * 2**20)
+    with serve_in_thread(llm, served_model_name=MODEL, api_key=KEY) as s:
         yield s
 
 
@@ -64,7 +34,7 @@ def client(server):
         yield c
 
 
-def assert_idle(server: Server, timeout: float = 5.0) -> None:
+def assert_idle(server: BackgroundServer, timeout: float = 5.0) -> None:
     """No request queued or running, and every block back in the free queue (the null block aside)."""
     engine = server.llm.engine
     pool = engine.kv_cache_manager.block_pool

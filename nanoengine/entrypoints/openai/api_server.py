@@ -20,8 +20,12 @@ from __future__ import annotations
 import asyncio
 import re
 import secrets
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
 
@@ -208,3 +212,39 @@ def run_server(llm: LLM, *, host: str = "127.0.0.1", port: int = 8000, **app_kwa
     import uvicorn
 
     uvicorn.run(build_app(llm, **app_kwargs), host=host, port=port, log_level="info")
+
+
+@dataclass(slots=True, frozen=True)
+class BackgroundServer:
+    """A server serve_in_thread started: its base URL, its app (app.state.async_llm) and the LLM it serves."""
+
+    url: str
+    app: FastAPI
+    llm: LLM
+
+
+@contextmanager
+def serve_in_thread(
+    llm: LLM, *, host: str = "127.0.0.1", port: int = 0, **app_kwargs: Any
+) -> Iterator[BackgroundServer]:
+    """The server over `llm` in a thread of its own, with its own event loop, on host:port (0: a free port), for
+    a notebook, a benchmark or a test that talks to it from the same process; it stops when the block ends."""
+    import uvicorn
+
+    sock = socket.socket()
+    sock.bind((host, port))
+    app = build_app(llm, **app_kwargs)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])), daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started:
+            if time.monotonic() > deadline or not thread.is_alive():
+                raise RuntimeError("the server did not start within 30 s")
+            time.sleep(0.02)
+        yield BackgroundServer(f"http://{host}:{sock.getsockname()[1]}", app, llm)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        sock.close()
