@@ -285,35 +285,11 @@ class _Admissions:
 class VllmScheduler:
     """vLLM 0.33.0's Scheduler, driven as replay_workload drives a nanoengine Scheduler."""
 
-    def __init__(
-        self,
-        vllm: Vllm,
-        *,
-        num_blocks: int,
-        block_size: int,
-        windows: Sequence[int | None] = (None,),
-        max_num_batched_tokens: int,
-        max_num_seqs: int,
-        policy: str,
-        long_prefill_token_threshold: int,
-        enable_prefix_caching: bool,
-        max_model_len: int,
-        num_speculative_tokens: int = 0,
-        drafter: str | None = None,
-    ) -> None:
+    def __init__(self, vllm: Vllm, *, windows: Sequence[int | None] = (None,), **config_kwargs: Any) -> None:
+        """config_kwargs: vllm_config's (the blocks, the budget, the policy, the drafts)."""
+        num_blocks, block_size = config_kwargs["num_blocks"], config_kwargs["block_size"]
         self.vllm, self.block_size = vllm, block_size
-        config = vllm_config(
-            num_blocks=num_blocks,
-            block_size=block_size,
-            max_num_batched_tokens=max_num_batched_tokens,
-            max_num_seqs=max_num_seqs,
-            policy=policy,
-            long_prefill_token_threshold=long_prefill_token_threshold,
-            enable_prefix_caching=enable_prefix_caching,
-            max_model_len=max_model_len,
-            num_speculative_tokens=num_speculative_tokens,
-            drafter=drafter,
-        )
+        config = vllm_config(**config_kwargs)
         scheduler_cls = vllm.modules["vllm.v1.core.sched.scheduler"].Scheduler
         manager_cls = vllm.modules["vllm.v1.structured_output"].StructuredOutputManager
         self.scheduler = scheduler_cls(
