@@ -227,8 +227,9 @@ class BackgroundServer:
 def serve_in_thread(
     llm: LLM, *, host: str = "127.0.0.1", port: int = 0, **app_kwargs: Any
 ) -> Iterator[BackgroundServer]:
-    """The server over `llm` in a thread of its own, with its own event loop, on host:port (0: a free port), for
-    a notebook, a benchmark or a test that talks to it from the same process; it stops when the block ends."""
+    """The server over `llm` in a thread of its own, with its own event loop, on host:port (0: a free port), for a
+    caller that talks to it from the same process (a benchmark, a test, an interactive session); it stops when the
+    block ends."""
     import uvicorn
 
     sock = socket.socket()
