@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from nanocourse.graduation.common import ON_PURPOSE, Parts, Result, parts_for
 from nanocourse.graduation.kv_checks import MANAGER_CHECKS, check_free_queue, check_hashes, check_manager, check_pool
@@ -128,9 +128,10 @@ def graduate(
     only = list(only)
     todo = [(name, run) for name, run in checks(examples) if not only or any(o in name for o in only)]
     results = []
-    with tqdm(todo, desc="graduation", unit="check", file=file) as bar:
+    # tqdm's text bar, in a notebook too: its widget bar would be a widget with nothing to interact with
+    with tqdm(todo, desc="graduation", unit="check", file=file, mininterval=5) as bar:
         for name, run in bar:
-            bar.set_postfix_str(name)
+            bar.set_postfix_str(name, refresh=False)
             results.append(run(vllm, chosen))
     known = replay_known(vllm, chosen) if any(r.divergence for r in results) else {}
     return Graduation(report(results, chosen, vllm, time.perf_counter() - start, known), results)
