@@ -1,5 +1,6 @@
 """Command line: `python -m nanocourse serve` serves your engine, `my_llm()`, over the OpenAI API: the server of
-`python -m nanoengine serve`, handed the LLM your finished parts build."""
+`python -m nanoengine serve`, handed the LLM your finished parts build and the course's pictures for its /live page
+(nanocourse/engine_view.py)."""
 
 from __future__ import annotations
 
@@ -21,9 +22,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     add_serve_arguments(serve)
     args = parser.parse_args(argv)
+    from nanocourse.engine_view import engine_state_html
     from nanocourse.my_engine import my_llm
 
-    return serve_cli(lambda: my_llm(source=args.source), args)
+    return serve_cli(lambda: my_llm(source=args.source), args, live_view=engine_state_html)
 
 
 if __name__ == "__main__":

@@ -188,7 +188,13 @@ def chip_html(block: KVCacheBlock, moved: bool, note: str = "") -> str:
 def queue_html(lab: FreeQueueLab) -> str:
     event = lab.events[-1] if lab.events else Event("")
     arrived = set(event.to_head + event.to_tail)
-    chips = "".join(chip_html(b, b.block_id in arrived, f", position {i}") for i, b in enumerate(lab.free_order()))
+    return queue_row_html(
+        "".join(chip_html(b, b.block_id in arrived, f", position {i}") for i, b in enumerate(lab.free_order()))
+    )
+
+
+def queue_row_html(chips: str) -> str:
+    """The free queue's chips in a row, head on the left."""
     return f"<div style='font:12px sans-serif'><b>free queue</b> head → {chips or '(empty)'} ← tail</div>"
 
 

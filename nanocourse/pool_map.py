@@ -1,7 +1,8 @@
 """A map of the KV block pool: what every block is doing right now (chapter 02's widget).
 
 `block_states(manager)` reads the real pool: each block's ref count, whether it still carries a
-prefix-cache hash, and which requests' block tables point at it. `PoolMap` draws those states as a
+prefix-cache hash, and which requests' block tables point at it (`snapshot_block_states` reads the same from an
+EngineState a serving engine took, for the server's live page). `PoolMap` draws those states as a
 grid beside each request's block table, and its Step button runs one real engine step.
 """
 
@@ -16,6 +17,7 @@ import ipywidgets as widgets
 
 from nanocourse.live import show_view
 from nanoengine.core import KVCacheManager
+from nanoengine.engine.engine_state import EngineState
 
 # One color per request id (modulo); the four non-request states get colors no request uses.
 _REQUEST_COLORS = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1", "#9c755f", "#edc948", "#76b7b2")
@@ -83,6 +85,15 @@ def block_states(manager: KVCacheManager) -> list[BlockState]:
             b.is_null,
         )
         for b in manager.block_pool.blocks
+    ]
+
+
+def snapshot_block_states(state: EngineState) -> list[BlockState]:
+    """Every block of a snapshot's pool, in block-id order, as block_states reads them from a live pool."""
+    owners = state.block_owners()
+    return [
+        BlockState(i, n, h is not None, tuple(sorted(owners.get(i, ()), key=_id_order)), i == state.null_block_id)
+        for i, (n, h) in enumerate(zip(state.ref_cnt, state.block_hashes, strict=True))
     ]
 
 

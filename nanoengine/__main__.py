@@ -13,6 +13,7 @@ from nanoengine.errors import NanoEngineError
 
 if TYPE_CHECKING:
     from nanoengine.entrypoints.llm import LLM
+    from nanoengine.entrypoints.openai.live import LiveView
 
 
 def _add_model(p: argparse.ArgumentParser) -> None:
@@ -81,15 +82,26 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--api-key", default=None, help="if given, /v1 routes want `Authorization: Bearer <key>`")
     p.add_argument("--served-model-name", default=None, help="the model's name in the API (default: the GGUF's)")
+    p.epilog = (
+        "Open http://HOST:PORT/live in a browser to watch the engine's state while clients stream: the block pool, "
+        "the free queue, the running and waiting requests, the prefix-cache hit rate and the last steps' plans. "
+        "GET /engine_state returns it as JSON. Neither wants the API key, as /metrics does not."
+    )
 
 
-def serve_cli(build_llm: Callable[[], LLM], args: argparse.Namespace) -> int:
-    """Build the LLM and serve it until Ctrl-C; an engine error is one line on stderr and status 2."""
+def serve_cli(build_llm: Callable[[], LLM], args: argparse.Namespace, live_view: LiveView | None = None) -> int:
+    """Build the LLM and serve it until Ctrl-C; an engine error is one line on stderr and status 2. live_view draws
+    the /live page's pictures (None: the engine's plain view)."""
     try:
         from nanoengine.entrypoints.openai.api_server import run_server
 
         run_server(
-            build_llm(), host=args.host, port=args.port, api_key=args.api_key, served_model_name=args.served_model_name
+            build_llm(),
+            host=args.host,
+            port=args.port,
+            api_key=args.api_key,
+            served_model_name=args.served_model_name,
+            live_view=live_view,
         )
     except NanoEngineError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -33,6 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from nanoengine.engine.engine_state import EngineState, EngineStateRecorder
 from nanoengine.errors import InvalidRequestError, RequestAbortedError
 from nanoengine.metrics.stats import IterationStats, SchedulerStats
 from nanoengine.outputs import CompletionOutput, RequestMetrics, RequestOutput
@@ -41,6 +42,10 @@ from nanoengine.validation import check_int, check_optional_str
 
 if TYPE_CHECKING:
     from nanoengine.entrypoints.llm import LLM
+
+# A snapshot this young answers get_engine_state's callers: however many pages watch, the engine loop copies its
+# state at most ten times a second (each copy costs well under a millisecond on SmolLM2's pool, see README).
+ENGINE_STATE_MAX_AGE_S = 0.1
 
 
 class StatLoggerBase(Protocol):
@@ -93,6 +98,8 @@ class AsyncLLM:
         self._closing = False
         self._num_requests = 0
         self._cache_totals = (0, 0)  # the engine's prefix-cache queries and hits at the last report
+        self._state_recorder = EngineStateRecorder(self.engine)
+        self._state: tuple[float, EngineState] | None = None  # the last snapshot and its time.monotonic()
 
     # ---- requests ---------------------------------------------------------------------------------
     def generate(
@@ -281,6 +288,29 @@ class AsyncLLM:
         for logger in self.stat_loggers:
             logger.record(stats, iteration)
 
+    # ---- the engine's state ------------------------------------------------------------------------
+    async def get_engine_state(self, max_age_s: float = ENGINE_STATE_MAX_AGE_S) -> EngineState:
+        """The engine's state (block pool, free queue, requests, last step plans) between two steps.
+
+        The engine loop takes it, from its inbox, so never while a step runs: a call made during a step waits for
+        the step's end. A snapshot at most max_age_s old is returned as it is, which bounds what any number of
+        callers cost the loop."""
+        if (state := self._recent_state(max_age_s)) is not None:
+            return state
+        future: asyncio.Future[EngineState] = asyncio.get_running_loop().create_future()
+        self._submit(lambda: future.set_result(self._recent_state(max_age_s) or self._take_state()))
+        return await future
+
+    def _recent_state(self, max_age_s: float) -> EngineState | None:
+        if self._state is not None and time.monotonic() - self._state[0] <= max_age_s:
+            return self._state[1]
+        return None
+
+    def _take_state(self) -> EngineState:
+        state = self._state_recorder.take()
+        self._state = (time.monotonic(), state)
+        return state
+
     # ---- life cycle -------------------------------------------------------------------------------
     async def shutdown(self) -> None:
         """Stop the loop after the step under way, abort every unfinished request, and give the engine back."""
@@ -292,6 +322,7 @@ class AsyncLLM:
             self._task = None
         self._closing = True
         self._executor.shutdown(wait=True)
+        self._state_recorder.close()
 
     def _abort_all(self) -> None:
         for sample in self._samples.values():

@@ -1,11 +1,16 @@
 """The OpenAI-compatible HTTP server: `python -m nanoengine serve` (vllm/entrypoints/openai/api_server.py).
 
 FastAPI and uvicorn, as vLLM's server: /v1/models, /v1/completions and /v1/chat/completions (streamed as
-server-sent events, or not), /health, and /metrics in Prometheus' text format under vLLM's metric names.
+server-sent events, or not), /health, and /metrics in Prometheus' text format under vLLM's metric names. Beyond
+vLLM: /engine_state, the engine's state between two steps as JSON (EngineState.to_json), and /live, a page that
+redraws it while clients stream (entrypoints/openai/live.py).
 
 `build_app(llm)` serves any LLM, the engine's own or one built with replaced parts: the server holds no engine
 code. It binds to 127.0.0.1 unless told otherwise; with an API key every /v1 route wants
-`Authorization: Bearer <key>`, as vLLM's --api-key does.
+`Authorization: Bearer <key>`, as vLLM's --api-key does, and the others do not (vLLM 0.33 guards the /v1, /v2,
+/inference and /cohere prefixes only, leaving /health, /metrics, /load and /server_info open). /engine_state and
+/live are of those others, as /metrics is, so a browser opens the page without a key: they show block ids, token
+counts and request ids, never a prompt or a completion.
 
 The server never dies of a request. A bad one gets OpenAI's error JSON, {"error": {"message", "type", "param",
 "code"}}: 400 naming the field for malformed JSON, a wrong type or an invalid sampling value (the engine's own
@@ -31,13 +36,14 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from nanoengine.engine.async_llm import AsyncLLM
 from nanoengine.entrypoints.llm import LLM
+from nanoengine.entrypoints.openai.live import LIVE_PAGE, LiveView, plain_view, summary_html
 from nanoengine.entrypoints.openai.protocol import ChatCompletionRequest, CompletionRequest, ModelCard, ModelList
 from nanoengine.entrypoints.openai.serving import OpenAIServing, OpenAIServingError, PendingResponse
 from nanoengine.metrics.loggers import PrometheusStatLogger
@@ -59,8 +65,12 @@ def build_app(
     served_model_name: str | None = None,
     api_key: str | None = None,
     max_request_body_bytes: int = MAX_REQUEST_BODY_BYTES,
+    live_view: LiveView | None = None,
 ) -> FastAPI:
-    """The server's app over `llm`: its AsyncLLM starts with the app and shuts down (aborting what runs) with it."""
+    """The server's app over `llm`: its AsyncLLM starts with the app and shuts down (aborting what runs) with it.
+
+    live_view draws /live's pictures from each EngineState (None: the engine's plain tables, plain_view;
+    `python -m nanocourse serve` passes the course's); the page shows its HTML under the state's summary line."""
     name = served_model_name or default_model_name(llm)
     registry = CollectorRegistry()
     async_llm = AsyncLLM(llm, stat_loggers=[PrometheusStatLogger(registry, name)])
@@ -85,6 +95,19 @@ def build_app(
     @app.get("/metrics")
     async def metrics() -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/engine_state")
+    async def engine_state() -> JSONResponse:
+        return JSONResponse((await async_llm.get_engine_state()).to_json())
+
+    @app.get("/live")
+    async def live() -> HTMLResponse:
+        return HTMLResponse(LIVE_PAGE)
+
+    @app.get("/live/view")
+    async def live_fragment() -> HTMLResponse:
+        state = await async_llm.get_engine_state()
+        return HTMLResponse(summary_html(state) + (live_view or plain_view)(state))
 
     @app.get("/v1/models")
     async def models() -> ModelList:
@@ -208,9 +231,10 @@ class _BodySizeLimitMiddleware:
 
 
 def run_server(llm: LLM, *, host: str = "127.0.0.1", port: int = 8000, **app_kwargs: Any) -> None:
-    """Serve `llm` until interrupted (Ctrl-C)."""
+    """Serve `llm` until interrupted (Ctrl-C); the first line printed names the live page's URL."""
     import uvicorn
 
+    print(f"nanoengine: the engine's state, live: http://{host}:{port}/live (OpenAI API under /v1)", flush=True)
     uvicorn.run(build_app(llm, **app_kwargs), host=host, port=port, log_level="info")
 
 
