@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import html
 
-from nanocourse.free_queue_view import LEGEND, chip_html, queue_row_html
+from nanocourse.free_queue_view import HASH_LEGEND, chip_html, queue_row_html
 from nanocourse.pool_map import grid_html, legend_html, request_color, snapshot_block_states
 from nanoengine.core import KVCacheBlock
 from nanoengine.engine.engine_state import EngineState, RequestState, StepPlan
@@ -24,7 +24,7 @@ def engine_state_html(state: EngineState) -> str:
     """The pool grid, the free queue's ends, the requests and the last steps' plans (newest first)."""
     sections = [
         ("block pool", grid_html(snapshot_block_states(state), GRID_COLUMNS) + legend_html()),
-        ("free queue", free_queue_html(state) + LEGEND),
+        ("free queue", free_queue_html(state) + f"<div style='font:11px sans-serif'>{HASH_LEGEND}</div>"),
         ("requests", "".join(_request_html(r) for r in state.running + state.waiting) or "none"),
         ("last steps", "".join(step_plan_html(p) for p in reversed(state.steps)) or "none yet"),
     ]
@@ -68,6 +68,6 @@ def step_plan_html(plan: StepPlan) -> str:
     """One step: each request's tokens in its colour, then the step's events."""
     ran = "".join(_swatch(r, f"r{r}:{n}") for r, n in plan.num_scheduled_tokens.items()) or "-"
     return (
-        f"<div style='font:12px monospace;margin:1px 0'>step {plan.step}: {plan.num_tokens} tokens {ran} "
+        f"<div style='font:12px monospace;margin:1px 0'>{plan.headline()} {ran} "
         f"{html.escape(' '.join(plan.events()))}</div>"
     )

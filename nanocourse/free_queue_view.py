@@ -210,10 +210,13 @@ def held_html(lab: FreeQueueLab) -> str:
     return "".join(rows) or "<div style='font:12px sans-serif'>no request holds a block</div>"
 
 
-LEGEND = (
-    f"<div style='font:11px sans-serif'><span style='background:{_HASHED};padding:0 8px'>&nbsp;</span> "
+HASH_LEGEND = (
+    f"<span style='background:{_HASHED};padding:0 8px'>&nbsp;</span> "
     f"hashed (a later request with the same prefix can hit it) &nbsp; <span style='background:{_UNHASHED};"
-    f"padding:0 8px'>&nbsp;</span> no hash &nbsp; <span style='border:2px solid {_MOVED};padding:0 6px'>"
+    f"padding:0 8px'>&nbsp;</span> no hash"
+)
+LEGEND = (
+    f"<div style='font:11px sans-serif'>{HASH_LEGEND} &nbsp; <span style='border:2px solid {_MOVED};padding:0 6px'>"
     f"&nbsp;</span> moved by the last action &nbsp; ×n: ref_cnt n</div>"
 )
 

@@ -57,11 +57,15 @@ class StepPlan:
         news = [f"+r{r}" + (f"(cache {c})" if c else "") for r, c in self.admitted.items()]
         return news + [f"PREEMPT r{r}" for r in self.preempted] + [f"done r{r}" for r in self.finished]
 
+    def headline(self) -> str:
+        """'step 9: 28 tokens'."""
+        return f"step {self.step}: {self.num_tokens} token{'s' * (self.num_tokens != 1)}"
+
     def describe(self) -> str:
-        """One line: tokens per request, then the events."""
+        """One line: the headline, tokens per request, then the events."""
         ran = " ".join(f"r{r}:{n}" for r, n in self.num_scheduled_tokens.items()) or "-"
         news = self.events()
-        return f"step {self.step}: {self.num_tokens} tokens | {ran}" + (" | " + " ".join(news) if news else "")
+        return f"{self.headline()} | {ran}" + (" | " + " ".join(news) if news else "")
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,8 @@ LIVE_POLL_MS = 500
 FREE_QUEUE_HEAD, FREE_QUEUE_TAIL = 32, 8  # the free-queue blocks a view lists: the next to go, and the last
 
 LIVE_PAGE = f"""<!doctype html>
-<html><head><meta charset="utf-8"><title>nanoengine: live engine state</title></head>
+<html><head><meta charset="utf-8"><title>nanoengine: live engine state</title>
+<link rel="icon" href="data:,"></head>
 <body style="font:13px sans-serif;margin:12px">
 <h3 style="margin:0 0 6px">nanoengine, live <small id="live-status" style="font-weight:normal;color:#777"></small></h3>
 <div id="live-view">waiting for the first snapshot...</div>
