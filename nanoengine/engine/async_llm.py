@@ -84,7 +84,8 @@ class AsyncLLM:
     """Serve an `LLM` (the engine's own, or any built with replaced parts) to many concurrent asyncio callers.
 
     While an AsyncLLM runs, its engine loop owns the LLM's engine: call the LLM's own generate() only after
-    `shutdown()`. Stat loggers get the batch's state after every step and every change between steps.
+    `shutdown()`. Stat loggers get the batch's state after every step and every change between steps;
+    state_recorder (an EngineStateRecorder) keeps the last steps' plans for get_engine_state().
     """
 
     def __init__(self, llm: LLM, stat_loggers: Sequence[StatLoggerBase] = ()) -> None:
@@ -98,7 +99,7 @@ class AsyncLLM:
         self._closing = False
         self._num_requests = 0
         self._cache_totals = (0, 0)  # the engine's prefix-cache queries and hits at the last report
-        self._state_recorder = EngineStateRecorder(self.engine)
+        self.state_recorder = EngineStateRecorder(self.engine)  # watches the engine until shutdown()
         self._state: tuple[float, EngineState] | None = None  # the last snapshot and its time.monotonic()
 
     # ---- requests ---------------------------------------------------------------------------------
@@ -307,7 +308,7 @@ class AsyncLLM:
         return None
 
     def _take_state(self) -> EngineState:
-        state = self._state_recorder.take()
+        state = self.state_recorder.take()
         self._state = (time.monotonic(), state)
         return state
 
@@ -322,7 +323,7 @@ class AsyncLLM:
             self._task = None
         self._closing = True
         self._executor.shutdown(wait=True)
-        self._state_recorder.close()
+        self.state_recorder.close()
 
     def _abort_all(self) -> None:
         for sample in self._samples.values():

@@ -3,8 +3,8 @@
 `EngineStateRecorder` watches every step as a StepObserver, keeping the plans of the last few (which request got
 how many tokens, who was admitted with how many tokens from the prefix cache, who was preempted, who finished), and
 `take(engine)` copies the rest: each block's ref count and hash, the free queue head to tail, the running and
-waiting requests with their block tables, the prefix cache's totals. vLLM has no such view (it exports counts to
-Prometheus only); the course draws these pictures one step at a time, and a server runs the same engine live.
+waiting requests with their block tables, the prefix cache's totals. vLLM has no such view: it exports counts to
+Prometheus only.
 
 Invariant: a snapshot is only ever taken between steps, by whoever owns the engine (AsyncLLM's engine loop while it
 serves), so it is one consistent state and never a step half done; it holds copies (and immutable hashes), never a

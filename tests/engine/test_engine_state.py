@@ -101,13 +101,13 @@ def test_get_engine_state_is_taken_between_steps_only_and_at_most_every_max_age(
 
     async def main() -> None:
         async_llm = AsyncLLM(llm)
-        take = async_llm._state_recorder.take
+        take = async_llm.state_recorder.take
 
         def watched_take():
             stages.append(llm.engine.stage)  # None between steps; "execute" etc. inside one
             return take()
 
-        async_llm._state_recorder.take = watched_take
+        async_llm.state_recorder.take = watched_take
         params = SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
         gens = [asyncio.create_task(_drain(async_llm.generate(PREFIX + [i], params))) for i in range(3)]
         seen_running = 0
@@ -122,7 +122,7 @@ def test_get_engine_state_is_taken_between_steps_only_and_at_most_every_max_age(
         assert await async_llm.get_engine_state(max_age_s=60) is idle  # young enough: not taken again
         assert await async_llm.get_engine_state(max_age_s=0) is not idle
         await async_llm.shutdown()
-        assert async_llm._state_recorder not in llm.engine.observers
+        assert async_llm.state_recorder not in llm.engine.observers
 
     asyncio.run(main())
     assert len(stages) > 10 and set(stages) == {None}

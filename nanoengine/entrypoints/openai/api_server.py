@@ -69,8 +69,8 @@ def build_app(
 ) -> FastAPI:
     """The server's app over `llm`: its AsyncLLM starts with the app and shuts down (aborting what runs) with it.
 
-    live_view draws /live's pictures from each EngineState (None: the engine's plain tables, plain_view;
-    `python -m nanocourse serve` passes the course's); the page shows its HTML under the state's summary line."""
+    live_view draws /live's pictures from each EngineState (None: the engine's plain tables, plain_view); the page
+    shows its HTML under the state's summary line."""
     name = served_model_name or default_model_name(llm)
     registry = CollectorRegistry()
     async_llm = AsyncLLM(llm, stat_loggers=[PrometheusStatLogger(registry, name)])

@@ -3,9 +3,8 @@
 The page is a shell whose small script fetches `GET /live/view` every LIVE_POLL_MS and puts the HTML it gets in
 place. That HTML is rendered on the server from an EngineState the engine loop took between two steps
 (AsyncLLM.get_engine_state): `summary_html` (the counts, as data- attributes too, for scripts and tests) and then
-a `LiveView`, a function from EngineState to HTML. The engine's own, `plain_view`, is tables and text;
-`python -m nanocourse serve` passes the course's pictures instead (nanocourse/engine_view.py), through
-build_app(live_view=...), since the engine never imports the course.
+a `LiveView`, a function from EngineState to HTML. The engine's own, `plain_view`, is tables and text; richer
+pictures come in through build_app(live_view=...) (and serve_cli's), so that the engine imports no drawing code.
 """
 
 from __future__ import annotations
