@@ -8,8 +8,7 @@ Prometheus only.
 
 Invariant: a snapshot is only ever taken between steps, by whoever owns the engine (AsyncLLM's engine loop while it
 serves), so it is one consistent state and never a step half done; it holds copies (and immutable hashes), never a
-live object, so it may be read from any thread afterwards. The copy reads every block once: measured on SmolLM2's
-default pool, see `take`.
+live object, so it may be read from any thread afterwards. The copy reads every block once (see `take` for its cost).
 """
 
 from __future__ import annotations
@@ -197,7 +196,8 @@ class EngineStateRecorder:
         self.plans.append(StepPlan(self.engine.stats.num_steps, finished=finished_ids, seconds=seconds, **self._draft))
 
     def take(self) -> EngineState:
-        """The engine's state now; call between steps only. About 0.1 µs a block and 2 µs a request (see README)."""
+        """The engine's state now; call between steps only. Cost: one read of every block, plus each running
+        request's block table (0.36 ms for SmolLM2's 728 blocks and 8 requests on a busy 2-core CPU, see README)."""
         engine = self.engine
         manager, scheduler, pool = engine.kv_cache_manager, engine.scheduler, engine.kv_cache_manager.block_pool
         blocks = pool.blocks
