@@ -295,11 +295,19 @@ class AsyncLLM:
 
         The engine loop takes it, from its inbox, so never while a step runs: a call made during a step waits for
         the step's end. A snapshot at most max_age_s old is returned as it is, which bounds what any number of
-        callers cost the loop."""
+        callers cost the loop. If reading a part raises (a replaced pool or queue), the caller gets that error and
+        the engine serves on."""
         if (state := self._recent_state(max_age_s)) is not None:
             return state
         future: asyncio.Future[EngineState] = asyncio.get_running_loop().create_future()
-        self._submit(lambda: future.set_result(self._recent_state(max_age_s) or self._take_state()))
+
+        def take() -> None:
+            try:
+                future.set_result(self._recent_state(max_age_s) or self._take_state())
+            except Exception as exc:  # noqa: BLE001  (a replaced part raised: this caller hears of it, the loop serves on)
+                future.set_exception(exc)
+
+        self._submit(take)
         return await future
 
     def _recent_state(self, max_age_s: float) -> EngineState | None:

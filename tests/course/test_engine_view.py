@@ -41,3 +41,17 @@ def test_snapshot_draws_what_the_live_pool_draws():
     assert f"{len(state.free_queue) - len(chips)} more" in page
     assert all(f">r{r}<" in page for r in running) and "+r1(cache 16) +r2(cache 16)" in page
     assert f"done r{done}" in page and page.count("step ") == 2
+
+
+def test_nanocourse_serve_hands_the_server_the_course_pictures(monkeypatch):
+    import nanocourse.__main__ as cli
+
+    seen = {}
+
+    def serve_cli(build_llm, args, live_view=None):
+        seen.update(port=args.port, live_view=live_view)
+        return 0
+
+    monkeypatch.setattr(cli, "serve_cli", serve_cli)
+    assert cli.main(["serve", "--port", "8123"]) == 0
+    assert seen == {"port": 8123, "live_view": engine_state_html}

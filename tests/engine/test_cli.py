@@ -91,6 +91,7 @@ def test_serve_answers_over_http_then_stops_on_ctrl_c():
         assert len(httpx.post(url + "/v1/completions", json=body, timeout=60).json()["choices"]) == 1
     finally:
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=30)
+        out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
     assert f"Uvicorn running on http://127.0.0.1:{port}" in err  # the loopback address, not 0.0.0.0
+    assert f"http://127.0.0.1:{port}/live" in out.splitlines()[0]  # the first line names the live page

@@ -128,6 +128,25 @@ def test_get_engine_state_is_taken_between_steps_only_and_at_most_every_max_age(
     assert len(stages) > 10 and set(stages) == {None}
 
 
+def test_a_part_that_raises_while_read_fails_the_caller_not_the_engine_loop():
+    llm = tiny_llm()
+
+    async def main() -> None:
+        async_llm = AsyncLLM(llm)
+
+        def broken_take():
+            raise NotImplementedError("get_all_free_blocks")  # a replaced free queue not written yet
+
+        async_llm.state_recorder.take = broken_take
+        gen = asyncio.create_task(_drain(async_llm.generate(PREFIX, GREEDY)))
+        with pytest.raises(NotImplementedError, match="get_all_free_blocks"):
+            await asyncio.wait_for(async_llm.get_engine_state(), timeout=30)
+        await asyncio.wait_for(gen, timeout=30)  # the request still runs to its end
+        await async_llm.shutdown()
+
+    asyncio.run(main())
+
+
 async def _drain(gen) -> None:
     async for _ in gen:
         pass
