@@ -2,7 +2,7 @@
 
 `EngineStateRecorder` watches every step as a StepObserver, keeping the plans of the last few (which request got
 how many tokens, who was admitted with how many tokens from the prefix cache, who was preempted, who finished), and
-`take(engine)` copies the rest: each block's ref count and hash, the free queue head to tail, the running and
+`take()` copies the rest: each block's ref count and hash, the free queue head to tail, the running and
 waiting requests with their block tables, the prefix cache's totals. vLLM has no such view: it exports counts to
 Prometheus only.
 
