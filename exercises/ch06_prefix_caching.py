@@ -157,16 +157,17 @@ class BlockPool(EngineBlockPool):
         - a block that reaches 0 becomes free, and afterwards the queue, head first, still ranks every free
           block from the least likely to be hit again to the most likely. Where each block this call frees
           belongs is yours to work out, from what it can still serve and when it was last used, beside the
-          blocks already queued (the notebook's section "What vLLM changed" gives vLLM's reasoning). Among the
-          blocks of one kind this call frees, the caller's order is the ranking; a block listed twice becomes
-          free once, where its last reference is dropped;
+          blocks already queued (the notebook's design problem, before the graded cell, measures what a naive
+          order costs; vLLM's reasoning comes after it). Among the blocks of one kind this call frees, the
+          caller's order is the ranking; a block listed twice becomes free once, where its last reference is
+          dropped;
         - a block that would drop below 0 (a double free) raises ValueError and nothing changes at all.
         ordered_blocks may be any iterable, an iterator included. (vLLM 0.33: BlockPool.free_blocks, which
         does not check for a double free.)
         Example: blocks 3 and 1 at ref_cnt 1, block 2 at ref_cnt 2: free_blocks([block 3, block 2, block 1])
         frees blocks 3 and 1 and leaves block 2 at ref_cnt 1, out of the queue. free_blocks([block 2, block 3])
         then raises ValueError (block 3 is free already), and block 2 keeps its reference. Where in the queue
-        blocks 3 and 1 went depends on their hashes: the notebook's free-queue pictures show worked cases.
+        blocks 3 and 1 went depends on their hashes: that is the design the notebook's design problem asks for.
         """
         raise NotImplementedError
 
@@ -265,7 +266,7 @@ class KVCacheManager(EngineKVCacheManager):
         Contract:
         - the hit is whole blocks that every KV cache group can serve (one list per group, as KVCacheBlocks),
           by each group's own rule (the coordinator knows them), and the longest such hit that leaves the
-          request's last token uncomputed: that token's logits give the next token, so it is always computed;
+          request's last token uncomputed (the notebook asks why);
         - nothing changes: no ref_cnt, queue or map (the request may be left waiting);
         - no hit (empty_kv_cache_blocks and 0 tokens) with prefix caching off (self.enable_caching False), nor
           for a request that skips reading the cache (request.skip_reading_prefix_cache: it wants prompt
