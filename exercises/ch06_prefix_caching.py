@@ -75,6 +75,7 @@ from collections.abc import Iterable, Sequence
 
 from nanoengine.core import (
     BlockHash,
+    FreeKVCacheBlockQueue,
     KVCacheBlock,
     KVCacheBlocks,
     make_block_hash_with_group_id,  # noqa: F401  (a group's key in the pool's map)
@@ -157,16 +158,17 @@ class BlockPool(EngineBlockPool):
         - a block that reaches 0 becomes free, and afterwards the queue, head first, still ranks every free
           block from the least likely to be hit again to the most likely. Where each block this call frees
           belongs is yours to work out, from what it can still serve and when it was last used, beside the
-          blocks already queued (the notebook's section "What vLLM changed" gives vLLM's reasoning). Among the
-          blocks of one kind this call frees, the caller's order is the ranking; a block listed twice becomes
-          free once, where its last reference is dropped;
+          blocks already queued (the notebook's design problem, before the graded cell, measures what a naive
+          order costs; vLLM's reasoning comes after it). The caller's list is a ranking too, and it must survive:
+          of two blocks this call frees that your ranking cannot tell apart, the one listed first leaves the
+          pool first. A block listed twice becomes free once, where its last reference is dropped;
         - a block that would drop below 0 (a double free) raises ValueError and nothing changes at all.
         ordered_blocks may be any iterable, an iterator included. (vLLM 0.33: BlockPool.free_blocks, which
         does not check for a double free.)
         Example: blocks 3 and 1 at ref_cnt 1, block 2 at ref_cnt 2: free_blocks([block 3, block 2, block 1])
         frees blocks 3 and 1 and leaves block 2 at ref_cnt 1, out of the queue. free_blocks([block 2, block 3])
         then raises ValueError (block 3 is free already), and block 2 keeps its reference. Where in the queue
-        blocks 3 and 1 went depends on their hashes: the notebook's free-queue pictures show worked cases.
+        blocks 3 and 1 went depends on their hashes: that is the design the notebook's design problem asks for.
         """
         raise NotImplementedError
 
@@ -265,7 +267,7 @@ class KVCacheManager(EngineKVCacheManager):
         Contract:
         - the hit is whole blocks that every KV cache group can serve (one list per group, as KVCacheBlocks),
           by each group's own rule (the coordinator knows them), and the longest such hit that leaves the
-          request's last token uncomputed: that token's logits give the next token, so it is always computed;
+          request's last token uncomputed (the notebook asks why);
         - nothing changes: no ref_cnt, queue or map (the request may be left waiting);
         - no hit (empty_kv_cache_blocks and 0 tokens) with prefix caching off (self.enable_caching False), nor
           for a request that skips reading the cache (request.skip_reading_prefix_cache: it wants prompt
@@ -344,5 +346,26 @@ def eviction_order(pool: EngineBlockPool, num_blocks: int) -> list[int]:
     is left as it was; a negative num_blocks, or fewer than num_blocks free blocks, raises ValueError (as
     get_new_blocks does).
     Example: queue [2, 8, 3, 1] with blocks 3 and 1 hashed: eviction_order(pool, 3) == [3].
+    """
+    raise NotImplementedError
+
+
+def place_freed(queue: FreeKVCacheBlockQueue, freed: list[KVCacheBlock]) -> None:
+    """Task 06.8, an open design: put the blocks a request just freed into the free queue, where they wait to be
+    evicted. Any order that keeps the contract and reaches the goal passes; 06.2 then asks for vLLM 0.33's.
+
+    freed: the blocks whose last reference was just dropped, in the order their request held them (its first
+    block first), each at ref_cnt 0, some cached (a hash) and some not. queue: the pool's free queue, which
+    get_new_blocks empties from its head (your chapter 05 queue: popleft_n, remove, append_n, prepend_n,
+    get_all_free_blocks, num_free_blocks); it already holds the blocks freed before.
+    Contract: afterwards the queue holds every block it held and every freed block, each once (a block left out
+    is leaked); no block in use and not the null block; no hash changes (eviction stays lazy).
+    Goal: on the chapter's chat workload (chatbot_prompts(300)) with 31 usable blocks of 16 tokens, the
+    ceiling hit rate: every system prompt's first use misses, and nothing else may (the notebook measures
+    0.834; the design problem's naive order gets 0.689). The grader plugs your function into the engine's pool
+    (PlacedFreePool from nanocourse.lru_view) and also checks greedy tokens equal to the engine's and no leak.
+    (vLLM 0.33, after passing: BlockPool.free_blocks and SingleTypeKVCacheManager.free.)
+    Example: with the naive order, a 4-block pool whose request A filled all four blocks keeps, after a
+    two-block request, two of A's blocks cached, and A's prompt still reuses 0 tokens.
     """
     raise NotImplementedError

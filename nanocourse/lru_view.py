@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import html
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import ipywidgets as widgets
@@ -76,6 +76,51 @@ class ForwardFreePool(BlockPool):
 
     def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock]) -> None:
         super().free_blocks(list(ordered_blocks)[::-1])
+
+
+class _FreedBlocks:
+    """Stands in for the free queue while BlockPool.free_blocks runs: keeps the blocks it frees."""
+
+    def __init__(self) -> None:
+        self.blocks: list[KVCacheBlock] = []
+
+    def prepend_n(self, blocks: Sequence[KVCacheBlock]) -> None:
+        self.blocks += blocks
+
+    def append_n(self, blocks: Sequence[KVCacheBlock]) -> None:
+        self.blocks += blocks
+
+    def remove(self, block: KVCacheBlock) -> None:
+        self.blocks.remove(block)
+
+
+PlaceFreed = Callable[[FreeKVCacheBlockQueue, list[KVCacheBlock]], None]
+
+
+class PlacedFreePool(BlockPool):
+    """The engine's BlockPool with the free order left to place(queue, freed), task 06.8's seam.
+
+    free_blocks keeps the engine's ref counting and double-free check; the blocks whose last reference
+    a call drops go to place, in the order their request holds them (chain root first: the managers
+    list a request's blocks last first), and place puts each into the free queue. Plug it in with
+    `LLM(block_pool=lambda n, caching: PlacedFreePool(n, caching, place))`.
+    """
+
+    def __init__(self, num_gpu_blocks: int, enable_caching: bool, place: PlaceFreed) -> None:
+        super().__init__(num_gpu_blocks, enable_caching)
+        self.place = place
+
+    def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock]) -> None:
+        blocks = list(ordered_blocks)
+        queue, freed = self.free_block_queue, _FreedBlocks()
+        self.free_block_queue = freed  # type: ignore[assignment]
+        try:
+            super().free_blocks(blocks)
+        finally:
+            self.free_block_queue = queue
+        # A block listed twice becomes free at its last listing: that listing's place counts.
+        listed_at = {block.block_id: i for i, block in enumerate(blocks)}
+        self.place(queue, sorted(freed.blocks, key=lambda block: -listed_at[block.block_id]))
 
 
 # ---- a workload, served without a model -------------------------------------------------------

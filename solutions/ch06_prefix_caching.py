@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from nanoengine.core import BlockHash, KVCacheBlock, KVCacheBlocks, make_block_hash_with_group_id
+from nanoengine.core import (
+    BlockHash,
+    FreeKVCacheBlockQueue,
+    KVCacheBlock,
+    KVCacheBlocks,
+    make_block_hash_with_group_id,
+)
 from nanoengine.core import BlockPool as EngineBlockPool
 from nanoengine.core import FullAttentionManager as EngineFullAttentionManager
 from nanoengine.core import KVCacheManager as EngineKVCacheManager
@@ -153,3 +159,9 @@ def eviction_order(pool: EngineBlockPool, num_blocks: int) -> list[int]:
     if not 0 <= num_blocks <= len(free):  # as get_new_blocks: a negative count is no count
         raise ValueError(f"only {len(free)} blocks are free, {num_blocks} asked")
     return [block.block_id for block in free[:num_blocks] if block.block_hash is not None]
+
+
+def place_freed(queue: FreeKVCacheBlockQueue, freed: list[KVCacheBlock]) -> None:
+    """Task 06.8: vLLM 0.33's order, one design that reaches the goal."""
+    queue.prepend_n([block for block in freed if block.block_hash is None])  # nobody can hit these: first out
+    queue.append_n([block for block in reversed(freed) if block.block_hash is not None])  # a chain's root last

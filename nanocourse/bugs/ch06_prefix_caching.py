@@ -404,4 +404,20 @@ BUGS = [
             "        ) > self.block_pool.get_num_free_blocks():\n"
         ),
     ),
+    # 06.8: place_freed, an open design graded by its invariants and its hit rate
+    (
+        "06.8",
+        "the naive order: every freed block to the tail, the request's first block first",
+        (
+            "    queue.prepend_n([block for block in freed if block.block_hash is None])  # nobody can hit these: first out\n"
+            "    queue.append_n([block for block in reversed(freed) if block.block_hash is not None])  # a chain's root last\n"
+        ),
+        "    queue.append_n(freed)\n",
+    ),
+    (
+        "06.8",
+        "blocks without a hash are never queued again (leaked)",
+        "    queue.prepend_n([block for block in freed if block.block_hash is None])  # nobody can hit these: first out\n",
+        "",
+    ),
 ]

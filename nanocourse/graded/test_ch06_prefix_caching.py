@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 
 from nanocourse.differential import replay_workload, scheduler_config, scheduler_workloads
-from nanocourse.lru_view import free_queue_ids
+from nanocourse.lru_view import PlacedFreePool, chatbot_prompts, free_queue_ids, replay_hit_rate
 from nanoengine import LLM, SamplingParams
 from nanoengine.config import LlamaConfig
 from nanoengine.core import (
@@ -1147,3 +1147,72 @@ def test_matches_the_engine(impl, workload):
         return Scheduler(scheduler_config(cfg), manager)
 
     replay_workload(build, cfg, ops, BS, f"{cfg['num_blocks'] - 1} usable blocks of {BS} tokens")
+
+
+# ---- 06.8: an open design, graded by its invariants and its hit rate, not by equality with the engine ----------
+
+
+def _checked(place):
+    """place_freed, with every contract rule checked at each call: it may only order the free queue."""
+
+    def checked(queue, freed):
+        given = list(freed)  # place_freed may consume or reorder its list
+        before = [b.block_id for b in queue.get_all_free_blocks()]
+        hashes = [b.block_hash for b in given]
+        call = f"place_freed(queue {short(before)}, freed {short([b.block_id for b in given])})"
+        place(queue, freed)
+        after = queue.get_all_free_blocks()
+        ids = [b.block_id for b in after]
+        assert sorted(ids) == sorted(before + [b.block_id for b in given]) and len(set(ids)) == len(ids), (
+            f"{call} left the queue {short(ids)}: afterwards the queue must hold every block it held and every "
+            f"freed block, each once (a block missing is leaked: nobody can ever take it again)"
+        )
+        assert queue.num_free_blocks == len(ids), (
+            f"{call}: the queue's num_free_blocks says {queue.num_free_blocks}, but it lists {len(ids)} blocks"
+        )
+        in_use = [b.block_id for b in after if b.ref_cnt or b.is_null]
+        assert not in_use, f"{call} queued blocks {in_use}, held or null: a block in use must never be evicted"
+        changed = [b.block_id for b, h in zip(given, hashes) if b.block_hash != h]
+        assert not changed, (
+            f"{call} changed the hash of blocks {changed}: a freed block keeps its hash until get_new_blocks hands "
+            f"it out (lazy eviction), so only the queue's order may decide what is lost"
+        )
+
+    return checked
+
+
+@pytest.mark.task("06.8", "design: place_freed orders the free queue so the chat workload reaches the ceiling")
+def test_place_freed_design(impl):
+    place = _checked(impl.place_freed)
+    designed = lambda n, caching: PlacedFreePool(n, caching, place)
+    # Greedy requests sharing a prefix, on a pool small enough to evict: the model sees the same KV.
+    model = LlamaForCausalLM.random(LlamaConfig.tiny(), seed=2, std=0.2)
+    system = list(range(100, 112))
+    prompts = [system + [7, 8], list(range(200, 222)), system + [5, 6, 7], system, list(range(200, 214))]
+    params = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
+    runs = {}
+    for name, pool in (("yours", designed), ("engine", None)):
+        llm = LLM(model, progress=False, block_size=4, num_gpu_blocks_override=9, block_pool=pool)
+        runs[name] = llm, [llm.generate(prompt_token_ids=p, sampling_params=params)[0] for p in prompts]
+    (llm, mine_), (_, engine) = runs["yours"], runs["engine"]
+    assert [o.token_ids for o in mine_] == [o.token_ids for o in engine], first_token_difference(mine_, engine)
+    pool = llm.engine.kv_cache_manager.block_pool
+    assert pool.get_num_free_blocks() == pool.num_gpu_blocks - 1, (
+        f"after 5 greedy requests on 8 usable blocks of 4 tokens, every block must be free again: "
+        f"{pool.get_num_free_blocks()} of {pool.num_gpu_blocks - 1} are"
+    )
+    named = {(h, b.block_id) for h, b in pool.cached_block_hash_to_block.items()}
+    hashed = {(b.block_hash, b.block_id) for b in pool.blocks if b.block_hash is not None}
+    assert named == hashed, "a block has a hash iff the pool's map holds it under that hash: a hit is then a prefix"
+    # The measured outcome: the chapter's chat workload, 31 usable blocks of 16 tokens.
+    chat = chatbot_prompts(300)
+    systems = len({tuple(p[:48]) for p in chat})
+    ceiling = 48 * (len(chat) - systems) / sum(len(p) for p in chat)
+    got = replay_hit_rate(chat, designed(32, True))
+    vllm = replay_hit_rate(chat, BlockPool(32, True))
+    assert got >= ceiling - 1e-9, (
+        f"on the chapter's chat workload (chatbot_prompts(300): 8 system prompts of 48 tokens, Zipf popularity) "
+        f"with 31 usable blocks of 16 tokens your order's hit rate is {got:.3f}; the goal is the ceiling, "
+        f"{ceiling:.3f} (every system prompt's first use misses, no other use may); vLLM 0.33's order gets "
+        f"{vllm:.3f} in this run. Which freed blocks did your order let go before the system prompts?"
+    )
