@@ -48,7 +48,8 @@ def chunk_size(num_needed: int, budget: int, threshold: int = 0) -> int:
     """Task 07.1: the tokens a request that still needs num_needed tokens may take in this step.
 
     Contract: the largest count that is at most the need, at most the budget left, and at most `threshold`
-    when `threshold` is above 0 (0 caps nothing). (vLLM 0.33: the `num_new_tokens` lines of Scheduler.schedule.)
+    when `threshold` is above 0 (0 caps nothing). (Read after passing: the `num_new_tokens` lines of vLLM 0.33's
+    Scheduler.schedule.)
     Example: chunk_size(150, 64) == 64; chunk_size(150, 64, 24) == 24; chunk_size(5, 64, 16) == 5.
     """
     raise NotImplementedError
@@ -108,8 +109,8 @@ class Scheduler(EngineScheduler):
           at position config.max_model_len or past it. With num_lookahead_tokens 0 nothing changes.
         - Stats: each admitted request's prefix-cache lookup is counted exactly once (admit counts it); the
           lookups of requests left waiting are not counted.
-        - Output: num_scheduled maps each planned request id to its tokens (running ones in order, then
-          admitted ones); new_blocks maps each planned running request's id to get_block_ids() of the KVCacheBlocks
+        - Output: num_scheduled maps each planned request id to its tokens, in the order the step planned
+          them; new_blocks maps each planned running request's id to get_block_ids() of the KVCacheBlocks
           its grant returned this step: a tuple with one list of block ids per KV cache group, in the order
           given (([],) when a one-group request got no new block; vLLM's scheduler sends None then);
           new_reqs lists admit()'s results in admission order; preempted lists the victims in order.
@@ -143,10 +144,11 @@ class Scheduler(EngineScheduler):
     def choose_victim(self) -> Request:
         """Task 07.4: remove the request to preempt from self.running and return it.
 
-        Contract (vLLM 0.33's Scheduler.schedule, the "Preempt the lowest-priority request" lines): under FCFS
-        the newest admitted, which is self.running's last entry (not the latest arrival: a readmitted request
-        is the newest admitted); under PRIORITY the worst: the largest priority value, and of those the latest
-        arrival. The victim is no longer in self.running afterwards; the others keep their order.
+        Contract: under FCFS the victim is the running request with the weakest first-come claim, the one
+        admitted most recently (not the latest arrival: a readmitted request was admitted again); under PRIORITY
+        the worst: the largest priority value, and of those the latest arrival. The victim is no longer in
+        self.running afterwards; the others keep their order. Read after passing: vLLM 0.33's
+        Scheduler.schedule, the "Preempt the lowest-priority request" lines.
         Example: running [old (arrived 1.0), x (5.0), y (3.0, readmitted)]: FCFS takes y, priority takes x.
         """
         raise NotImplementedError
