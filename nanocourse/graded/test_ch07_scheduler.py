@@ -94,7 +94,7 @@ def _first_difference(yours: str, engine: str) -> str:
     return f"yours has {line(a)!r} where the engine has {line(b)!r}"
 
 
-@pytest.mark.task("07.1", "chunk_size and chunk_plan: the budget and the threshold cap each chunk")
+@pytest.mark.task("07.1", "chunk_size and chunk_plan: no chunk exceeds any cap, and the chunks cover the prompt")
 def test_chunks(impl):
     assert impl.chunk_size(150, 64) == 64 and impl.chunk_size(150, 64, 24) == 24, (
         f"a 150-token need: the budget 64 caps it (chunk_size(150, 64) == 64) and a threshold of 24 caps it "
@@ -128,7 +128,7 @@ def _raises_in_time(call, error: type[Exception], seconds: float = 2.0) -> bool:
     return False
 
 
-@pytest.mark.task("07.2", "schedule: running requests first, then newcomers, from one token budget")
+@pytest.mark.task("07.2", "schedule: running requests and newcomers share one token budget, never overspent")
 def test_running_first(impl):
     s = make(impl, budget=10)
     s.add_request(req("a", 3))
@@ -165,7 +165,7 @@ def test_running_first(impl):
     )
 
 
-@pytest.mark.task("07.2b", "schedule: a long prompt is chunked, and an empty budget stops everyone")
+@pytest.mark.task("07.2b", "schedule: a prompt longer than the budget still finishes; a spent budget plans no one")
 def test_budget(impl):
     s = make(impl, budget=8)
     s.add_request(req("a", 20))
@@ -183,7 +183,7 @@ def test_budget(impl):
     )
 
 
-@pytest.mark.task("07.3", "schedule: long_prefill_token_threshold caps running and new requests alike, not one alone")
+@pytest.mark.task("07.3", "schedule: the threshold's cap holds in a busy step and in a quiet one")
 def test_threshold(impl):
     s = make(impl, budget=64, long_prefill_token_threshold=16)
     s.add_request(req("a", 40))
@@ -208,7 +208,7 @@ def test_threshold(impl):
     assert plan(s) == ([("alone", 1), ("next", 16)], []), "two requests: the threshold caps again"
 
 
-@pytest.mark.task("07.4", "choose_victim: the running list's tail under FCFS, the worst (priority, arrival) otherwise")
+@pytest.mark.task("07.4", "choose_victim: the victim under FCFS and under priority; the others keep their order")
 def test_choose_victim(impl):
     for policy, victim in (("fcfs", "y"), ("priority", "x")):
         s = make(impl, policy=policy)
@@ -244,7 +244,7 @@ def _two_decoding(impl, policy, num_blocks):
 
 @pytest.mark.task(
     "07.5",
-    "schedule: preemption by recompute, the victim's tokens back, a self-preempted priority request lets the loop go on",
+    "schedule: a refused grant gets room; a victim keeps nothing in the plan and costs no one else a turn",
 )
 def test_preemption(impl):
     # 6 usable blocks. a holds 3 and b 2 after step 2; at step 6 a's position 12 needs a 4th block,
@@ -310,7 +310,9 @@ def test_preemption(impl):
     )
 
 
-@pytest.mark.task("07.6", "schedule: admission gate, max_num_seqs, and no admission in a step that preempted")
+@pytest.mark.task(
+    "07.6", "schedule: a newcomer is admitted only if its admission will hold, and the seats are never exceeded"
+)
 def test_admission(impl):
     s = make(impl, budget=64, max_num_seqs=2)
     for name in "abc":
@@ -458,7 +460,7 @@ def test_matches_the_engine(impl, workload):
     replay_workload(build, cfg, ops, BS, f"{cfg['num_blocks'] - 1} usable blocks of {BS} tokens", plan_rules=True)
 
 
-@pytest.mark.task("07.9", "schedule: lookahead slots past the scheduled tokens, cut at max_model_len")
+@pytest.mark.task("07.9", "schedule: lookahead slots past the scheduled tokens, never past max_model_len")
 def test_lookahead(impl):
     s = make(impl, num_blocks=10, num_lookahead_tokens=4)
     s.add_request(req("a", 4))
