@@ -152,3 +152,25 @@ class Scheduler(EngineScheduler):
         Example: running [old (arrived 1.0), x (5.0), y (3.0, readmitted)]: FCFS takes y, priority takes x.
         """
         raise NotImplementedError
+
+
+class VictimDesign(EngineScheduler):
+    """Task 07.10, an open design: the engine's scheduler (vLLM's step, tasks 07.2-07.6 already written) with
+    your own victim choice. It plugs in where any scheduler does: `LLM(scheduler_cls=VictimDesign)`."""
+
+    def choose_victim(self) -> Request:
+        """Task 07.10: remove the request to preempt from self.running and return it; which one is yours to design.
+
+        Contract: called under FCFS, with at least one request running. The victim leaves self.running, and the
+        others keep their order (the admission order the step walks). Graded by properties and a measured
+        outcome, not by equality with anyone: on the three tight-pool workloads of nanocourse.victims, every plan
+        keeps the step's rules (budget, pool, a victim planned for nothing), every request finishes in at most
+        1.25 times the steps vLLM's rule takes there (nobody starved), no block is left held, and the tokens
+        computed a second time, summed over the three, are fewer than vLLM's rule recomputes (the notebook's
+        baseline cell prints that sum). Measure yours while you design:
+        `from nanocourse.victims import measure; measure(VictimDesign)`.
+        Read after passing: the notebook's "What vLLM 0.33 chose, and why", and ask what your rule gives up.
+        Example: running [a (40 computed), b (8 computed), c (20 computed)]: any one may be returned, and
+        self.running then holds the other two in this order.
+        """
+        raise NotImplementedError

@@ -19,6 +19,7 @@ from nanocourse.differential import (
 )
 from nanocourse.plan_rules import checked_schedule
 from nanocourse.policies import longest_common_prefix
+from nanocourse.victims import MAX_STEPS, measure
 from nanoengine.core import KVCacheManager
 from nanoengine.core.sched.scheduler import Scheduler, SchedulerConfig
 from nanoengine.request import Request
@@ -48,7 +49,22 @@ def _engine_chunk_plan(num_tokens, budget, threshold=0):
     return chunks
 
 
-NANOENGINE = {"chunk_size": _engine_chunk_size, "chunk_plan": _engine_chunk_plan, "Scheduler": Scheduler}
+class _LeastWorkLost(Scheduler):
+    """Task 07.10 in "nanoengine" mode, where the engine keeps vLLM's rule: a design that passes, the running
+    request with the fewest computed tokens (the newest on a tie) as the victim."""
+
+    def choose_victim(self):
+        victim = min(reversed(self.running), key=lambda r: r.num_computed_tokens)
+        self.running.remove(victim)
+        return victim
+
+
+NANOENGINE = {
+    "chunk_size": _engine_chunk_size,
+    "chunk_plan": _engine_chunk_plan,
+    "Scheduler": Scheduler,
+    "VictimDesign": _LeastWorkLost,
+}
 
 
 def req(rid, n, priority=0, arrival=0.0, first=0):
@@ -489,4 +505,40 @@ def test_lookahead(impl):
     assert got == [([],)], (
         f"step 1 (num_lookahead_tokens=5, max_model_len=7): a decodes position 4 and its lookahead stops at "
         f"max_model_len, so its 2 blocks already hold every slot: expected no new block [([],)], got {got}"
+    )
+
+
+STARVATION_FACTOR = 1.25  # steps a workload may take, next to vLLM's rule on it, before someone counts as starved
+
+
+@pytest.mark.task("07.10", "your victim order: every rule kept, nobody starved, fewer tokens recomputed than vLLM's")
+def test_victim_design(impl):
+    class Checked(impl.VictimDesign):
+        """Yours, each victim checked as choose_victim() hands it over."""
+
+        def choose_victim(self):
+            before = [r.request_id for r in self.running]
+            victim = super().choose_victim()
+            after = [r.request_id for r in self.running]
+            assert victim.request_id in before and after == [r for r in before if r != victim.request_id], (
+                f"choose_victim must take one running request out of self.running and leave the others in their "
+                f"order: running was {before}, you returned {victim.request_id!r}, running is now {after}"
+            )
+            return victim
+
+    vllm, yours = measure(Scheduler), measure(Checked)
+    for theirs, mine in zip(vllm, yours):
+        unfinished = [rid for rid, at in mine.finished.items() if at is None]
+        assert not unfinished, f"{mine.workload!r}: {unfinished} never finished in {MAX_STEPS} steps: starved"
+        limit = int(STARVATION_FACTOR * theirs.steps)
+        late = {rid: at for rid, at in mine.finished.items() if at >= limit}
+        assert not late, (
+            f"{mine.workload!r}: {late} finished at step(s) past {limit - 1}, {STARVATION_FACTOR} times the "
+            f"{theirs.steps} steps vLLM's rule takes there: a victim order may not starve a request"
+        )
+        assert mine.blocks_held == 0, f"{mine.workload!r}: {mine.blocks_held} blocks still held after every request"
+    table = ", ".join(f"{m.workload!r} {m.recomputed} (vLLM's {t.recomputed})" for t, m in zip(vllm, yours))
+    assert sum(m.recomputed for m in yours) < sum(t.recomputed for t in vllm), (
+        f"tokens computed a second time: {sum(m.recomputed for m in yours)}, vLLM's rule "
+        f"{sum(t.recomputed for t in vllm)}; a design must recompute fewer: {table}"
     )
