@@ -48,7 +48,8 @@ def chunk_size(num_needed: int, budget: int, threshold: int = 0) -> int:
     """Task 07.1: the tokens a request that still needs num_needed tokens may take in this step.
 
     Contract: the largest count that is at most the need, at most the budget left, and at most `threshold`
-    when `threshold` is above 0 (0 caps nothing). (vLLM 0.33: the `num_new_tokens` lines of Scheduler.schedule.)
+    when `threshold` is above 0 (0 caps nothing). (Read after passing: the `num_new_tokens` lines of vLLM 0.33's
+    Scheduler.schedule.)
     Example: chunk_size(150, 64) == 64; chunk_size(150, 64, 24) == 24; chunk_size(5, 64, 16) == 5.
     """
     raise NotImplementedError
@@ -108,8 +109,8 @@ class Scheduler(EngineScheduler):
           at position config.max_model_len or past it. With num_lookahead_tokens 0 nothing changes.
         - Stats: each admitted request's prefix-cache lookup is counted exactly once (admit counts it); the
           lookups of requests left waiting are not counted.
-        - Output: num_scheduled maps each planned request id to its tokens (running ones in order, then
-          admitted ones); new_blocks maps each planned running request's id to get_block_ids() of the KVCacheBlocks
+        - Output: num_scheduled maps each planned request id to its tokens, in the order the step planned
+          them; new_blocks maps each planned running request's id to get_block_ids() of the KVCacheBlocks
           its grant returned this step: a tuple with one list of block ids per KV cache group, in the order
           given (([],) when a one-group request got no new block; vLLM's scheduler sends None then);
           new_reqs lists admit()'s results in admission order; preempted lists the victims in order.
@@ -143,10 +144,33 @@ class Scheduler(EngineScheduler):
     def choose_victim(self) -> Request:
         """Task 07.4: remove the request to preempt from self.running and return it.
 
-        Contract (vLLM 0.33's Scheduler.schedule, the "Preempt the lowest-priority request" lines): under FCFS
-        the newest admitted, which is self.running's last entry (not the latest arrival: a readmitted request
-        is the newest admitted); under PRIORITY the worst: the largest priority value, and of those the latest
-        arrival. The victim is no longer in self.running afterwards; the others keep their order.
+        Contract: under FCFS the victim is the running request with the weakest first-come claim, the one
+        admitted most recently (not the latest arrival: a readmitted request was admitted again); under PRIORITY
+        the worst: the largest priority value, and of those the latest arrival. The victim is no longer in
+        self.running afterwards; the others keep their order. Read after passing: vLLM 0.33's
+        Scheduler.schedule, the "Preempt the lowest-priority request" lines.
         Example: running [old (arrived 1.0), x (5.0), y (3.0, readmitted)]: FCFS takes y, priority takes x.
+        """
+        raise NotImplementedError
+
+
+class VictimDesign(EngineScheduler):
+    """Task 07.10, an open design: the engine's scheduler (vLLM's step, tasks 07.2-07.6 already written) with
+    your own victim choice. It plugs in where any scheduler does: `LLM(scheduler_cls=VictimDesign)`."""
+
+    def choose_victim(self) -> Request:
+        """Task 07.10: remove the request to preempt from self.running and return it; which one is yours to design.
+
+        Contract: called under FCFS, with at least one request running. The victim leaves self.running, and the
+        others keep their order (the admission order the step walks). Graded by properties and a measured
+        outcome, not by equality with anyone: on the three tight-pool workloads of nanocourse.victims, every plan
+        keeps the step's rules (budget, pool, a victim planned for nothing), every request finishes in at most
+        1.25 times the steps vLLM's rule takes there (nobody starved), no block is left held, and the tokens
+        computed a second time, summed over the three, are fewer than vLLM's rule recomputes (the notebook's
+        baseline cell prints that sum). Measure yours while you design:
+        `from nanocourse.victims import measure; measure(VictimDesign)`.
+        Read after passing: the notebook's "What vLLM 0.33 chose, and why", and ask what your rule gives up.
+        Example: running [a (40 computed), b (8 computed), c (20 computed)]: any one may be returned, and
+        self.running then holds the other two in this order.
         """
         raise NotImplementedError

@@ -97,3 +97,14 @@ class Scheduler(EngineScheduler):
             self.running.remove(victim)
             return victim
         return self.running.pop()  # FCFS: the newest admitted
+
+
+class VictimDesign(EngineScheduler):
+    """Task 07.10: one design among many. The oldest running request keeps its first-come promise; of the
+    others, the one with the least computed work loses it, the newest on a tie: it has the least to redo."""
+
+    def choose_victim(self) -> Request:
+        candidates = self.running[1:] or self.running  # alone, the oldest is the only one there is
+        victim = min(reversed(candidates), key=lambda r: r.num_computed_tokens)
+        self.running.remove(victim)
+        return victim

@@ -202,4 +202,16 @@ BUGS = [
         "                self.preempt(victim)\n",
         "                self.waiting.prepend_request(victim)\n",
     ),
+    (
+        "07.10",
+        "the victim stays in the running list",
+        "key=lambda r: r.num_computed_tokens)\n        self.running.remove(victim)\n",
+        "key=lambda r: r.num_computed_tokens)\n",
+    ),
+    (
+        "07.10",
+        "the oldest running request is the victim (the notebook's experiment): it recomputes more than vLLM's rule",
+        "candidates = self.running[1:] or self.running",
+        "candidates = self.running[:1]",
+    ),
 ]

@@ -19,6 +19,7 @@ from nanocourse.differential import (
 )
 from nanocourse.plan_rules import checked_schedule
 from nanocourse.policies import longest_common_prefix
+from nanocourse.victims import MAX_STEPS, measure
 from nanoengine.core import KVCacheManager
 from nanoengine.core.sched.scheduler import Scheduler, SchedulerConfig
 from nanoengine.request import Request
@@ -48,7 +49,22 @@ def _engine_chunk_plan(num_tokens, budget, threshold=0):
     return chunks
 
 
-NANOENGINE = {"chunk_size": _engine_chunk_size, "chunk_plan": _engine_chunk_plan, "Scheduler": Scheduler}
+class _LeastWorkLost(Scheduler):
+    """Task 07.10 in "nanoengine" mode, where the engine keeps vLLM's rule: a design that passes, the running
+    request with the fewest computed tokens (the newest on a tie) as the victim."""
+
+    def choose_victim(self):
+        victim = min(reversed(self.running), key=lambda r: r.num_computed_tokens)
+        self.running.remove(victim)
+        return victim
+
+
+NANOENGINE = {
+    "chunk_size": _engine_chunk_size,
+    "chunk_plan": _engine_chunk_plan,
+    "Scheduler": Scheduler,
+    "VictimDesign": _LeastWorkLost,
+}
 
 
 def req(rid, n, priority=0, arrival=0.0, first=0):
@@ -94,7 +110,7 @@ def _first_difference(yours: str, engine: str) -> str:
     return f"yours has {line(a)!r} where the engine has {line(b)!r}"
 
 
-@pytest.mark.task("07.1", "chunk_size and chunk_plan: the budget and the threshold cap each chunk")
+@pytest.mark.task("07.1", "chunk_size and chunk_plan: no chunk exceeds any cap, and the chunks cover the prompt")
 def test_chunks(impl):
     assert impl.chunk_size(150, 64) == 64 and impl.chunk_size(150, 64, 24) == 24, (
         f"a 150-token need: the budget 64 caps it (chunk_size(150, 64) == 64) and a threshold of 24 caps it "
@@ -128,7 +144,7 @@ def _raises_in_time(call, error: type[Exception], seconds: float = 2.0) -> bool:
     return False
 
 
-@pytest.mark.task("07.2", "schedule: running requests first, then newcomers, from one token budget")
+@pytest.mark.task("07.2", "schedule: running requests and newcomers share one token budget, never overspent")
 def test_running_first(impl):
     s = make(impl, budget=10)
     s.add_request(req("a", 3))
@@ -165,7 +181,7 @@ def test_running_first(impl):
     )
 
 
-@pytest.mark.task("07.2b", "schedule: a long prompt is chunked, and an empty budget stops everyone")
+@pytest.mark.task("07.2b", "schedule: a prompt longer than the budget still finishes; a spent budget plans no one")
 def test_budget(impl):
     s = make(impl, budget=8)
     s.add_request(req("a", 20))
@@ -183,7 +199,7 @@ def test_budget(impl):
     )
 
 
-@pytest.mark.task("07.3", "schedule: long_prefill_token_threshold caps running and new requests alike, not one alone")
+@pytest.mark.task("07.3", "schedule: the threshold's cap holds in a busy step and in a quiet one")
 def test_threshold(impl):
     s = make(impl, budget=64, long_prefill_token_threshold=16)
     s.add_request(req("a", 40))
@@ -208,7 +224,7 @@ def test_threshold(impl):
     assert plan(s) == ([("alone", 1), ("next", 16)], []), "two requests: the threshold caps again"
 
 
-@pytest.mark.task("07.4", "choose_victim: the running list's tail under FCFS, the worst (priority, arrival) otherwise")
+@pytest.mark.task("07.4", "choose_victim: the victim under FCFS and under priority; the others keep their order")
 def test_choose_victim(impl):
     for policy, victim in (("fcfs", "y"), ("priority", "x")):
         s = make(impl, policy=policy)
@@ -244,7 +260,7 @@ def _two_decoding(impl, policy, num_blocks):
 
 @pytest.mark.task(
     "07.5",
-    "schedule: preemption by recompute, the victim's tokens back, a self-preempted priority request lets the loop go on",
+    "schedule: a refused grant gets room; a victim keeps nothing in the plan and costs no one else a turn",
 )
 def test_preemption(impl):
     # 6 usable blocks. a holds 3 and b 2 after step 2; at step 6 a's position 12 needs a 4th block,
@@ -310,7 +326,9 @@ def test_preemption(impl):
     )
 
 
-@pytest.mark.task("07.6", "schedule: admission gate, max_num_seqs, and no admission in a step that preempted")
+@pytest.mark.task(
+    "07.6", "schedule: a newcomer is admitted only if its admission will hold, and the seats are never exceeded"
+)
 def test_admission(impl):
     s = make(impl, budget=64, max_num_seqs=2)
     for name in "abc":
@@ -458,7 +476,7 @@ def test_matches_the_engine(impl, workload):
     replay_workload(build, cfg, ops, BS, f"{cfg['num_blocks'] - 1} usable blocks of {BS} tokens", plan_rules=True)
 
 
-@pytest.mark.task("07.9", "schedule: lookahead slots past the scheduled tokens, cut at max_model_len")
+@pytest.mark.task("07.9", "schedule: lookahead slots past the scheduled tokens, never past max_model_len")
 def test_lookahead(impl):
     s = make(impl, num_blocks=10, num_lookahead_tokens=4)
     s.add_request(req("a", 4))
@@ -487,4 +505,40 @@ def test_lookahead(impl):
     assert got == [([],)], (
         f"step 1 (num_lookahead_tokens=5, max_model_len=7): a decodes position 4 and its lookahead stops at "
         f"max_model_len, so its 2 blocks already hold every slot: expected no new block [([],)], got {got}"
+    )
+
+
+STARVATION_FACTOR = 1.25  # steps a workload may take, next to vLLM's rule on it, before someone counts as starved
+
+
+@pytest.mark.task("07.10", "your victim order: every rule kept, nobody starved, fewer tokens recomputed than vLLM's")
+def test_victim_design(impl):
+    class Checked(impl.VictimDesign):
+        """Yours, each victim checked as choose_victim() hands it over."""
+
+        def choose_victim(self):
+            before = [r.request_id for r in self.running]
+            victim = super().choose_victim()
+            after = [r.request_id for r in self.running]
+            assert victim.request_id in before and after == [r for r in before if r != victim.request_id], (
+                f"choose_victim must take one running request out of self.running and leave the others in their "
+                f"order: running was {before}, you returned {victim.request_id!r}, running is now {after}"
+            )
+            return victim
+
+    vllm, yours = measure(Scheduler), measure(Checked)
+    for theirs, mine in zip(vllm, yours):
+        unfinished = [rid for rid, at in mine.finished.items() if at is None]
+        assert not unfinished, f"{mine.workload!r}: {unfinished} never finished in {MAX_STEPS} steps: starved"
+        limit = int(STARVATION_FACTOR * theirs.steps)
+        late = {rid: at for rid, at in mine.finished.items() if at >= limit}
+        assert not late, (
+            f"{mine.workload!r}: {late} finished at step(s) past {limit - 1}, {STARVATION_FACTOR} times the "
+            f"{theirs.steps} steps vLLM's rule takes there: a victim order may not starve a request"
+        )
+        assert mine.blocks_held == 0, f"{mine.workload!r}: {mine.blocks_held} blocks still held after every request"
+    table = ", ".join(f"{m.workload!r} {m.recomputed} (vLLM's {t.recomputed})" for t, m in zip(vllm, yours))
+    assert sum(m.recomputed for m in yours) < sum(t.recomputed for t in vllm), (
+        f"tokens computed a second time: {sum(m.recomputed for m in yours)}, vLLM's rule "
+        f"{sum(t.recomputed for t in vllm)}; a design must recompute fewer: {table}"
     )

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from nanocourse.timeline import StepTimeline, record_run, split_kinds, step_line
+from nanocourse.victims import WORKLOADS, measure
 from nanoengine.attention import TorchBackend
 from nanoengine.attention.paged import PagedKVCache
 from nanoengine.config import LlamaConfig
@@ -168,3 +169,13 @@ def test_widget_shows_the_selected_step(recorded):
     timeline.color_by.value = "request"
     assert timeline.image.value != png, "coloring by request redraws the bars"
     assert step_line(record).startswith(f"step {k:3d} | {record.total:4d}/{BUDGET}")
+
+
+def test_every_victim_workload_forces_preemption_and_finishes_clean():
+    """Task 07.10 measures victim orders on nanocourse.victims' workloads: each must make vLLM's rule preempt and
+    recompute (else there is nothing to design), and end with every request finished and every block free."""
+    replays = measure(Scheduler)
+    assert [r.workload for r in replays] == list(WORKLOADS)
+    for r in replays:
+        assert r.preemptions > 0 and r.recomputed > 0, r
+        assert None not in r.finished.values() and r.blocks_held == 0, r

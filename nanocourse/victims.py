@@ -1,0 +1,87 @@
+"""Task 07.10's bench: replay the chapter's tight-pool workloads on a scheduler class, without a model, and
+measure what its victim choice cost.
+
+A replay is the engine's step loop with the model left out (every request whose tokens are all computed samples
+token 1), so it takes milliseconds and depends on nothing but the scheduler. Each plan is checked as schedule()
+hands it over (nanocourse.plan_rules): the budget, the pool never over-committed, a victim planned for nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nanocourse.plan_rules import checked_schedule
+from nanocourse.timeline import split_kinds
+from nanoengine.core import KVCacheManager, get_request_block_hasher
+from nanoengine.core.sched.scheduler import SchedulerConfig
+from nanoengine.request import Request
+from nanoengine.sampling_params import SamplingParams
+from nanoengine.worker.outputs import ModelRunnerOutput
+
+BLOCK_SIZE = 4
+MAX_STEPS = 400  # the longest workload takes about 50 steps; a run still going at 400 is starving someone
+
+# name -> (usable blocks + 1, {step: [(request id, prompt tokens, output tokens)]}): pools too small for
+# everything at once, prompts that share no block, budget 16 and threshold 4 (the notebook's tight run, scaled
+# down to blocks of 4).
+WORKLOADS = {
+    "four prompts at once": (24, {0: [("r0", 26, 20), ("r1", 27, 20), ("r2", 26, 20), ("r3", 27, 8)]}),
+    "two late arrivals": (21, {0: [("r0", 40, 12), ("r1", 12, 30)], 3: [("r2", 30, 10), ("r3", 20, 16)]}),
+    "a chat's trickle": (
+        20,
+        {0: [("r0", 30, 16), ("r1", 8, 24)], 2: [("r2", 24, 12)], 5: [("r3", 16, 20), ("r4", 10, 8)]},
+    ),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Replay:
+    """One workload's run: steps taken, preemptions, tokens computed a second time, the step each request
+    finished (None: never), and the blocks still held when it ended (0 unless a block leaked)."""
+
+    workload: str
+    steps: int
+    preemptions: int
+    recomputed: int
+    finished: dict[str, int | None]
+    blocks_held: int
+
+
+def replay(scheduler_cls: type, workload: str) -> Replay:
+    """Run `scheduler_cls` (a subclass of the engine's Scheduler) on one of WORKLOADS, FCFS, prefix caching on."""
+    num_blocks, arrivals = WORKLOADS[workload]
+    s = scheduler_cls(
+        SchedulerConfig(max_num_batched_tokens=16, long_prefill_token_threshold=4),
+        KVCacheManager(BLOCK_SIZE, num_blocks, True),
+    )
+    hasher = get_request_block_hasher(BLOCK_SIZE)
+    high_water: dict[str, int] = {}  # the furthest position each request ever had computed
+    recomputed = preemptions = step = 0
+    finished: dict[str, int | None] = {}
+    while step < MAX_STEPS and (step <= max(arrivals) or s.has_unfinished_requests()):
+        for rid, n, out in arrivals.get(step, ()):
+            finished[rid] = None
+            prompt = [(17 * int(rid[1:]) + 7 * j) % 250 for j in range(n)]  # no two prompts share a block
+            params = SamplingParams(max_tokens=out, ignore_eos=True)
+            s.add_request(Request(rid, prompt, sampling_params=params, block_hasher=hasher))
+        so = checked_schedule(s, where=f"{workload!r}, step {step}")
+        preemptions += len(so.preempted_req_ids)
+        for rid, n in so.num_scheduled_tokens.items():
+            request = s.requests[rid]
+            start = request.num_computed_tokens - n  # schedule() has already advanced it
+            recomputed += split_kinds(start, n, high_water.get(rid, 0), request.num_prompt_tokens)[1]
+            high_water[rid] = max(high_water.get(rid, 0), start + n)
+        done = {
+            r: [1] for r in so.num_scheduled_tokens if s.requests[r].num_computed_tokens == s.requests[r].num_tokens
+        }
+        finished.update((r.request_id, step) for r in s.update_from_output(so, ModelRunnerOutput(done)))
+        step += 1
+    pool = s.kv_cache_manager.block_pool
+    return Replay(
+        workload, step, preemptions, recomputed, finished, pool.num_gpu_blocks - 1 - pool.get_num_free_blocks()
+    )
+
+
+def measure(scheduler_cls: type) -> list[Replay]:
+    """Every workload, replayed on `scheduler_cls`."""
+    return [replay(scheduler_cls, name) for name in WORKLOADS]
