@@ -48,8 +48,8 @@ def chunk_size(num_needed: int, budget: int, threshold: int = 0) -> int:
     """Task 07.1: the tokens a request that still needs num_needed tokens may take in this step.
 
     Contract: the largest count that is at most the need, at most the budget left, and at most `threshold`
-    when `threshold` is above 0 (0 caps nothing). (Read after passing: the `num_new_tokens` lines of vLLM 0.33's
-    Scheduler.schedule.)
+    when `threshold` is above 0 (0 caps nothing); 0 when the budget is spent (a step never passes a budget
+    below 0). (Read after passing: the `num_new_tokens` lines of vLLM 0.33's Scheduler.schedule.)
     Example: chunk_size(150, 64) == 64; chunk_size(150, 64, 24) == 24; chunk_size(5, 64, 16) == 5.
     """
     raise NotImplementedError
@@ -146,9 +146,9 @@ class Scheduler(EngineScheduler):
 
         Contract: under FCFS the victim is the running request with the weakest first-come claim, the one
         admitted most recently (not the latest arrival: a readmitted request was admitted again); under PRIORITY
-        the worst: the largest priority value, and of those the latest arrival. The victim is no longer in
-        self.running afterwards; the others keep their order. Read after passing: vLLM 0.33's
-        Scheduler.schedule, the "Preempt the lowest-priority request" lines.
+        the worst: the largest priority value, and of those the latest arrival (on an exact tie, the earlier in
+        self.running). The victim is no longer in self.running afterwards; the others keep their order. Read after
+        passing: vLLM 0.33's Scheduler.schedule, the "Preempt the lowest-priority request" lines.
         Example: running [old (arrived 1.0), x (5.0), y (3.0, readmitted)]: FCFS takes y, priority takes x.
         """
         raise NotImplementedError
@@ -164,11 +164,12 @@ class VictimDesign(EngineScheduler):
         Contract: called under FCFS, with at least one request running. The victim leaves self.running, and the
         others keep their order (the admission order the step walks). Graded by properties and a measured
         outcome, not by equality with anyone: on the three tight-pool workloads of nanocourse.victims, every plan
-        keeps the step's rules (budget, pool, a victim planned for nothing), every request finishes in at most
-        1.25 times the steps vLLM's rule takes there (nobody starved), no block is left held, and the tokens
-        computed a second time, summed over the three, are fewer than vLLM's rule recomputes (the notebook's
-        baseline cell prints that sum). Measure yours while you design:
-        `from nanocourse.victims import measure; measure(VictimDesign)`.
+        keeps the step's rules (budget, pool, a victim planned for nothing), every request has finished by step
+        1.25 x the number of steps vLLM's rule takes for that whole workload (nobody starved), no block is left
+        held, and the tokens computed a second time, summed over the three, are fewer than vLLM's rule recomputes
+        (the notebook's baseline cell prints that sum). Measure yours while you design:
+        `from nanocourse.victims import measure; measure(VictimDesign)`. A request's blocks hold
+        self.kv_cache_manager.block_size tokens each.
         Read after passing: the notebook's "What vLLM 0.33 chose, and why", and ask what your rule gives up.
         Example: running [a (40 computed), b (8 computed), c (20 computed)]: any one may be returned, and
         self.running then holds the other two in this order.
