@@ -1,10 +1,10 @@
 """Chapter 07's step timeline: what the scheduler decided at every step of a real engine run.
 
-`record_run(engine, arrivals)` watches the engine through its public step observers for the
-length of the run, so every `engine.step()` leaves a `StepRecord` read from the real SchedulerOutput and the real
-pool: which requests ran and how many tokens each took (split into prefill, recompute and decode),
-who was admitted and how much the prefix cache spared them, who was preempted, and how many KV
-blocks the step held. `plot_timeline` draws the records as stacked bars; `StepTimeline` adds a
+`watch(engine)` observes the engine through its public step observers, so every `engine.step()` inside the
+block leaves a `StepRecord` read from the real SchedulerOutput and the real pool, whoever steps it (`record_run`
+below, or a server's engine loop in chapter 15): which requests ran and how many tokens each took (split into
+prefill, recompute and decode), who was admitted and how much the prefix cache spared them, who was preempted,
+and how many KV blocks the step held. `plot_timeline` draws the records as stacked bars; `StepTimeline` adds a
 slider that shows one step in detail.
 """
 
@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import html
 import io
-from collections.abc import Iterable
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import ipywidgets as widgets
@@ -82,6 +84,7 @@ class StepRecord:
     readmit_queries: int  # the same, for requests readmitted after preemption
     readmit_hits: int
     seconds: float = field(compare=False)
+    started: float = field(compare=False)  # time.perf_counter() when the step began
 
     @property
     def total(self) -> int:
@@ -126,11 +129,13 @@ def split_kinds(start: int, num_tokens: int, high_water: int, num_prompt_tokens:
 
 
 class _Recorder:
-    """A StepObserver: reads each SchedulerOutput and the pool it left, then the step's results."""
+    """A StepObserver: reads each SchedulerOutput and the pool it left, then the step's results, and appends the
+    step's StepRecord to `records` (numbered from 0, the first step it saw)."""
 
     def __init__(self) -> None:
         self.high_water: dict[str, int] = {}
         self.draft: dict | None = None
+        self.records: list[StepRecord] = []
 
     def on_schedule(self, scheduler, so, running_before) -> None:
         slices = []
@@ -168,14 +173,29 @@ class _Recorder:
         self.draft.update(
             finished=tuple(o.request_id for o in finished),
             seconds=seconds,
+            started=time.perf_counter() - seconds,
             cache_queries=stats.queries if stats else 0,
             cache_hits=stats.hits if stats else 0,
             readmit_queries=stats.preempted_queries if stats else 0,
             readmit_hits=stats.preempted_hits if stats else 0,
         )
+        self.records.append(StepRecord(step=len(self.records), **self.draft))
 
 
 Arrival = tuple  # (prompt_token_ids, SamplingParams) or (prompt_token_ids, SamplingParams, priority)
+
+
+@contextmanager
+def watch(engine) -> Iterator[list[StepRecord]]:
+    """Record every step `engine` takes inside the block, whoever steps it: the list yielded gets each step's
+    StepRecord as the step ends (numbered from 0). The engine calls its observers in the thread that steps it, so
+    a server's engine loop fills the list while the caller reads it. The observer leaves with the block."""
+    recorder = _Recorder()
+    engine.observers.append(recorder)
+    try:
+        yield recorder.records
+    finally:
+        engine.observers.remove(recorder)
 
 
 def record_run(engine, arrivals: dict[int, Iterable[Arrival]], max_steps: int = 1000) -> Run:
@@ -185,19 +205,14 @@ def record_run(engine, arrivals: dict[int, Iterable[Arrival]], max_steps: int = 
     arrivals join at once. The observer leaves with the run.
     """
     pending = {k: list(v) for k, v in arrivals.items()}
-    recorder = _Recorder()
-    records, outputs, req_ids = [], {}, []
-    engine.observers.append(recorder)
-    try:
+    outputs, req_ids = {}, []
+    with watch(engine) as records:
         while (pending or engine.has_unfinished_requests()) and len(records) < max_steps:
             key = len(records) if engine.has_unfinished_requests() else min(pending)
             for token_ids, params, *priority in pending.pop(key, ()):
                 req_ids.append(engine.add_request(list(token_ids), params, priority=priority[0] if priority else 0))
             finished = engine.step()
             outputs.update((o.request_id, o) for o in finished)
-            records.append(StepRecord(step=len(records), **recorder.draft))
-    finally:
-        engine.observers.remove(recorder)
     return Run(records, outputs, req_ids)
 
 

@@ -1750,3 +1750,79 @@ R(
         ("nanoengine/engine/llm_engine.py", "    def draft_acceptance_rate(self) -> float:"),
     ],
 )
+
+# 15
+R(
+    "15",
+    "engine core in a thread, not a process",
+    [
+        ("vllm/vllm/v1/engine/core.py", "class EngineCoreProc(EngineCore):"),
+        ("vllm/vllm/v1/engine/core.py", "    def run_busy_loop(self):"),
+        ("vllm/vllm/v1/engine/core.py", "                target=self.process_input_sockets,"),
+        ("vllm/vllm/v1/engine/core_client.py", "class AsyncMPClient(MPClient):"),
+    ],
+    [
+        (
+            "nanoengine/engine/async_llm.py",
+            'self._executor = ThreadPoolExecutor(1, thread_name_prefix="nanoengine-step")',
+        ),
+        ("nanoengine/engine/async_llm.py", "finished = await loop.run_in_executor(self._executor, self.engine.step)"),
+    ],
+)
+R(
+    "15",
+    "aborts between steps",
+    [
+        ("vllm/vllm/v1/engine/core.py", "                            self.aborts_queue.put_nowait(request)"),
+        (
+            "vllm/vllm/v1/engine/core.py",
+            "        self._process_aborts_queue()\n        engine_core_outputs = self.scheduler.update_from_output(",
+        ),
+    ],
+    [
+        ("nanoengine/engine/async_llm.py", "            self._submit(lambda: self._abort(call.engine_ids))"),
+        ("nanoengine/engine/async_llm.py", "            for change in inbox:\n                change()"),
+    ],
+)
+R(
+    "15",
+    "detokenizing and stop strings",
+    [
+        ("vllm/vllm/v1/engine/output_processor.py", "                stop_string = req_state.detokenizer.update("),
+        ("vllm/vllm/v1/engine/async_llm.py", "                        if processed_outputs.reqs_to_abort:"),
+    ],
+    [
+        (
+            "nanoengine/engine/llm_engine.py",
+            "stopped = [req_id for req_id in output.sampled_token_ids if self._detokenize(req_id, now)]",
+        ),
+        ("nanoengine/engine/async_llm.py", "    def _publish(self, finished: list[RequestOutput]) -> IterationStats:"),
+    ],
+)
+R(
+    "15",
+    "per-request output queue",
+    [
+        ("vllm/vllm/v1/engine/output_processor.py", "class RequestOutputCollector:"),
+        ("vllm/vllm/v1/engine/output_processor.py", "            self.output.add(output, aggregate=self.aggregate)"),
+    ],
+    [
+        (
+            "nanoengine/engine/async_llm.py",
+            "    queue: asyncio.Queue[RequestOutput | BaseException] = field(default_factory=asyncio.Queue)",
+        ),
+    ],
+)
+R(
+    "15",
+    "latency metrics",
+    [
+        ("vllm/vllm/v1/metrics/stats.py", "            first_token_latency = self._time_since(req_stats.arrival_time)"),
+        ("vllm/vllm/v1/metrics/stats.py", "            itl = engine_core_timestamp - req_stats.last_token_ts"),
+        ("vllm/vllm/v1/metrics/loggers.py", '            name="vllm:e2e_request_latency_seconds",'),
+    ],
+    [
+        ("nanoengine/engine/async_llm.py", "                    stats.time_to_first_tokens_iter.append(now - arrival)"),
+        ("nanoengine/metrics/loggers.py", '            "vllm:time_to_first_token_seconds",'),
+    ],
+)
