@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nanoengine.core.sched.output import NewRequestData, SchedulerOutput
+from nanoengine.core.sched.output import PLACEHOLDER_TOKEN_ID, NewRequestData, SchedulerOutput
 from nanoengine.core.sched.request_queue import SchedulingPolicy
 from nanoengine.core.sched.scheduler import Scheduler as EngineScheduler
 from nanoengine.request import Request, RequestStatus
@@ -31,6 +31,7 @@ class Scheduler(EngineScheduler):
 
     def schedule(self) -> SchedulerOutput:
         budget = self.config.max_num_batched_tokens
+        slots = self.config.max_num_new_slots_for_drafting  # a draft model's extra input, per planned request
         threshold = self.long_prefill_threshold()  # 0 while one request is alone: nobody to starve
         kv = self.kv_cache_manager
         num_scheduled: dict[str, int] = {}
@@ -39,11 +40,11 @@ class Scheduler(EngineScheduler):
 
         # Running requests first: they hold blocks already, and stalling them wastes those blocks.
         i = 0
-        while i < len(self.running) and budget > 0:
+        while i < len(self.running) and budget > slots:
             request = self.running[i]
             # Its drafts too (chapter 13), with no position at max_model_len - 1 or past it.
             n = min(
-                chunk_size(request.num_tokens_with_spec - request.num_computed_tokens, budget, threshold),
+                chunk_size(request.num_tokens_with_spec - request.num_computed_tokens, budget - slots, threshold),
                 self.config.max_model_len - request.num_computed_tokens - 1,
             )
             # Slots past them for a draft model's own KV (num_lookahead_tokens), none at max_model_len or past it.
@@ -55,7 +56,7 @@ class Scheduler(EngineScheduler):
                     break
                 victim = self.choose_victim()
                 if victim.request_id in num_scheduled:  # it ran earlier in this step: refund its tokens
-                    budget += num_scheduled.pop(victim.request_id)
+                    budget += num_scheduled.pop(victim.request_id) + slots
                     new_blocks.pop(victim.request_id)
                     i -= 1
                 self.preempt(victim)
@@ -69,15 +70,21 @@ class Scheduler(EngineScheduler):
                 break
             num_scheduled[request.request_id] = n
             new_blocks[request.request_id] = blocks.get_block_ids()  # one list of ids per KV cache group
-            budget -= n
+            budget -= n + slots
             i += 1
 
         # A step that preempted admits nobody: the pool just proved too small for what runs.
         new_reqs: list[NewRequestData] = []
-        while not preempted and self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
+        running_scheduled = list(num_scheduled)
+        while not preempted and self.waiting and budget > slots and len(self.running) < self.config.max_num_seqs:
             request = self.waiting.peek_request()
             hits, num_hit_tokens = kv.get_computed_blocks(request, record_stats=False)
-            n = chunk_size(request.num_tokens - num_hit_tokens, budget, threshold)
+            n = chunk_size(request.num_tokens - num_hit_tokens, budget - slots, threshold)
+            # With drafts, a one-token newcomer beside running decodes: 1 + k tokens or none (chapter 13).
+            padded = self.padded_size(request, num_hit_tokens, threshold, running_scheduled)
+            if padded > budget - slots:
+                break
+            n = padded or n
             # The gate: the first chunk only if the whole sequence fits now, or it would thrash mid-prefill.
             reserve = self.lookahead(request, n, num_hit_tokens)
             granted = kv.allocate_slots(
@@ -86,8 +93,10 @@ class Scheduler(EngineScheduler):
             if granted is None:
                 break
             new_reqs.append(self.admit(request, num_hit_tokens))
+            if padded:
+                request.spec_token_ids = [PLACEHOLDER_TOKEN_ID] * (padded - 1)
             num_scheduled[request.request_id] = n
-            budget -= n
+            budget -= n + slots
         return self.make_output(num_scheduled, new_blocks, new_reqs, preempted)
 
     def choose_victim(self) -> Request:
