@@ -30,8 +30,10 @@ class Scheduler(EngineScheduler):
     """Tasks 07.2-07.6: vLLM v1's schedule(), on the engine's queues, pool and bookkeeping."""
 
     def schedule(self) -> SchedulerOutput:
-        budget = self.config.max_num_batched_tokens
-        slots = self.config.max_num_new_slots_for_drafting  # a draft model's extra input, per planned request
+        # A draft model's extra input per planned request (chapter 13; 0 otherwise): budget is what the next
+        # request may take, the budget left less its own drafting slots.
+        slots = self.config.max_num_new_slots_for_drafting
+        budget = self.config.max_num_batched_tokens - slots
         threshold = self.long_prefill_threshold()  # 0 while one request is alone: nobody to starve
         kv = self.kv_cache_manager
         num_scheduled: dict[str, int] = {}
@@ -40,11 +42,11 @@ class Scheduler(EngineScheduler):
 
         # Running requests first: they hold blocks already, and stalling them wastes those blocks.
         i = 0
-        while i < len(self.running) and budget > slots:
+        while i < len(self.running) and budget > 0:
             request = self.running[i]
             # Its drafts too (chapter 13), with no position at max_model_len - 1 or past it.
             n = min(
-                chunk_size(request.num_tokens_with_spec - request.num_computed_tokens, budget - slots, threshold),
+                chunk_size(request.num_tokens_with_spec - request.num_computed_tokens, budget, threshold),
                 self.config.max_model_len - request.num_computed_tokens - 1,
             )
             # Slots past them for a draft model's own KV (num_lookahead_tokens), none at max_model_len or past it.
@@ -56,7 +58,8 @@ class Scheduler(EngineScheduler):
                     break
                 victim = self.choose_victim()
                 if victim.request_id in num_scheduled:  # it ran earlier in this step: refund its tokens
-                    budget += num_scheduled.pop(victim.request_id) + slots
+                    budget += slots
+                    budget += num_scheduled.pop(victim.request_id)
                     new_blocks.pop(victim.request_id)
                     i -= 1
                 self.preempt(victim)
@@ -76,13 +79,13 @@ class Scheduler(EngineScheduler):
         # A step that preempted admits nobody: the pool just proved too small for what runs.
         new_reqs: list[NewRequestData] = []
         running_scheduled = list(num_scheduled)
-        while not preempted and self.waiting and budget > slots and len(self.running) < self.config.max_num_seqs:
+        while not preempted and self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
             request = self.waiting.peek_request()
             hits, num_hit_tokens = kv.get_computed_blocks(request, record_stats=False)
-            n = chunk_size(request.num_tokens - num_hit_tokens, budget - slots, threshold)
+            n = chunk_size(request.num_tokens - num_hit_tokens, budget, threshold)
             # With drafts, a one-token newcomer beside running decodes: 1 + k tokens or none (chapter 13).
             padded = self.padded_size(request, num_hit_tokens, threshold, running_scheduled)
-            if padded > budget - slots:
+            if padded > budget:
                 break
             n = padded or n
             # The gate: the first chunk only if the whole sequence fits now, or it would thrash mid-prefill.
