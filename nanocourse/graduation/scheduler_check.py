@@ -190,7 +190,8 @@ def _case(cfg: dict, *ops: tuple) -> tuple[dict, list]:
 
 # The shortest workloads the checks found where nanoengine and vLLM 0.33.0 part (issue 44's classes with drafts,
 # and two with sliding windows), replayed by `--known` so a fix can be seen to take: each says whether it still
-# diverges, or reaches one of KNOWN_DIFFERENCES. A request is ("add", prompt tokens, prefix family, priority, max_tokens, prompt_logprobs).
+# diverges, or reaches one of KNOWN_DIFFERENCES. A request is ("add", prompt tokens, prefix family, priority,
+# max_tokens, prompt_logprobs).
 KNOWN_CASES = {
     "drafts: verified blocks cached late (update_from_output)": _case(
         {
@@ -249,6 +250,13 @@ KNOWN_CASES = {
 
 
 KNOWN_PREFIX = "a known difference, reported by name: "
+
+
+def verdict(story: str | None) -> str:
+    """A known case's replay (replay_known's value) in two words."""
+    if story is None:
+        return "agrees now"
+    return "known" if story.startswith(KNOWN_PREFIX) else "still diverges"
 
 
 def replay_known(vllm: Vllm, parts: Parts) -> dict[str, str | None]:

@@ -10,9 +10,10 @@ is scheduled num_tokens_with_spec - num_computed_tokens tokens, its last verifie
 the same budget. A drafter that reads more input than the target was scheduled (a draft model reads the sampled
 token too) has each scheduled request reserve config.max_num_new_slots_for_drafting more of the budget (vLLM's
 input_budget). A request admitted with one token left beside running decodes is padded to 1 + k tokens with
-placeholder drafts (padded_size), so that the step stays a uniform decode batch. allocate_slots gets them all as new tokens, plus config.num_lookahead_tokens slots past them
-(vLLM's num_lookahead_tokens): k for a draft model, which writes its own KV for the drafts it feeds itself after
-the step, and 0 for n-gram drafts, which write none. Lookahead stops at max_model_len, as in vLLM's
+placeholder drafts (padded_size), so that the step stays a uniform decode batch. allocate_slots gets them all as
+new tokens, plus config.num_lookahead_tokens slots past them (vLLM's num_lookahead_tokens): k for a draft model or
+an EAGLE head, which write their own KV for the drafts they feed themselves after the step, and 0 for n-gram
+drafts, which write none. Lookahead stops at max_model_len, as in vLLM's
 allocate_slots. allocate_slots caches blocks only up to request.num_tokens, so no block holding an unverified
 token is ever cached.
 """
@@ -201,7 +202,8 @@ class Scheduler:
         max_model_len. Invariant: a padded request is scheduled 1 + k tokens or not at all.
         vLLM 0.33 pads where long_prefill_token_threshold < 1 + k too, then cuts the padded request to the
         threshold and fails its own `assert num_new_tokens == 1 + self.num_spec_tokens`; nanoengine leaves such a
-        request unpadded, as vLLM itself drops the padding that a Mamba alignment would cut."""
+        request unpadded, as the open upstream fix does (vllm-project/vllm#54028) and as vLLM itself drops the
+        padding that a Mamba alignment would cut."""
         size = 1 + self.config.num_spec_tokens
         running_scheduled = list(running_scheduled)
         if (
