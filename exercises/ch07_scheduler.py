@@ -24,6 +24,7 @@ have (a reference: which of these a step uses, and when, is yours to decide):
 | `preempt(r)` | for r already out of running (choose_victim took it): frees its blocks, resets it, requeues it |
 | `admit(r, n)` | moves the queue's head r (slots allocated, n tokens cached) to running; counts its lookup |
 | `finish_length_capped(r)` | ends a lone running request the whole pool cannot hold: out of running, blocks freed |
+| `padded_size(r, num_computed, threshold, ids)` | with drafts, the 1 + k tokens newcomer r is padded to (0: none) |
 | `make_output(num_scheduled, new_blocks, new_reqs, preempted)` | packages the step (preempted: the victim Requests) |
 
 A request has `request_id`, `num_tokens`, `num_computed_tokens`, `num_tokens_with_spec` (num_tokens plus its
@@ -38,7 +39,11 @@ Your scheduler passes these along without looking inside, so it serves a model w
 
 from __future__ import annotations
 
-from nanoengine.core.sched.output import NewRequestData, SchedulerOutput  # noqa: F401  (schedule builds these)
+from nanoengine.core.sched.output import (  # noqa: F401  (schedule builds these, and pads with placeholders)
+    PLACEHOLDER_TOKEN_ID,
+    NewRequestData,
+    SchedulerOutput,
+)
 from nanoengine.core.sched.request_queue import SchedulingPolicy  # noqa: F401  (choose_victim needs it)
 from nanoengine.core.sched.scheduler import Scheduler as EngineScheduler
 from nanoengine.request import Request, RequestStatus  # noqa: F401  (schedule reads a status)
@@ -107,6 +112,11 @@ class Scheduler(EngineScheduler):
         - Lookahead: every grant, to a running request or a newcomer, also holds config.num_lookahead_tokens
           slots past the request's planned tokens (a draft model writes its own KV there, chapter 13), but none
           at position config.max_model_len or past it. With num_lookahead_tokens 0 nothing changes.
+        - Drafting (chapter 13; with no drafter nothing changes): each planned request also spends
+          config.max_num_new_slots_for_drafting budget tokens past its planned ones, and none is planned unless
+          more than those are left. A newcomer that padded_size (given the ids of the running requests planned this
+          step) pads is planned exactly that many tokens or, if they do not fit, nobody more is admitted; its
+          spec_token_ids are then that many minus one PLACEHOLDER_TOKEN_ID.
         - Stats: each admitted request's prefix-cache lookup is counted exactly once (admit counts it); the
           lookups of requests left waiting are not counted.
         - Output: num_scheduled maps each planned request id to its tokens, in the order the step planned

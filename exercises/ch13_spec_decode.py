@@ -146,6 +146,10 @@ class Scheduler(Chapter07Scheduler):
         - Afterwards its spec_token_ids is [], verified or not: the engine proposes anew after the step, from the
           context the step leaves, and a step never verifies drafts it did not schedule. A request not in
           num_scheduled keeps its drafts.
+        - A placeholder draft (PLACEHOLDER_TOKEN_ID) is a draft like any other here. schedule() gives a request
+          admitted with one token left beside running decodes k of them, so that every request of the step feeds
+          1 + k tokens (vLLM's uniform decode batch); the runner never accepts one, so such a request gets exactly
+          one token from the step, as without drafts.
         What a subclass can use: self.requests (request id -> Request, every request the scheduler holds), and
         on a Request num_tokens (its verified tokens), num_computed_tokens and spec_token_ids.
         (vLLM 0.33: the "Speculative decode related" lines of Scheduler.schedule in vllm/v1/core/sched/scheduler.py,

@@ -174,7 +174,11 @@ def scheduler_config(cfg: dict) -> SchedulerConfig:
         policy=cfg["policy"],
         long_prefill_token_threshold=cfg["threshold"],
         num_spec_tokens=cfg.get("num_speculative_tokens", 0),
-        **{key: cfg[key] for key in ("max_model_len", "num_lookahead_tokens") if key in cfg},
+        **{
+            key: cfg[key]
+            for key in ("max_model_len", "num_lookahead_tokens", "max_num_new_slots_for_drafting")
+            if key in cfg
+        },
     )
 
 

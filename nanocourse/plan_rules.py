@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from nanoengine.core.sched.output import PLACEHOLDER_TOKEN_ID
+
 
 class PlanError(AssertionError):
     """A SchedulerOutput that breaks a rule every plan keeps; the message names the request and the rule, and
@@ -95,10 +97,19 @@ def violation(scheduler: Any, so: Any, before: dict[str, _Before], lookups: dict
                     f"prefix-cache hit this step is {hit} tokens: a newcomer starts at its cache hit"
                 )
             need = was.num_tokens - new.num_computed_tokens
+            padding = so.scheduled_spec_decode_tokens.get(rid, [])
+            if need == 1 and padding and all(d == PLACEHOLDER_TOKEN_ID for d in padding):
+                need += len(padding)  # padded to 1 + k with placeholder drafts (Scheduler.padded_size)
             if n > need:
                 return (
                     f"newly admitted request {rid} is scheduled {n} tokens, but it needs only {need} (its "
-                    f"{was.num_tokens} tokens less its {new.num_computed_tokens}-token cache hit)"
+                    f"{was.num_tokens} tokens less its {new.num_computed_tokens}-token cache hit"
+                    + (
+                        f", and {len(padding)} placeholder drafts"
+                        if need > was.num_tokens - new.num_computed_tokens
+                        else ""
+                    )
+                    + ")"
                 )
     total = sum(n for n in plan.values() if isinstance(n, int))
     if total > config.max_num_batched_tokens:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nanoengine.core.sched.output import NewRequestData, SchedulerOutput
+from nanoengine.core.sched.output import PLACEHOLDER_TOKEN_ID, NewRequestData, SchedulerOutput
 from nanoengine.core.sched.request_queue import SchedulingPolicy
 from nanoengine.core.sched.scheduler import Scheduler as EngineScheduler
 from nanoengine.request import Request, RequestStatus
@@ -30,7 +30,10 @@ class Scheduler(EngineScheduler):
     """Tasks 07.2-07.6: vLLM v1's schedule(), on the engine's queues, pool and bookkeeping."""
 
     def schedule(self) -> SchedulerOutput:
-        budget = self.config.max_num_batched_tokens
+        # A draft model's extra input per planned request (chapter 13; 0 otherwise): budget is what the next
+        # request may take, the budget left less its own drafting slots.
+        slots = self.config.max_num_new_slots_for_drafting
+        budget = self.config.max_num_batched_tokens - slots
         threshold = self.long_prefill_threshold()  # 0 while one request is alone: nobody to starve
         kv = self.kv_cache_manager
         num_scheduled: dict[str, int] = {}
@@ -55,6 +58,7 @@ class Scheduler(EngineScheduler):
                     break
                 victim = self.choose_victim()
                 if victim.request_id in num_scheduled:  # it ran earlier in this step: refund its tokens
+                    budget += slots
                     budget += num_scheduled.pop(victim.request_id)
                     new_blocks.pop(victim.request_id)
                     i -= 1
@@ -69,15 +73,21 @@ class Scheduler(EngineScheduler):
                 break
             num_scheduled[request.request_id] = n
             new_blocks[request.request_id] = blocks.get_block_ids()  # one list of ids per KV cache group
-            budget -= n
+            budget -= n + slots
             i += 1
 
         # A step that preempted admits nobody: the pool just proved too small for what runs.
         new_reqs: list[NewRequestData] = []
+        running_scheduled = list(num_scheduled)
         while not preempted and self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
             request = self.waiting.peek_request()
             hits, num_hit_tokens = kv.get_computed_blocks(request, record_stats=False)
             n = chunk_size(request.num_tokens - num_hit_tokens, budget, threshold)
+            # With drafts, a one-token newcomer beside running decodes: 1 + k tokens or none (chapter 13).
+            padded = self.padded_size(request, num_hit_tokens, threshold, running_scheduled)
+            if padded > budget:
+                break
+            n = padded or n
             # The gate: the first chunk only if the whole sequence fits now, or it would thrash mid-prefill.
             reserve = self.lookahead(request, n, num_hit_tokens)
             granted = kv.allocate_slots(
@@ -86,8 +96,10 @@ class Scheduler(EngineScheduler):
             if granted is None:
                 break
             new_reqs.append(self.admit(request, num_hit_tokens))
+            if padded:
+                request.spec_token_ids = [PLACEHOLDER_TOKEN_ID] * (padded - 1)
             num_scheduled[request.request_id] = n
-            budget -= n
+            budget -= n + slots
         return self.make_output(num_scheduled, new_blocks, new_reqs, preempted)
 
     def choose_victim(self) -> Request:

@@ -108,6 +108,12 @@ BUGS = [
     ("07.8", "no step back after preempting a victim planned earlier in this step", "                    i -= 1\n", ""),
     (
         "07.8",
+        "with drafts, a one-token newcomer beside running decodes is not padded to 1 + k",
+        "            n = padded or n\n",
+        "",
+    ),
+    (
+        "07.8",
         "the gate's lookup counts the prefix-cache stats at every step the request waits",
         "kv.get_computed_blocks(request, record_stats=False)",
         "kv.get_computed_blocks(request)",

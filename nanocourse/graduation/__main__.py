@@ -18,7 +18,7 @@ from pathlib import Path
 
 from nanocourse.graduation.common import parts_for
 from nanocourse.graduation.run import PARTS_CHOICES, graduate, load
-from nanocourse.graduation.scheduler_check import replay_known
+from nanocourse.graduation.scheduler_check import KNOWN_PREFIX, replay_known, verdict
 from nanocourse.graduation.wheel import WheelError
 
 
@@ -31,10 +31,10 @@ def known(parts: str) -> int:
         return 2
     found = replay_known(vllm, parts_for(parts))
     for name, story in found.items():
-        print(f"{'still diverges' if story else 'agrees now':15} {name}")
+        print(f"{verdict(story):15} {name}")
         if story:
-            print("\n".join(f"    {line}" for line in story.splitlines()[:1]))
-    return 1 if any(found.values()) else 0
+            print("\n".join(f"    {line}" for line in story.removeprefix(KNOWN_PREFIX).splitlines()[:1]))
+    return 1 if any(verdict(story) == "still diverges" for story in found.values()) else 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -119,9 +119,36 @@ def parts_for(which: str) -> Parts:
     return parts
 
 
+class KnownDifference(Exception):
+    """A workload reached a difference the graduation names instead of comparing past it (KNOWN_DIFFERENCES'
+    key `case`): the check counts it and reports it with its first workload, and the workload is compared no
+    further. Not an AssertionError, so hypothesis does not take it for a divergence."""
+
+    def __init__(self, case: str) -> None:
+        super().__init__(case)
+        self.case = case
+
+
+# The differences a check reports by name, with why they are not nanoengine's to copy or to change.
+KNOWN_DIFFERENCES = {
+    "vLLM's own assert": (
+        "with long_prefill_token_threshold < 1 + k, vLLM 0.33 pads a new one-token request to 1 + k, cuts it to the "
+        "threshold and fails `assert num_new_tokens == 1 + self.num_spec_tokens` (scheduler.py:1579); nanoengine "
+        'leaves such a request unpadded, as the open upstream fix does (vllm-project/vllm#54028, "Skip spec '
+        'padding below prefill threshold")'
+    ),
+    "a lone request outgrew the pool": (
+        "only where max_model_len is beyond the pool, which vLLM 0.33 refuses to start with "
+        "(kv_cache_planning.check_enough_kv_cache_memory): nanoengine ends the request FINISHED_LENGTH_CAPPED, "
+        "where vLLM's scheduler preempts it and it never fits again"
+    ),
+}
+
+
 @dataclass
 class Result:
-    """One check's outcome: examples run, operations compared, and on a difference the shortest story."""
+    """One check's outcome: examples run, operations compared, and on a difference the shortest story; known:
+    per KNOWN_DIFFERENCES case, the workloads that reached it and the first of them."""
 
     name: str
     operations: int = 0
@@ -129,6 +156,11 @@ class Result:
     seconds: float = 0.0
     divergence: str | None = None
     example: dict[str, Any] = field(default_factory=dict)  # the arguments of the example run last
+    known: dict[str, tuple[int, Any]] = field(default_factory=dict)
+
+    def count_known(self, case: str, workload: Any) -> None:
+        count, first = self.known.get(case, (0, workload))
+        self.known[case] = (count + 1, first)
 
 
 class Labels:

@@ -61,10 +61,10 @@ class SpeculativeConfig(_Config):
         return self.method == "eagle"
 
     def use_eagle_block_drop(self) -> bool:
-        return False
+        return self.needs_eagle_block_drop() and not self.disable_eagle_block_drop
 
     def needs_eagle_block_drop(self) -> bool:
-        return False
+        return self.method == "eagle"  # EAGLE-1: a position's draft KV depends on the next token
 
 
 class EncoderCacheManagerConfig(_Config):
@@ -95,8 +95,9 @@ def vllm_config(
     drafter: str | None = None,
 ) -> VllmConfig:
     """A VllmConfig of one decoder-only text model, synchronous scheduling (one batch in flight), no connector,
-    no LoRA, no metrics collection; drafter: None, "ngram" (no lookahead slots) or "draft_model" (one lookahead
-    slot per draft, as VllmConfig.num_lookahead_tokens gives for a draft model)."""
+    no LoRA, no metrics collection; drafter: None, "ngram" (no lookahead slots), "draft_model" or "eagle" (one
+    lookahead slot per draft, as VllmConfig.num_lookahead_tokens gives for both; EAGLE-1 drafts one token a pass,
+    so it is not parallel drafting)."""
     speculative = (
         None
         if drafter is None
@@ -105,8 +106,8 @@ def vllm_config(
             num_speculative_tokens=num_speculative_tokens,
             num_speculative_tokens_per_batch_size=None,
             disable_eagle_block_drop=False,
-            # SpeculativeConfig.max_num_new_slots_for_drafting: an n-gram drafter adds no rows to the target's
-            # batch; a draft model keeps one unsliced input token.
+            # SpeculativeConfig.max_num_new_slots_for_drafting: an n-gram drafter and sequential EAGLE add no rows
+            # to the target's batch; a draft model keeps one unsliced input token.
             max_num_new_slots_for_drafting=1 if drafter == "draft_model" else 0,
         )
     )
@@ -167,7 +168,7 @@ def vllm_config(
         max_concurrent_batches=1,
         max_in_flight_tokens=max_num_batched_tokens,
         num_speculative_tokens=num_speculative_tokens,
-        num_lookahead_tokens=num_speculative_tokens if drafter == "draft_model" else 0,
+        num_lookahead_tokens=num_speculative_tokens if drafter in ("draft_model", "eagle") else 0,
         num_prefill_lookahead_tokens=0,
         num_hash_lookahead_tokens=0,
         use_v2_model_runner=False,

@@ -16,10 +16,10 @@ from typing import IO, Any
 
 from tqdm import tqdm
 
-from nanocourse.graduation.common import ON_PURPOSE, Parts, Result, parts_for
+from nanocourse.graduation.common import KNOWN_DIFFERENCES, ON_PURPOSE, Parts, Result, parts_for
 from nanocourse.graduation.kv_checks import MANAGER_CHECKS, check_free_queue, check_hashes, check_manager, check_pool
 from nanocourse.graduation.loader import load_vllm
-from nanocourse.graduation.scheduler_check import SCHEDULER_CHECKS, check_scheduler, replay_known
+from nanocourse.graduation.scheduler_check import SCHEDULER_CHECKS, check_scheduler, replay_known, verdict
 from nanocourse.graduation.vllm_side import Vllm
 from nanocourse.graduation.wheel import VLLM_VERSION, WHEEL_SHA256, WheelError, fetch_wheel
 
@@ -58,18 +58,26 @@ def report(results: list[Result], parts: Parts, vllm: Vllm, seconds: float, know
         lines.append(f"  {digest[:16]}  {path}")
     lines.append("")
     for r in results:
-        verdict = "DIVERGES" if r.divergence else "0 divergences"
+        outcome = "DIVERGES" if r.divergence else "0 divergences"
+        num_known = sum(count for count, _ in r.known.values())
         lines.append(
-            f"  {r.name:44} {r.examples:5} workloads {r.operations:7} operations  {r.seconds:6.1f} s  {verdict}"
+            f"  {r.name:44} {r.examples:5} workloads {r.operations:7} operations  {r.seconds:6.1f} s  {outcome}"
+            + (f" ({num_known} reached a known difference)" if num_known else "")
         )
     lines.append("")
+    reached = [(r.name, case, count, first) for r in results for case, (count, first) in r.known.items()]
+    if reached:
+        lines.append("Known differences, reported by name and compared no further (workloads that reached one):")
+        for name, case, count, first in reached:
+            lines += [f"  {name}: {count} reached {case}: {KNOWN_DIFFERENCES[case]}", f"    the first: {first}"]
+        lines.append("")
     if diverged:
         lines.append(
             f"{len(diverged)} of {len(results)} checks diverge from vLLM {VLLM_VERSION} ({operations} operations "
             f"compared in {seconds:.0f} s)."
         )
         lines += ["", "Divergences found so far (--known), replayed on these parts:"]
-        lines += [f"  {'still diverges' if story else 'agrees now':15} {name}" for name, story in known.items()]
+        lines += [f"  {verdict(story):15} {name}" for name, story in known.items()]
         lines += ["", "The shortest sequence found for each check that diverges:"]
         for r in diverged:
             lines += ["", f"== {r.name}", r.divergence or ""]

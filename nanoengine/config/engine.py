@@ -21,9 +21,9 @@ class EngineConfig:
     """The model, cache, scheduler and speculative settings, and the engine's parts, checked against each other
     once, here (as VllmConfig.__post_init__ checks its configs together).
 
-    Each setting has one owner: block_size is cache_config's, max_model_len model_config's, num_lookahead_tokens
-    speculative_config's. scheduler_config holds copies of the last two, so that a scheduler reads one config;
-    this tree refuses copies that disagree with their owner.
+    Each setting has one owner: block_size is cache_config's, max_model_len model_config's; num_lookahead_tokens,
+    num_spec_tokens and max_num_new_slots_for_drafting speculative_config's. scheduler_config holds copies of all but
+    block_size, so that a scheduler reads one config; this tree refuses copies that disagree with their owner.
     """
 
     model_config: ModelConfig
@@ -41,6 +41,18 @@ class EngineConfig:
             raise ValueError("scheduler_config.num_lookahead_tokens must be speculative_config's")
         if self.scheduler_config.num_spec_tokens != (spec.num_speculative_tokens if spec else 0):
             raise ValueError("scheduler_config.num_spec_tokens must be speculative_config's num_speculative_tokens")
+        if self.scheduler_config.max_num_new_slots_for_drafting != (spec.max_num_new_slots_for_drafting if spec else 0):
+            raise ValueError("scheduler_config.max_num_new_slots_for_drafting must be speculative_config's")
+        budget = self.scheduler_config.max_num_batched_tokens
+        if spec is not None and budget <= spec.num_lookahead_tokens:
+            # vLLM's VllmConfig refuses it too: a draft model's slot a request would leave no token to schedule.
+            raise InvalidEngineArgumentError(
+                f"max_num_batched_tokens={budget} leaves no token to schedule beside the {spec.num_lookahead_tokens} "
+                f'lookahead slots of speculative_config["method"]="{spec.method}". Give max_num_batched_tokens > '
+                f"{spec.num_lookahead_tokens}, or fewer num_speculative_tokens.",
+                parameter="max_num_batched_tokens",
+                value=budget,
+            )
         if self.parts.attention_backend.name == "triton" and not is_pow2(block_size, 8):
             raise InvalidEngineArgumentError(
                 f"block_size must be a power of two >= 8 for the Triton kernels, got {block_size}. Use 8, 16 or 32, "

@@ -24,6 +24,8 @@ class SchedulerConfig:
     num_spec_tokens: k, the drafts a request verifies per step (SpeculativeConfig.num_speculative_tokens; 0
     without speculative decoding). With k > 0 a step's verified blocks are cached as soon as its output is in
     (vLLM 0.33's Scheduler.num_spec_tokens).
+    max_num_new_slots_for_drafting: budget tokens each scheduled request reserves for the drafter's extra input
+    (SpeculativeConfig.max_num_new_slots_for_drafting: 1 for a draft model, else 0).
     """
 
     max_num_batched_tokens: int = 2048
@@ -34,6 +36,7 @@ class SchedulerConfig:
     long_prefill_token_threshold_adaptive: bool = False
     num_lookahead_tokens: int = 0
     num_spec_tokens: int = 0
+    max_num_new_slots_for_drafting: int = 0
 
     def __post_init__(self) -> None:
         if self.policy not in SCHEDULING_POLICIES:

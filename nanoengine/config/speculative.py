@@ -113,6 +113,14 @@ class SpeculativeConfig:
         write none."""
         return 0 if self.method == "ngram" else self.num_speculative_tokens
 
+    @property
+    def max_num_new_slots_for_drafting(self) -> int:
+        """Input slots each scheduled request reserves in the step's budget beyond its scheduled tokens (vLLM's
+        property of this name): a draft model's first pass reads the step's verified tokens and the one sampled
+        after them, one token more than the target was scheduled; n-gram drafts and EAGLE-1 (which drafts one token
+        a pass) need none. vLLM's parallel drafters (P-EAGLE, PARD) need K - 1 and K; nanoengine has none."""
+        return 1 if self.method == "draft_model" else 0
+
     @classmethod
     def from_dict(cls, config: dict | None) -> SpeculativeConfig | None:
         """LLM(speculative_config=...)'s dict (vLLM's keys), or None: speculative decoding off."""

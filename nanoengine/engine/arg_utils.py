@@ -187,6 +187,7 @@ class EngineArgs:
             long_prefill_token_threshold_adaptive=self.long_prefill_token_threshold_adaptive,
             num_lookahead_tokens=speculative.num_lookahead_tokens if speculative else 0,
             num_spec_tokens=speculative.num_speculative_tokens if speculative else 0,
+            max_num_new_slots_for_drafting=speculative.max_num_new_slots_for_drafting if speculative else 0,
         )
         return EngineConfig(
             model_config=model_config,

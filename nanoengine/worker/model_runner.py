@@ -19,7 +19,7 @@ import torch
 
 from nanoengine.attention.backend import AttentionMetadata
 from nanoengine.attention.paged import PagedKVCache
-from nanoengine.core.sched.output import SchedulerOutput
+from nanoengine.core.sched.output import PLACEHOLDER_TOKEN_ID, SchedulerOutput
 from nanoengine.errors import InvalidRequestError
 from nanoengine.model import LlamaForCausalLM
 from nanoengine.outputs import Logprob
@@ -181,7 +181,9 @@ class ModelRunner:
         for req_id in order:
             state, n, drafts = self.requests[req_id], so.num_scheduled_tokens[req_id], spec.get(req_id, [])
             c = state.num_computed_tokens
-            batch.append(ScheduledChunk(req_id, c, state.token_ids[c : c + n - len(drafts)] + drafts))
+            # A placeholder draft (a step padded to 1 + k) is fed as token 0, as vLLM's runner clamps it.
+            fed = [0 if d == PLACEHOLDER_TOKEN_ID else d for d in drafts]
+            batch.append(ScheduledChunk(req_id, c, state.token_ids[c : c + n - len(drafts)] + fed))
         inputs = self._prepare_inputs(batch)
         metadata, starts = inputs.attn_metadata, inputs.query_start_loc
         graphs = self.cuda_graphs if self.cuda_graphs and self.cuda_graphs.can_replay(metadata[0], len(order)) else None
@@ -241,10 +243,17 @@ class ModelRunner:
 
     def _sample(self, output: ModelRunnerOutput, done, spec, starts, row_logits) -> None:
         """Sample (or with drafts, verify) the next tokens of the requests in done, (row index, state) each."""
-        drafts = [spec.get(s.req_id, []) for _, s in done]
+        scheduled = [spec.get(s.req_id, []) for _, s in done]
+        # A request verifies its drafts up to its first placeholder, which is rejected unread (vLLM's rejection
+        # sampler rejects -1 too): so a padded step samples its one token as a step without drafts would.
+        drafts = [d[: d.index(PLACEHOLDER_TOKEN_ID)] if PLACEHOLDER_TOKEN_ID in d else d for d in scheduled]
         # k + 1 rows for k drafts: the logits after the last verified token and after each draft.
         logits = row_logits(
-            [r for (i, _), d in zip(done, drafts) for r in range(starts[i + 1] - 1 - len(d), starts[i + 1])]
+            [
+                r
+                for (i, _), f, d in zip(done, scheduled, drafts)
+                for r in range(starts[i + 1] - 1 - len(f), starts[i + 1] - len(f) + len(d))
+            ]
         )
         params, generators = [s.sampling_params for _, s in done], [self.generators[s.req_id] for _, s in done]
         processed = apply_logits_processors(logits, self._logits_rows(done, drafts))

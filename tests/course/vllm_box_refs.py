@@ -1653,6 +1653,76 @@ R(
 )
 R(
     "13",
+    "the input budget and the drafting slots",
+    [
+        (
+            "vllm/vllm/v1/core/sched/scheduler.py",
+            "        draft_slots = spec.max_num_new_slots_for_drafting if spec is not None else 0",
+        ),
+        ("vllm/vllm/v1/core/sched/scheduler.py", "            input_budget -= num_new_tokens + draft_slots"),
+        ("vllm/vllm/config/speculative.py", "    def max_num_new_slots_for_drafting(self) -> int:"),
+        (
+            "vllm/vllm/config/speculative.py",
+            "            # The autoregressive draft-model input retains one unsliced token.",
+        ),
+    ],
+    [
+        ("nanoengine/config/speculative.py", "    def max_num_new_slots_for_drafting(self) -> int:"),
+        ("nanoengine/core/sched/scheduler.py", "            budget -= n + slots"),
+    ],
+)
+R(
+    "13",
+    "a new one-token request padded to 1 + k",
+    [
+        (
+            "vllm/vllm/v1/core/sched/scheduler.py",
+            "                        padded_num_tokens = 1 + self.num_spec_tokens",
+        ),
+        (
+            "vllm/vllm/v1/core/sched/scheduler.py",
+            "                    assert num_new_tokens == 1 + self.num_spec_tokens",
+        ),
+        (
+            "vllm/vllm/v1/sample/rejection_sampler.py",
+            "# -1 is used for padded draft token ids that should be rejected.",
+        ),
+        (
+            "vllm/vllm/v1/worker/gpu_model_runner.py",
+            "        # Clamp speculative scheduler placeholders (-1) before embedding lookup.",
+        ),
+    ],
+    [
+        ("nanoengine/core/sched/scheduler.py", "    def padded_size("),
+        ("nanoengine/core/sched/scheduler.py", "            and not 0 < threshold < size"),
+        ("nanoengine/core/sched/output.py", "PLACEHOLDER_TOKEN_ID = -1"),
+        (
+            "nanoengine/worker/model_runner.py",
+            "            fed = [0 if d == PLACEHOLDER_TOKEN_ID else d for d in drafts]",
+        ),
+    ],
+)
+R(
+    "13",
+    "a pool below max_model_len",
+    [
+        ("vllm/vllm/v1/core/kv_cache_planning.py", "def check_enough_kv_cache_memory("),
+        (
+            "vllm/vllm/v1/core/kv_cache_planning.py",
+            '            f"To serve at least one request with the model\'s max seq len "',
+        ),
+        ("vllm/vllm/v1/core/sched/scheduler.py", "                        preempted_req = self.running[-1]"),
+    ],
+    [
+        ("nanoengine/core/sched/scheduler.py", "                    self.finish_length_capped(request)"),
+        (
+            "nanoengine/core/sched/scheduler.py",
+            "        That happens only where the pool holds fewer tokens than max_model_len",
+        ),
+    ],
+)
+R(
+    "13",
     "who proposes, and async scheduling",
     [
         (

@@ -46,7 +46,25 @@ def test_the_tree_refuses_copies_that_disagree_with_their_owner():
     ahead = dataclasses.replace(config.scheduler_config, num_lookahead_tokens=3)
     with pytest.raises(ValueError, match="num_lookahead_tokens"):
         dataclasses.replace(config, scheduler_config=ahead)
+    slots = dataclasses.replace(config.scheduler_config, max_num_new_slots_for_drafting=1)
+    with pytest.raises(ValueError, match="max_num_new_slots_for_drafting"):
+        dataclasses.replace(config, scheduler_config=slots)
     assert isinstance(config, EngineConfig) and isinstance(config.cache_config, CacheConfig)
+
+
+def test_a_draft_model_gets_its_input_slot_and_a_budget_past_its_lookahead():
+    """SpeculativeConfig.max_num_new_slots_for_drafting reaches the scheduler (1 for a draft model, 0 for n-gram),
+    and a budget no larger than the lookahead slots is refused by name, as vLLM's VllmConfig refuses it."""
+    for method, slots in (("draft_model", 1), ("ngram", 0)):
+        spec = {"method": method, "num_speculative_tokens": 3} | ({"model": MODEL} if method == "draft_model" else {})
+        config = EngineArgs(model=MODEL, speculative_config=spec, progress=False).create_engine_config()
+        assert config.scheduler_config.max_num_new_slots_for_drafting == slots
+    spec = {"method": "draft_model", "num_speculative_tokens": 3, "model": MODEL}
+    with pytest.raises(InvalidEngineArgumentError, match="max_num_batched_tokens=3") as info:
+        EngineArgs(
+            model=MODEL, speculative_config=spec, max_num_batched_tokens=3, progress=False
+        ).create_engine_config()
+    assert info.value.parameter == "max_num_batched_tokens"
 
 
 def test_configs_are_built_by_keyword():

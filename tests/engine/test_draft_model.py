@@ -16,6 +16,7 @@ import torch
 
 from nanoengine import LLM, SamplingParams
 from nanoengine.config import LlamaConfig
+from nanoengine.core.sched.output import PLACEHOLDER_TOKEN_ID
 from nanoengine.core.sched.scheduler import Scheduler
 from nanoengine.errors import InvalidEngineArgumentError
 from nanoengine.model import LlamaForCausalLM
@@ -84,14 +85,25 @@ def test_a_random_draft_keeps_greedy_outputs(plain, name):
 @pytest.mark.parametrize("name", SETTINGS)
 def test_a_model_drafting_for_itself_has_every_draft_accepted(plain, name):
     llm = tiny_llm(spec(TARGET), **SETTINGS[name])
+    # A prefix hit of all but one token pads that request's first step with placeholder drafts, which vLLM's stats
+    # count as drafts and no verify step accepts: they are counted here to be left out.
+    placeholders, schedule = [0], llm.engine.scheduler.schedule
+
+    def counting():
+        out = schedule()
+        placeholders[0] += sum(d.count(PLACEHOLDER_TOKEN_ID) for d in out.scheduled_spec_decode_tokens.values())
+        return out
+
+    llm.engine.scheduler.schedule = counting
     for round in ("cold", "prefix hits"):
         outs = llm.generate(prompt_token_ids=PROMPTS, sampling_params=GREEDY)
         assert token_ids(outs) == plain[name], f"{name}, {round}: greedy tokens differ from without speculation"
         stats = llm.get_stats()
         assert stats.num_draft_tokens > 50
-        assert stats.num_accepted_tokens == stats.num_draft_tokens, (
-            f"{name}, {round}: {stats.num_draft_tokens - stats.num_accepted_tokens} of {stats.num_draft_tokens} "
-            "self-drafts rejected, so some slot of the draft's KV is not the target's token"
+        assert stats.num_accepted_tokens == stats.num_draft_tokens - placeholders[0], (
+            f"{name}, {round}: {stats.num_draft_tokens - placeholders[0] - stats.num_accepted_tokens} of "
+            f"{stats.num_draft_tokens - placeholders[0]} self-drafts rejected, so some slot of the draft's KV is not "
+            "the target's token"
         )
         assert_no_leak(llm)
     hits = [o.num_cached_tokens > 0 for o in outs]

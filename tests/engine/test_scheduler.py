@@ -1,6 +1,7 @@
 """The scheduler on its own (no model): vLLM v1's budget, chunking, admission and preemption rules."""
 
 from nanoengine.core import KVCacheManager, get_request_block_hasher
+from nanoengine.core.sched.output import PLACEHOLDER_TOKEN_ID
 from nanoengine.core.sched.scheduler import Scheduler, SchedulerConfig
 from nanoengine.request import Request, RequestStatus
 from nanoengine.sampling_params import SamplingParams
@@ -182,3 +183,75 @@ def test_drafts_proposed_after_a_prompt_chunk_are_dropped():
     assert not s.requests["a"].is_prefill_chunk
     s.update_draft_token_ids({"a": [7]})
     assert s.requests["a"].spec_token_ids == [7]
+
+
+def test_a_draft_model_reserves_one_input_slot_per_scheduled_request():
+    """vLLM 0.33's input_budget: each scheduled request also takes max_num_new_slots_for_drafting (1 for a draft
+    model, whose first pass reads the sampled token too). Issue: draft model k=2, budget 16, one 16-token prompt."""
+    s = make(max_num_batched_tokens=16, num_spec_tokens=2, num_lookahead_tokens=2, max_num_new_slots_for_drafting=1)
+    s.add_request(req("a", 16))
+    assert s.schedule().num_scheduled_tokens == {"a": 15}
+    # Two requests: 7 + 1 slot, then 7 + 1 slot; nobody is planned once only the slots are left.
+    s = make(max_num_batched_tokens=16, num_lookahead_tokens=2, num_spec_tokens=2, max_num_new_slots_for_drafting=1)
+    for name in "abc":
+        s.add_request(req(name, 7, first=100 * "abc".index(name)))
+    assert s.schedule().num_scheduled_tokens == {"a": 7, "b": 7}
+
+
+def test_a_new_one_token_request_beside_running_decodes_is_padded_to_1_plus_k():
+    """vLLM 0.33 pads it with k placeholder drafts, so every request of the step feeds 1 + k tokens (a uniform
+    decode batch), and rolls them back as rejected. Issue: n-gram k=2, one running, a one-token prompt arrives."""
+    s = make(max_num_seqs=4, num_spec_tokens=2)
+    s.add_request(req("a", 5))
+    run_step(s, token=7)
+    s.update_draft_token_ids({"a": [8, 9]})
+    s.add_request(req("b", 1, first=100))
+    out = s.schedule()
+    assert out.num_scheduled_tokens == {"a": 3, "b": 3}
+    assert out.scheduled_spec_decode_tokens == {"a": [8, 9], "b": [PLACEHOLDER_TOKEN_ID] * 2}
+    s.update_from_output(out, ModelRunnerOutput({"a": [8, 5], "b": [6]}))  # b's placeholders: rejected
+    assert s.requests["b"].num_computed_tokens == 1 and s.requests["b"].output_token_ids == [6]
+    assert s.requests["a"].num_computed_tokens == 7
+
+
+def test_padding_needs_running_decodes_room_and_a_threshold_that_holds_it():
+    """No padding: alone (nothing running, nothing cached), beside a prompt chunk, or where the threshold is below
+    1 + k, where vLLM 0.33 pads, cuts and fails its own assert (vllm-project/vllm#54028 skips the padding, as here).
+    A padded request that does not fit the budget left waits: 1 + k tokens or none."""
+    s = make(num_spec_tokens=2)
+    s.add_request(req("a", 1))
+    assert s.schedule().num_scheduled_tokens == {"a": 1}
+
+    s = make(max_num_batched_tokens=8, long_prefill_token_threshold=5, num_spec_tokens=2, max_num_seqs=4)
+    s.add_request(req("a", 20))
+    run_step(s)  # a is mid-prompt
+    s.add_request(req("b", 1, first=100))
+    assert s.schedule().num_scheduled_tokens == {"a": 5, "b": 1}  # 3 were left for a padded b
+
+    for threshold, expected in ((2, {"a": 2, "b": 1}), (3, {"a": 3, "b": 3})):
+        s = make(num_spec_tokens=2, long_prefill_token_threshold=threshold, max_num_seqs=4)
+        s.add_request(req("a", 1))
+        run_step(s, token=7)
+        s.update_draft_token_ids({"a": [8, 9]})
+        s.add_request(req("b", 1, first=100))
+        assert s.schedule().num_scheduled_tokens == expected, threshold
+
+    s = make(max_num_batched_tokens=5, num_spec_tokens=2, max_num_seqs=4)
+    s.add_request(req("a", 1))
+    run_step(s, token=7)
+    s.update_draft_token_ids({"a": [8, 9]})
+    s.add_request(req("b", 1, first=100))
+    assert s.schedule().num_scheduled_tokens == {"a": 3}  # b would need 3 of the 2 left
+
+
+def test_a_lone_request_outgrowing_a_pool_below_max_model_len_is_capped():
+    """Where the pool holds fewer tokens than max_model_len (vLLM 0.33 refuses to start so), a request alone that
+    outgrows it ends FINISHED_LENGTH_CAPPED rather than preempting itself for ever. Issue's case: 2 usable blocks
+    of 4 tokens, a 1-token prompt with max_tokens 9."""
+    s = make(num_blocks=3, max_num_batched_tokens=1)
+    s.add_request(req("a", 1, max_tokens=9))
+    finished = []
+    for _ in range(12):
+        finished += run_step(s)[1]
+    assert [(r.request_id, r.status) for r in finished] == [("a", RequestStatus.FINISHED_LENGTH_CAPPED)]
+    assert len(finished[0].output_token_ids) == 8 and s.num_preemptions == 0

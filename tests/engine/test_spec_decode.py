@@ -485,3 +485,31 @@ def test_gpu_verify_steps_run_eagerly():
     stats = llm.get_stats()
     assert got == want and stats.num_drafts > 0
     assert llm.engine.runner.cuda_graphs.num_replays == stats.num_steps - 1 - stats.num_drafts
+
+
+@pytest.mark.parametrize(
+    "params", [SamplingParams(max_tokens=6, temperature=0.0), SamplingParams(max_tokens=6, seed=3)]
+)
+def test_a_padded_step_samples_as_a_step_without_drafts(params):
+    """A request admitted with one token left (here a prefix hit of all but its last token) is padded to 1 + k with
+    placeholder drafts (vLLM 0.33's uniform decode batch). The runner feeds them as token 0 and accepts none: the
+    output equals that of a run without speculation, greedy or seeded."""
+    prompt = [3, 1, 4, 1, 5, 9, 2, 6, 5]  # 2 blocks of 4 and one token
+    llm = tiny_llm()
+    scheduled: list[dict[str, list[int]]] = []
+    schedule = llm.engine.scheduler.schedule
+
+    def recording():
+        out = schedule()
+        scheduled.append(dict(out.scheduled_spec_decode_tokens))
+        return out
+
+    llm.engine.scheduler.schedule = recording
+    first = llm.generate(prompt_token_ids=[prompt], sampling_params=params)[0].outputs[0].token_ids
+    del scheduled[:]
+    again = llm.generate(prompt_token_ids=[prompt], sampling_params=params)[0].outputs[0].token_ids
+    assert list(scheduled[0].values()) == [[-1] * SPEC["num_speculative_tokens"]], scheduled[0]
+    plain = LLM(TINY, block_size=BS, num_gpu_blocks_override=64, progress=False)
+    expected = plain.generate(prompt_token_ids=[prompt], sampling_params=params)[0].outputs[0].token_ids
+    assert first == again == expected
+    assert_no_leak(llm)

@@ -10,6 +10,10 @@ from nanoengine.sampling_params import SamplingParams
 if TYPE_CHECKING:
     from nanoengine.request import Request
 
+# A draft that pads a request's verify step to 1 + k tokens (Scheduler.padded_size), as vLLM's scheduler writes
+# it: no token id, so no verify step accepts it, and the runner feeds token 0 in its place (vLLM clamps it so).
+PLACEHOLDER_TOKEN_ID = -1
+
 
 @dataclass(slots=True)
 class NewRequestData:
@@ -57,7 +61,8 @@ class CachedRequestData:
 class SchedulerOutput:
     """scheduled_spec_decode_tokens: the draft tokens each request verifies this step (speculative decoding;
     requests without drafts are absent). A request's num_scheduled_tokens counts them: its last verified
-    token, then these drafts, which the runner feeds at the positions after it."""
+    token, then these drafts, which the runner feeds at the positions after it. A request padded to a uniform
+    decode step has PLACEHOLDER_TOKEN_ID drafts, which the runner never accepts."""
 
     scheduled_new_reqs: list[NewRequestData]
     scheduled_cached_reqs: CachedRequestData

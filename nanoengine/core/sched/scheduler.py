@@ -7,9 +7,13 @@ is split into chunks over several steps (chunked prefill).
 
 Speculative decoding adds draft tokens (Request.spec_token_ids, proposed after each step): a running request
 is scheduled num_tokens_with_spec - num_computed_tokens tokens, its last verified token and its drafts, from
-the same budget. allocate_slots gets them all as new tokens, plus config.num_lookahead_tokens slots past them
-(vLLM's num_lookahead_tokens): k for a draft model, which writes its own KV for the drafts it feeds itself after
-the step, and 0 for n-gram drafts, which write none. Lookahead stops at max_model_len, as in vLLM's
+the same budget. A drafter that reads more input than the target was scheduled (a draft model reads the sampled
+token too) has each scheduled request reserve config.max_num_new_slots_for_drafting more of the budget (vLLM's
+input_budget). A request admitted with one token left beside running decodes is padded to 1 + k tokens with
+placeholder drafts (padded_size), so that the step stays a uniform decode batch. allocate_slots gets them all as
+new tokens, plus config.num_lookahead_tokens slots past them (vLLM's num_lookahead_tokens): k for a draft model or
+an EAGLE head, which write their own KV for the drafts they feed themselves after the step, and 0 for n-gram
+drafts, which write none. Lookahead stops at max_model_len, as in vLLM's
 allocate_slots. allocate_slots caches blocks only up to request.num_tokens, so no block holding an unverified
 token is ever cached.
 """
@@ -21,7 +25,7 @@ from typing import TYPE_CHECKING, Self
 
 from nanoengine.config.scheduler import SchedulerConfig
 from nanoengine.core import BlockPool, BlockPoolInterface, FreeKVCacheBlockQueue, KVCacheManagerInterface
-from nanoengine.core.sched.output import CachedRequestData, NewRequestData, SchedulerOutput
+from nanoengine.core.sched.output import PLACEHOLDER_TOKEN_ID, CachedRequestData, NewRequestData, SchedulerOutput
 from nanoengine.core.sched.request_queue import RequestQueue, SchedulingPolicy, create_request_queue
 from nanoengine.kv_cache_interface import KVCacheConfig
 from nanoengine.parts import build_part, check_pool_names_groups
@@ -106,7 +110,11 @@ class Scheduler:
 
     # ---- scheduling -------------------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:
+        # vLLM's input_budget. vLLM also keeps a token_budget, of max_num_scheduled_tokens (max_num_batched_tokens
+        # unless set apart); both lose each step's tokens and the input budget the drafting slots too, so with
+        # nanoengine's one setting the input budget is always the tighter.
         budget = self.config.max_num_batched_tokens
+        slots = self.config.max_num_new_slots_for_drafting
         threshold = self.long_prefill_threshold()
         num_scheduled: dict[str, int] = {}
         new_blocks: dict[str, tuple[list[int], ...]] = {}
@@ -115,12 +123,12 @@ class Scheduler:
 
         # Running requests first: they already hold blocks, and stalling them wastes those blocks.
         i = 0
-        while i < len(self.running) and budget > 0:
+        while i < len(self.running) and budget > slots:
             request = self.running[i]
             # Drafts count inside the budget, and no position may reach max_model_len - 1 (vLLM's schedule();
             # without drafts the cap never binds, since a running request has num_tokens < max_model_len).
             n = min(
-                self.chunk_size(request.num_tokens_with_spec - request.num_computed_tokens, budget, threshold),
+                self.chunk_size(request.num_tokens_with_spec - request.num_computed_tokens, budget - slots, threshold),
                 self.config.max_model_len - request.num_computed_tokens - 1,
             )
             while (blocks := kv.allocate_slots(request, n, num_lookahead_tokens=self.lookahead(request, n))) is None:
@@ -130,7 +138,7 @@ class Scheduler:
                     break
                 victim = self.choose_victim()
                 if victim.request_id in num_scheduled:  # already scheduled earlier in this step
-                    budget += num_scheduled.pop(victim.request_id)
+                    budget += num_scheduled.pop(victim.request_id) + slots
                     new_blocks.pop(victim.request_id)
                     i -= 1
                 self.preempt(victim)
@@ -145,15 +153,21 @@ class Scheduler:
                 break
             num_scheduled[request.request_id] = n
             new_blocks[request.request_id] = blocks.get_block_ids()
-            budget -= n
+            budget -= n + slots
             i += 1
 
         new_reqs: list[NewRequestData] = []
+        running_scheduled = list(num_scheduled)
         # Admit waiting requests only in a step without preemption, or they would just evict each other.
-        while not preempted and self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
+        while not preempted and self.waiting and budget > slots and len(self.running) < self.config.max_num_seqs:
             request = self.waiting.peek_request()
             computed_blocks, num_computed = kv.get_computed_blocks(request, record_stats=False)
-            n = self.chunk_size(request.num_tokens - num_computed, budget, threshold)
+            n = self.chunk_size(request.num_tokens - num_computed, budget - slots, threshold)
+            padded = self.padded_size(request, num_computed, threshold, running_scheduled)
+            if padded:
+                if padded > budget - slots:
+                    break  # vLLM would rather not schedule it than schedule it unpadded
+                n = padded
             # Admit only what can hold its whole sequence: a prompt that fits just its first chunk would
             # be preempted mid-prefill and readmitted over and over (the thrashing vLLM users reported).
             lookahead = self.lookahead(request, n, num_computed)
@@ -170,9 +184,38 @@ class Scheduler:
             ):
                 break
             new_reqs.append(self.admit(request, num_computed))
+            if padded:
+                request.spec_token_ids = [PLACEHOLDER_TOKEN_ID] * self.config.num_spec_tokens
             num_scheduled[request.request_id] = n
-            budget -= n
+            budget -= n + slots
         return self.make_output(num_scheduled, new_blocks, new_reqs, preempted)
+
+    def padded_size(
+        self, request: Request, num_computed_tokens: int, threshold: int, running_scheduled: Iterable[str]
+    ) -> int:
+        """The tokens a waiting request about to be admitted is padded to (0: none): 1 + k, its last token and k
+        placeholder drafts (PLACEHOLDER_TOKEN_ID, which no verify step accepts), so that with the running requests
+        it makes a uniform decode batch, which vLLM 0.33 keeps for its full CUDA graphs (scheduler.py's
+        pad_spec_decode, whatever the graph settings). It is padded when drafts are on, one of its tokens is left
+        to compute, running requests were scheduled this step (running_scheduled, their ids) and none of them is
+        mid-prompt, or else part of it is computed (a prefix hit), and the padded step and its sampled token fit
+        max_model_len. Invariant: a padded request is scheduled 1 + k tokens or not at all.
+        vLLM 0.33 pads where long_prefill_token_threshold < 1 + k too, then cuts the padded request to the
+        threshold and fails its own `assert num_new_tokens == 1 + self.num_spec_tokens`; nanoengine leaves such a
+        request unpadded, as the open upstream fix does (vllm-project/vllm#54028) and as vLLM itself drops the
+        padding that a Mamba alignment would cut."""
+        size = 1 + self.config.num_spec_tokens
+        running_scheduled = list(running_scheduled)
+        if (
+            size > 1
+            and request.num_tokens - num_computed_tokens == 1
+            and (running_scheduled or num_computed_tokens > 0)
+            and not any(self.requests[r].is_prefill_chunk for r in running_scheduled)
+            and num_computed_tokens + size + 1 <= self.config.max_model_len
+            and not 0 < threshold < size
+        ):
+            return size
+        return 0
 
     def long_prefill_threshold(self) -> int:
         """This step's cap on one request's chunk (0: none). The threshold keeps a long prompt from starving
@@ -234,7 +277,13 @@ class Scheduler:
 
     def finish_length_capped(self, request: Request) -> None:
         """End a running request that cannot grow (the whole pool is too small for it); it is
-        reported as finished by the next update_from_output."""
+        reported as finished by the next update_from_output.
+
+        That happens only where the pool holds fewer tokens than max_model_len, a configuration vLLM 0.33 refuses
+        to start with (kv_cache_planning.check_enough_kv_cache_memory: "To serve at least one request with the
+        model's max seq len ..."). nanoengine accepts it, since the course's pools are a few blocks under the
+        model's max_model_len, and ends the request here: vLLM's scheduler, given such a pool, would preempt the
+        request, which then never fits again and waits for ever."""
         self._finish(request, RequestStatus.FINISHED_LENGTH_CAPPED)
         self._capped.append(request)
 
