@@ -110,7 +110,15 @@ def replay(vllm: Vllm, parts: Parts, workload: tuple[dict, list], observe: Calla
                 drafter=drafter,
             )
         pool = parts.block_pool_cls(num_blocks, cfg["caching"], BS)
-        manager = parts.kv_cache_manager_cls(BS, pool, kv_cache_groups=groups, **parts.manager_kwargs)
+        # vLLM's max_in_flight_tokens: one budget, with one batch in flight (vllm_config).
+        manager = parts.kv_cache_manager_cls(
+            BS,
+            pool,
+            kv_cache_groups=groups,
+            max_model_len=scheduler_config(cfg).max_model_len,
+            max_in_flight_tokens=cfg["budget"],
+            **parts.manager_kwargs,
+        )
         return parts.scheduler_cls(scheduler_config(cfg), manager)
 
     with vllm.modules.active():
