@@ -159,7 +159,7 @@ def _case(cfg: dict, *ops: tuple) -> tuple[dict, list]:
 
 
 # The shortest workloads the checks found where nanoengine and vLLM 0.33.0 part (issue 44's five classes with
-# drafts, and two with sliding windows), replayed by `--known` so a fix can be seen to take: each says whether it
+# drafts, and four with sliding windows), replayed by `--known` so a fix can be seen to take: each says whether it
 # still diverges. A request is ("add", prompt tokens, prefix family, priority, max_tokens, prompt_logprobs).
 KNOWN_CASES = {
     "drafts: verified blocks cached late (update_from_output)": _case(
@@ -200,6 +200,24 @@ KNOWN_CASES = {
     ),
     "sliding window: admission caps a sliding group's blocks": _case(
         {"num_blocks": 3, "budget": 1, "window": 1, "sliding_groups": 1}, ("add", 9, 0, 0, 1, False)
+    ),
+    # Retention 0, vLLM 0.33's default: of a's sliding blocks only block 1 (before token 8, where a resend of its
+    # prompt hits) is cached, so b's hit is 8 tokens, not 12.
+    "sliding window: only the blocks a later hit can reach are cached": _case(
+        {"num_blocks": 8, "budget": 16, "caching": True, "window": 4, "sliding_groups": 1},
+        ("add", 12, 0, 0, 1, False),
+        ("step", 2),
+        ("add", 16, 0, 0, 1, False),
+    ),
+    # b's full-attention hit (12) outruns its sliding one (8): the junction at 12 makes b cache sliding block 2, so
+    # c hits 12 tokens, not 8.
+    "sliding window: a shared prefix's junction is cached": _case(
+        {"num_blocks": 12, "budget": 32, "caching": True, "window": 4, "sliding_groups": 1},
+        ("add", 12, 0, 0, 1, False),
+        ("step", 2),
+        ("add", 20, 0, 0, 1, False),
+        ("step", 2),
+        ("add", 16, 0, 0, 1, False),
     ),
 }
 
