@@ -167,6 +167,16 @@ class KVCacheManager:
                 check_hash_collisions=check_hash_collisions,
             )
         self.enable_caching = self.block_pool.enable_caching
+        hash_block_size = getattr(self.block_pool, "hash_block_size", None)
+        if hash_block_size not in (None, block_size):
+            # vLLM 0.33 hashes finer than a block only for sub-block prefix hits (a hit ending inside a block, whose
+            # shared tail block is copied on write; one block carrying several hashes), which it enables for a
+            # hybrid model with a Mamba group in mamba_cache_mode="align" (kv_cache_utils.partial_hash_hits_enabled).
+            raise ValueError(
+                f"The pool's hash_block_size {hash_block_size} differs from block_size {block_size}: nanoengine reuses "
+                "a block whole or not at all, so it has no sub-block prefix hits (vLLM 0.33's, for "
+                'mamba_cache_mode="align"). Build the pool with hash_block_size=block_size.'
+            )
         self.kv_cache_groups = tuple(kv_cache_groups)
         # Only a full-attention walk hands the pool each block's tokens to compare.
         self._check_tokens = self.block_pool.cached_token_ids is not None

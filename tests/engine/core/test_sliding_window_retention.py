@@ -110,3 +110,9 @@ def test_equal_specs_are_one_search():
     """Gemma 3's layout, five sliding layers to one full: five sliding groups of one window, searched as one."""
     kv = KVCacheManager(BS, 40, kv_cache_groups=get_kv_cache_groups([W] * 5 + [None]))
     assert kv.coordinator.attention_groups == [SpecGroup(None, [0]), SpecGroup(W, [1, 2, 3, 4, 5])]
+
+
+def test_sub_block_prefix_hits_are_refused():
+    """vLLM 0.33 hashes finer than a block only for sub-block hits (Mamba "align" models); nanoengine refuses it."""
+    with pytest.raises(ValueError, match='no sub-block prefix hits .*mamba_cache_mode="align"'):
+        KVCacheManager(8, BlockPool(10, enable_caching=True, hash_block_size=4))
