@@ -275,9 +275,13 @@ class KVCacheManager(EngineKVCacheManager):
         - any other miss: an empty list per group (empty_kv_cache_blocks will do) and 0 tokens;
         - otherwise the lookup is counted exactly once in the prefix-cache stats (record_prefix_cache_stats)
           when record_stats is true, and not at all when false (a scheduler that may hold the request back
-          counts it at admission instead).
-        (vLLM 0.33: KVCacheManager.get_computed_blocks, which returns a third value for hybrid models and leaves
-        all counting to the scheduler.)
+          counts it at admission instead);
+        - after every call, request.shared_prefix_boundary is where a prefix one attention type has cached past
+          the hit ends (hit tokens plus the third value of self.coordinator.find_longest_cache_hit_and_uncached_prefix,
+          which returns the hit too), or 0 when there is none or no lookup: chapter 12's sliding groups keep the
+          blocks that end there. With full attention alone it is always 0.
+        (vLLM 0.33: KVCacheManager.get_computed_blocks, which returns that third value for the scheduler to store
+        on the request and leaves all counting to the scheduler.)
         Example: block size 4, blocks 0 and 2 of a 13-token request cached, block 1 not: blocks ([block 0],), 4
         tokens. All three cached and 12 tokens: ([block 0, block 1],), 8 tokens, since block 2 holds the last
         token.

@@ -25,6 +25,20 @@ class KVCacheGroupSpec:
     layer_ids: tuple[int, ...]
     sliding_window: int | None = None
 
+    def max_admission_blocks_per_request(self, block_size: int, max_in_flight_tokens: int, max_model_len: int) -> int:
+        """The most blocks a request holds at once in a sliding group (vLLM 0.33's
+        SlidingWindowSpec.max_admission_blocks_per_request): the W - 1 computed tokens the next query sees, plus the
+        tokens of the steps in flight (max_in_flight_tokens: one budget per step not yet settled), never more than
+        max_model_len, and one block more since the window may start inside a block (W = 4, block_size 4: the window
+        [C D E F] of a 6-token request spans [x x C D][E F]). Admission reserves at most this many blocks for the
+        group (KVCacheManager.allocate_slots with full_sequence_must_fit), since remove_skipped_blocks frees those
+        behind the window before each chunk's allocation. Only a sliding group has the cap; ValueError for full
+        attention, which holds every block until the request finishes."""
+        if self.sliding_window is None:
+            raise ValueError("max_admission_blocks_per_request: full attention has no cap; ask a sliding group.")
+        num_tokens = min(self.sliding_window - 1 + max_in_flight_tokens, max_model_len)
+        return -(-num_tokens // block_size) + 1
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class KVCacheConfig:

@@ -67,6 +67,10 @@ class Request:
     # Whether the last step scheduled for it stopped short of its num_tokens (a prompt chunk that is not the
     # last): set with num_computed_tokens when a step is scheduled, as vLLM's Request.is_prefill_chunk is.
     is_prefill_chunk: bool = field(default=False, init=False)
+    # Where a prefix that some attention type had cached past this request's hit ends (0: none), set at each
+    # prefix-cache lookup (KVCacheManager.get_computed_blocks), as vLLM's scheduler sets Request.shared_prefix_boundary:
+    # sparse sliding groups keep the blocks that end there, so later requests sharing the prefix hit it whole.
+    shared_prefix_boundary: int = field(default=0, init=False)
     _all_token_ids: list[int] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:

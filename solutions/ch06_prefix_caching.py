@@ -113,12 +113,17 @@ class KVCacheManager(EngineKVCacheManager):
     """Tasks 06.1, 06.3, 06.3b: the thin top over the coordinator: look up, then allocate all or nothing."""
 
     def get_computed_blocks(self, request: Request, record_stats: bool = True) -> tuple[KVCacheBlocks, int]:
+        request.shared_prefix_boundary = 0
         # A request that wants prompt logprobs needs every prompt position's logits: a hit would skip them.
         if not self.enable_caching or request.skip_reading_prefix_cache:
             return self.empty_kv_cache_blocks, 0
         # The last token is computed again for its logits, so the hit stops one token short.
         max_length = (request.num_tokens - 1) // self.block_size * self.block_size
-        hits, num_hit_tokens = self.coordinator.find_longest_cache_hit(request.block_hashes, max_length)
+        hits, num_hit_tokens, num_uncached = self.coordinator.find_longest_cache_hit_and_uncached_prefix(
+            request.block_hashes, max_length
+        )
+        # Where a longer prefix some attention type cached ends: sliding groups will keep the blocks ending there.
+        request.shared_prefix_boundary = num_hit_tokens + num_uncached if num_uncached else 0
         if record_stats:
             self.record_prefix_cache_stats(request, num_hit_tokens)
         return KVCacheBlocks(hits), num_hit_tokens

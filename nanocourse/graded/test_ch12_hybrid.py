@@ -209,9 +209,17 @@ def serve(model, manager_cls, **kwargs):
     engine, window = llm.engine, model.config.sliding_window
     for p in prompts():
         engine.add_request(p, SamplingParams(temperature=0, max_tokens=40, ignore_eos=True))
-    outputs = {}
+    outputs, last_computed = {}, {}
     while engine.has_unfinished_requests():
         outputs.update((o.request_id, o.outputs[0].token_ids) for o in engine.step())
+        # A decode step: the request ran in the step before too and computed one token past its prompt. (A request
+        # readmitted after preemption recomputes past its prompt in a chunk, which holds the chunk's blocks too.)
+        decoded = {
+            r.request_id
+            for r in engine.scheduler.running
+            if last_computed.get(r.request_id) == r.num_computed_tokens - 1 >= r.num_prompt_tokens
+        }
+        last_computed = {r.request_id: r.num_computed_tokens for r in engine.scheduler.running}
         for request in engine.scheduler.running:
             c = request.num_computed_tokens
             for g, m in enumerate(engine.kv_cache_manager.coordinator.single_type_managers[1:], 1):
@@ -226,7 +234,7 @@ def serve(model, manager_cls, **kwargs):
                 assert not any(b.is_null for b in blocks[seen:]), (
                     f"a block the query at {c} still sees (window {window}) was freed"
                 )
-                if c > request.num_prompt_tokens:  # a decode step has run since the prefill
+                if request.request_id in decoded:
                     assert sum(not b.is_null for b in blocks) <= -(-window // 8) + 1, (
                         "while decoding, a sliding group holds at most ceil(W / block_size) + 1 blocks"
                     )

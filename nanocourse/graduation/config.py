@@ -133,6 +133,8 @@ def vllm_config(
             enable_prefix_caching=enable_prefix_caching,
             enable_mamba_shared_prefix_checkpoint=False,
             mamba_cache_mode="none",
+            # CacheConfig's default: sliding groups cache only the blocks a later hit can reach (sparse retention).
+            prefix_cache_retention_interval=0,
         ),
         model_config=ModelConfig(
             max_model_len=max_model_len,

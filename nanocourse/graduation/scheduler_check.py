@@ -126,7 +126,16 @@ def replay(vllm: Vllm, parts: Parts, workload: tuple[dict, list], observe: Calla
             )
         pool = parts.block_pool_cls(num_blocks, cfg["caching"], BS)
         eagle = {"use_eagle": True} if drafter == "eagle" else {}  # a hit drops its last block (EngineConfig)
-        manager = parts.kv_cache_manager_cls(BS, pool, kv_cache_groups=groups, **parts.manager_kwargs, **eagle)
+        # vLLM's max_in_flight_tokens: one budget, with one batch in flight (vllm_config).
+        manager = parts.kv_cache_manager_cls(
+            BS,
+            pool,
+            kv_cache_groups=groups,
+            max_model_len=scheduler_config(cfg).max_model_len,
+            max_in_flight_tokens=cfg["budget"],
+            **parts.manager_kwargs,
+            **eagle,
+        )
         scheduler = parts.scheduler_cls(scheduler_config(cfg), manager)
         finish_length_capped = scheduler.finish_length_capped
 
@@ -189,7 +198,7 @@ def _case(cfg: dict, *ops: tuple) -> tuple[dict, list]:
 
 
 # The shortest workloads the checks found where nanoengine and vLLM 0.33.0 part (issue 44's classes with drafts,
-# and two with sliding windows), replayed by `--known` so a fix can be seen to take: each says whether it still
+# and four with sliding windows), replayed by `--known` so a fix can be seen to take: each says whether it still
 # diverges, or reaches one of KNOWN_DIFFERENCES. A request is ("add", prompt tokens, prefix family, priority,
 # max_tokens, prompt_logprobs).
 KNOWN_CASES = {
@@ -245,6 +254,24 @@ KNOWN_CASES = {
     ),
     "sliding window: admission caps a sliding group's blocks": _case(
         {"num_blocks": 3, "budget": 1, "window": 1, "sliding_groups": 1}, ("add", 9, 0, 0, 1, False)
+    ),
+    # Retention 0, vLLM 0.33's default: of a's sliding blocks only block 1 (before token 8, where a resend of its
+    # prompt hits) is cached, so b's hit is 8 tokens, not 12.
+    "sliding window: only the blocks a later hit can reach are cached": _case(
+        {"num_blocks": 8, "budget": 16, "caching": True, "window": 4, "sliding_groups": 1},
+        ("add", 12, 0, 0, 1, False),
+        ("step", 2),
+        ("add", 16, 0, 0, 1, False),
+    ),
+    # b's full-attention hit (12) outruns its sliding one (8): the junction at 12 makes b cache sliding block 2, so
+    # c hits 12 tokens, not 8.
+    "sliding window: a shared prefix's junction is cached": _case(
+        {"num_blocks": 12, "budget": 32, "caching": True, "window": 4, "sliding_groups": 1},
+        ("add", 12, 0, 0, 1, False),
+        ("step", 2),
+        ("add", 20, 0, 0, 1, False),
+        ("step", 2),
+        ("add", 16, 0, 0, 1, False),
     ),
 }
 

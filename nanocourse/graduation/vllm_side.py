@@ -164,9 +164,16 @@ class Vllm:
         with self.trace.recording():
             yield
 
-    def kv_cache_config(self, num_blocks: int, block_size: int, windows: Sequence[int | None]) -> Any:
+    def kv_cache_config(
+        self,
+        num_blocks: int,
+        block_size: int,
+        windows: Sequence[int | None],
+        prefix_cache_retention_interval: int | None = 0,
+    ) -> Any:
         """A KVCacheConfig of one group per entry of windows (None: full attention, else a sliding window of that
-        many tokens), one layer each, as vLLM's KV cache config builder groups a hybrid model's layers."""
+        many tokens), one layer each, as vLLM's KV cache config builder groups a hybrid model's layers; with the
+        cache config's prefix_cache_retention_interval (0, CacheConfig's default), as kv_cache_planning copies it."""
         ki = self.kv_cache_interface
         shape = {"block_size": block_size, "num_kv_heads": 1, "head_size": 8, "dtype": torch.float32}
         groups = [
@@ -178,7 +185,12 @@ class Vllm:
             )
             for i, window in enumerate(windows)
         ]
-        return ki.KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=groups)
+        return ki.KVCacheConfig(
+            num_blocks=num_blocks,
+            kv_cache_tensors=[],
+            kv_cache_groups=groups,
+            prefix_cache_retention_interval=prefix_cache_retention_interval,
+        )
 
     def max_model_len(self, block_size: int, windows: Sequence[int | None], num_blocks: int, budget: int) -> int:
         """The longest max_model_len vLLM starts with on this pool: the most tokens whose blocks in every group (each
@@ -298,7 +310,7 @@ class VllmScheduler:
         manager_cls = vllm.modules["vllm.v1.structured_output"].StructuredOutputManager
         self.scheduler = scheduler_cls(
             config,
-            vllm.kv_cache_config(num_blocks, block_size, windows),
+            vllm.kv_cache_config(num_blocks, block_size, windows, config.cache_config.prefix_cache_retention_interval),
             structured_output_manager=manager_cls(),
             block_size=block_size,
             log_stats=True,

@@ -9,7 +9,7 @@ Coordinators speak in tuples with one list of blocks per group; KVCacheManager w
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from nanoengine.kv_cache_interface import KVCacheGroupSpec
 
@@ -21,6 +21,17 @@ if TYPE_CHECKING:
     from nanoengine.request import Request
 
 BlocksPerGroup = tuple[Sequence[KVCacheBlock], ...]
+
+
+def replay_boundaries(num_prompt_tokens: int, block_size: int, use_eagle: bool) -> tuple[int, ...]:
+    """Where a later request replaying a prompt can resume (vLLM 0.33's function of the same name): a resend of the
+    same prompt hits at most num_prompt_tokens - 1 tokens. With EAGLE, the hits of a resend and of a longer sibling
+    (the prompt's last full block), each one block lower, since EAGLE drops the last block it matches."""
+    if not use_eagle:
+        return (num_prompt_tokens - 1,)
+    resend = (num_prompt_tokens - 1) // block_size * block_size
+    extension = num_prompt_tokens // block_size * block_size
+    return tuple(sorted({max(resend - block_size, 0), max(extension - block_size, 0)}))
 
 
 class KVCacheCoordinator:
@@ -38,25 +49,50 @@ class KVCacheCoordinator:
         use_eagle: bool = False,
         full_attention_manager_cls: type[FullAttentionManager] = FullAttentionManager,
         sliding_window_manager_cls: type[SlidingWindowManager] = SlidingWindowManager,
+        prefix_cache_retention_interval: int | None = 0,
+        max_model_len: int | None = None,
+        max_in_flight_tokens: int | None = None,
     ) -> None:
+        """prefix_cache_retention_interval: which sliding blocks are cached (SlidingWindowManager.reachable_block_mask).
+        max_model_len and max_in_flight_tokens (default: max_model_len) set each sliding group's admission cap
+        (KVCacheGroupSpec.max_admission_blocks_per_request); without max_model_len there is none."""
         self.block_pool = block_pool
         self.block_size = block_size
         self.use_eagle = use_eagle
+        self.retention_interval = prefix_cache_retention_interval
         self.single_type_managers: tuple[SingleTypeKVCacheManager, ...] = tuple(
             (full_attention_manager_cls if g.sliding_window is None else sliding_window_manager_cls)(
                 g, block_pool, block_size, group_id, use_eagle
             )
             for group_id, g in enumerate(groups)
         )
+        if max_model_len is not None:
+            in_flight = max_model_len if max_in_flight_tokens is None else max_in_flight_tokens
+            for manager, g in zip(self.single_type_managers, groups):
+                if g.sliding_window is not None:
+                    manager.max_admission_blocks_per_request = g.max_admission_blocks_per_request(
+                        block_size, in_flight, max_model_len
+                    )
 
     def get_num_blocks_to_allocate(
-        self, request_id: str, num_tokens: int, new_computed_blocks: BlocksPerGroup, num_computed_tokens: int
+        self,
+        request_id: str,
+        num_tokens: int,
+        new_computed_blocks: BlocksPerGroup,
+        num_computed_tokens: int,
+        apply_admission_cap: bool = False,
     ) -> int:
-        """Free blocks the request needs in all groups together to have slots for num_tokens tokens."""
-        return sum(
-            m.get_num_blocks_to_allocate(request_id, num_tokens, hits, num_computed_tokens)
-            for m, hits in zip(self.single_type_managers, new_computed_blocks, strict=True)
-        )
+        """Free blocks the request needs in all groups together to have slots for num_tokens tokens. With
+        apply_admission_cap (the full-sequence admission gate only) a sliding group needs slots for at most its
+        max_admission_blocks_per_request blocks, as vLLM 0.33's get_num_blocks_to_allocate caps its required blocks:
+        the window frees blocks as the prompt's chunks advance, so the group never holds more at once."""
+        total = 0
+        for m, hits in zip(self.single_type_managers, new_computed_blocks, strict=True):
+            cap = m.max_admission_blocks_per_request
+            # Capping the tokens caps ceil(tokens / block_size), the blocks required, at cap.
+            tokens = min(num_tokens, cap * self.block_size) if apply_admission_cap and cap is not None else num_tokens
+            total += m.get_num_blocks_to_allocate(request_id, tokens, hits, num_computed_tokens)
+        return total
 
     def allocate_new_computed_blocks(
         self, request_id: str, new_computed_blocks: BlocksPerGroup, num_computed_tokens: int
@@ -68,8 +104,11 @@ class KVCacheCoordinator:
         return tuple(m.allocate_new_blocks(request_id, num_tokens) for m in self.single_type_managers)
 
     def cache_blocks(self, request: Request, num_computed_tokens: int) -> None:
+        boundaries = replay_boundaries(request.num_prompt_tokens, self.block_size, self.use_eagle)
         for manager in self.single_type_managers:
-            manager.cache_blocks(request, num_computed_tokens)
+            manager.cache_blocks(
+                request, num_computed_tokens, retention_interval=self.retention_interval, replay_boundaries=boundaries
+            )
 
     def free(self, request_id: str) -> None:
         for manager in self.single_type_managers:
@@ -88,6 +127,15 @@ class KVCacheCoordinator:
         """The longest hit of at most max_length tokens every group can serve: one list per group, and its
         length in tokens. token_ids, the request's, come only for a pool that checks hash collisions, which
         KVCacheManager allows for one full-attention group."""
+        hits, hit_length, _ = self.find_longest_cache_hit_and_uncached_prefix(block_hashes, max_length, token_ids)
+        return hits, hit_length
+
+    def find_longest_cache_hit_and_uncached_prefix(
+        self, block_hashes: list[BlockHash], max_length: int, token_ids: Sequence[int] | None = None
+    ) -> tuple[tuple[list[KVCacheBlock], ...], int, int]:
+        """find_longest_cache_hit's hit and length, and num_uncached_common_prefix_tokens: how many tokens past the
+        hit one attention type alone could serve (a prefix shared with earlier requests that a sparse sliding group
+        has not cached), 0 for one group. vLLM 0.33's find_longest_cache_hit returns these three."""
         raise NotImplementedError
 
 
@@ -97,22 +145,32 @@ class UnitaryKVCacheCoordinator(KVCacheCoordinator):
     whose last block the last-token rule already gave back, loses one more (a hybrid layout's search margin
     spares it)."""
 
-    def find_longest_cache_hit(
+    def find_longest_cache_hit_and_uncached_prefix(
         self, block_hashes: list[BlockHash], max_length: int, token_ids: Sequence[int] | None = None
-    ) -> tuple[tuple[list[KVCacheBlock], ...], int]:
+    ) -> tuple[tuple[list[KVCacheBlock], ...], int, int]:
         # token_ids is passed only when given (to a pool that checks collisions), so a replacement manager class
         # may leave it out of its find_longest_cache_hit signature.
         tokens = {} if token_ids is None else {"token_ids": token_ids}
         hits = self.single_type_managers[0].find_longest_cache_hit(block_hashes, max_length, [0], **tokens)
-        return hits, len(hits[0]) * self.block_size
+        return hits, len(hits[0]) * self.block_size, 0  # one group: no other group to lag behind it
+
+
+class SpecGroup(NamedTuple):
+    """KV cache groups of one spec, searched as one (vLLM 0.33's SpecGroup, kv_cache_coordinator.py): a lookup asks
+    the pool for each hash in all of them at once and counts a block only where every one of them has it. Here a
+    spec is its window, since one model's groups differ in nothing else (vLLM also compares the manager class and
+    the pool, and keeps use_eagle per spec group; here every group shares the pool and the EAGLE setting)."""
+
+    sliding_window: int | None
+    group_ids: list[int]
 
 
 class HybridKVCacheCoordinator(KVCacheCoordinator):
     """Several groups, and the longest prefix hit all of them can serve.
 
-    Groups with the same window form one attention type and are searched together. Full attention
-    goes first: its left-to-right walk is cheap, and any prefix of its hit is a hit, so later types
-    only need to shorten it. A sliding hit is not downward closed (a shorter hit needs its own
+    Groups of one spec (one window) are one SpecGroup, searched together: Gemma 3's five sliding groups are one
+    search. Full attention goes first: its left-to-right walk is cheap, and any prefix of its hit is a hit, so later
+    types only need to shorten it. A sliding hit is not downward closed (a shorter hit needs its own
     window of cached blocks), so after a type shortens the length every type checks again, until no
     type shortens it: a fixed point. All groups share one block size here, so a hit in whole blocks
     suits every group (vLLM aligns hits to the lcm of the groups' block sizes).
@@ -133,24 +191,39 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
         use_eagle: bool = False,
         full_attention_manager_cls: type[FullAttentionManager] = FullAttentionManager,
         sliding_window_manager_cls: type[SlidingWindowManager] = SlidingWindowManager,
+        prefix_cache_retention_interval: int | None = 0,
+        max_model_len: int | None = None,
+        max_in_flight_tokens: int | None = None,
     ) -> None:
         super().__init__(
-            groups, block_pool, block_size, use_eagle, full_attention_manager_cls, sliding_window_manager_cls
+            groups,
+            block_pool,
+            block_size,
+            use_eagle,
+            full_attention_manager_cls,
+            sliding_window_manager_cls,
+            prefix_cache_retention_interval,
+            max_model_len,
+            max_in_flight_tokens,
         )
         by_window: dict[int | None, list[int]] = {}
         for group_id, g in enumerate(groups):
             by_window.setdefault(g.sliding_window, []).append(group_id)
-        self.attention_groups = sorted(by_window.items(), key=lambda item: item[0] is not None)
+        self.attention_groups = sorted(
+            (SpecGroup(window, group_ids) for window, group_ids in by_window.items()),
+            key=lambda group: group.sliding_window is not None,
+        )
         # With at most one type besides full attention, one round already agrees (the last type searched
         # within everyone else's hit). vLLM stops after one round for full attention plus one other type
         # (is_simple_hybrid); with one sliding type alone its second round confirms the same length.
-        self.one_pass = sum(w is not None for w, _ in self.attention_groups) <= 1
+        self.one_pass = sum(g.sliding_window is not None for g in self.attention_groups) <= 1
 
-    def find_longest_cache_hit(
+    def find_longest_cache_hit_and_uncached_prefix(
         self, block_hashes: list[BlockHash], max_length: int, token_ids: Sequence[int] | None = None
-    ) -> tuple[tuple[list[KVCacheBlock], ...], int]:
+    ) -> tuple[tuple[list[KVCacheBlock], ...], int, int]:
         hits: list[list[KVCacheBlock]] = [[] for _ in self.single_type_managers]
         hit_length = max_length
+        longest = 0  # the longest hit one type alone found (the first search's: later ones search within it)
         searched_full = False
         while True:
             length = hit_length
@@ -164,6 +237,7 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
                 found = self.single_type_managers[group_ids[0]].find_longest_cache_hit(block_hashes, limit, group_ids)
                 searched_full |= window is None
                 length = len(found[0]) * self.block_size
+                longest = max(longest, length)
                 for group_id, blocks in zip(group_ids, found):
                     hits[group_id] = blocks
             converged = length == hit_length or self.one_pass
@@ -171,7 +245,7 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
             if converged:
                 break
         num_blocks = hit_length // self.block_size
-        return tuple(blocks[:num_blocks] for blocks in hits), num_blocks * self.block_size
+        return tuple(blocks[:num_blocks] for blocks in hits), num_blocks * self.block_size, longest - hit_length
 
 
 def get_kv_cache_coordinator(
@@ -181,8 +255,21 @@ def get_kv_cache_coordinator(
     use_eagle: bool = False,
     full_attention_manager_cls: type[FullAttentionManager] = FullAttentionManager,
     sliding_window_manager_cls: type[SlidingWindowManager] = SlidingWindowManager,
+    prefix_cache_retention_interval: int | None = 0,
+    max_model_len: int | None = None,
+    max_in_flight_tokens: int | None = None,
 ) -> KVCacheCoordinator:
     """vLLM's factory of the same name. vLLM also has a coordinator for caching off; here KVCacheManager skips the
     lookup itself then (prefix_cache_lookup_enabled), and the pool names no block."""
     cls = UnitaryKVCacheCoordinator if len(groups) == 1 else HybridKVCacheCoordinator
-    return cls(groups, block_pool, block_size, use_eagle, full_attention_manager_cls, sliding_window_manager_cls)
+    return cls(
+        groups,
+        block_pool,
+        block_size,
+        use_eagle,
+        full_attention_manager_cls,
+        sliding_window_manager_cls,
+        prefix_cache_retention_interval,
+        max_model_len,
+        max_in_flight_tokens,
+    )

@@ -119,6 +119,12 @@ class KVCacheManager:
     num_blocks may be a ready pool (any BlockPoolInterface), which then keeps its own caching, event
     and collision settings. kv_cache_groups defaults to one full-attention group; the manager classes
     are replaceable (full_attention_manager_cls, sliding_window_manager_cls).
+
+    Sliding groups, as vLLM 0.33 runs them by default: prefix_cache_retention_interval (vLLM's CacheConfig option,
+    default 0) caches only the sliding blocks a later hit can reach (SlidingWindowManager.reachable_block_mask; None
+    caches every block); max_model_len and max_in_flight_tokens (the tokens of the steps not yet settled: the token
+    budget, or twice it under async scheduling) cap what admission reserves per sliding group
+    (KVCacheGroupSpec.max_admission_blocks_per_request); without max_model_len nothing is capped.
     """
 
     def __init__(
@@ -133,9 +139,22 @@ class KVCacheManager:
         use_eagle: bool = False,
         full_attention_manager_cls: type[FullAttentionManager] = FullAttentionManager,
         sliding_window_manager_cls: type[SlidingWindowManager] = SlidingWindowManager,
+        prefix_cache_retention_interval: int | None = 0,
+        max_model_len: int | None = None,
+        max_in_flight_tokens: int | None = None,
     ) -> None:
         if block_size <= 0:
             raise ValueError(f"block_size must be positive, got {block_size}.")
+        interval = prefix_cache_retention_interval
+        if interval is not None and (interval < 0 or interval % block_size):
+            raise ValueError(
+                f"prefix_cache_retention_interval must be None (dense), 0 (vLLM 0.33's default) or a positive multiple "
+                f"of block_size {block_size}, got {interval}."
+            )
+        if interval and all(g.sliding_window is None for g in kv_cache_groups):
+            raise ValueError(
+                f"prefix_cache_retention_interval={interval} has no effect without a sliding-window group; set it to 0."
+            )
         self.block_size = block_size
         if not isinstance(num_blocks, int):
             self.block_pool = num_blocks
@@ -148,6 +167,16 @@ class KVCacheManager:
                 check_hash_collisions=check_hash_collisions,
             )
         self.enable_caching = self.block_pool.enable_caching
+        hash_block_size = getattr(self.block_pool, "hash_block_size", None)
+        if hash_block_size not in (None, block_size):
+            # vLLM 0.33 hashes finer than a block only for sub-block prefix hits (a hit ending inside a block, whose
+            # shared tail block is copied on write; one block carrying several hashes), which it enables for a
+            # hybrid model with a Mamba group in mamba_cache_mode="align" (kv_cache_utils.partial_hash_hits_enabled).
+            raise ValueError(
+                f"The pool's hash_block_size {hash_block_size} differs from block_size {block_size}: nanoengine reuses "
+                "a block whole or not at all, so it has no sub-block prefix hits (vLLM 0.33's, for "
+                'mamba_cache_mode="align"). Build the pool with hash_block_size=block_size.'
+            )
         self.kv_cache_groups = tuple(kv_cache_groups)
         # Only a full-attention walk hands the pool each block's tokens to compare.
         self._check_tokens = self.block_pool.cached_token_ids is not None
@@ -161,6 +190,9 @@ class KVCacheManager:
             use_eagle=use_eagle,
             full_attention_manager_cls=full_attention_manager_cls,
             sliding_window_manager_cls=sliding_window_manager_cls,
+            prefix_cache_retention_interval=interval,
+            max_model_len=max_model_len,
+            max_in_flight_tokens=max_in_flight_tokens,
         )
         self.empty_kv_cache_blocks = KVCacheBlocks(tuple(() for _ in self.kv_cache_groups))
 
@@ -184,12 +216,20 @@ class KVCacheManager:
         The blocks are not touched: allocate_slots does that on admission.
         A request that skips reading the cache (it wants prompt logprobs) gets no hit and is not
         counted in the stats, as in vLLM; the blocks it computes are still cached for others.
+        It sets request.shared_prefix_boundary, where vLLM's scheduler stores the third value its
+        get_computed_blocks returns: the end of a prefix one attention type has cached beyond the hit
+        (full attention's, which a sparse sliding group has not), or 0. The request's sliding groups then
+        cache the blocks that end there, so the next request sharing that prefix hits all of it.
         """
+        request.shared_prefix_boundary = 0
         if not self.prefix_cache_lookup_enabled(request):
             return self.empty_kv_cache_blocks, 0
         max_length = (request.num_tokens - 1) // self.block_size * self.block_size
         tokens = {"token_ids": request.all_token_ids} if self._check_tokens else {}
-        hits, num_hit_tokens = self.coordinator.find_longest_cache_hit(request.block_hashes, max_length, **tokens)
+        hits, num_hit_tokens, num_uncached = self.coordinator.find_longest_cache_hit_and_uncached_prefix(
+            request.block_hashes, max_length, **tokens
+        )
+        request.shared_prefix_boundary = num_hit_tokens + num_uncached if num_uncached else 0
         if record_stats:
             self.record_prefix_cache_stats(request, num_hit_tokens)
         return KVCacheBlocks(hits), num_hit_tokens
@@ -226,7 +266,8 @@ class KVCacheManager:
         freed first, so they can serve this step; if the pool still falls short,
         that is the only change. With full_sequence_must_fit, also None (and no
         change) unless the blocks for the request's whole sequence (num_tokens)
-        fit now: the scheduler admits a request only then, as vLLM 0.33's
+        fit now, a sliding group's capped at its max_admission_blocks_per_request:
+        the scheduler admits a request only then, as vLLM 0.33's
         scheduler_reserve_full_isl does.
         """
         self._check_allocation(
@@ -235,7 +276,7 @@ class KVCacheManager:
         request_id = request.request_id
         hits = (new_computed_blocks or self.empty_kv_cache_blocks).blocks
         num_computed = request.num_computed_tokens + num_new_computed_tokens
-        if full_sequence_must_fit and not self._fits(request_id, request.num_tokens, hits, num_computed):
+        if full_sequence_must_fit and not self._fits(request_id, request.num_tokens, hits, num_computed, True):
             return None
         self.coordinator.remove_skipped_blocks(request_id, num_computed)
         num_tokens_need_slot = num_computed + num_new_tokens + num_lookahead_tokens
@@ -249,11 +290,13 @@ class KVCacheManager:
             self.coordinator.cache_blocks(request, min(num_computed + num_new_tokens, request.num_tokens))
         return KVCacheBlocks(new_blocks)
 
-    def _fits(self, request_id: str, num_tokens: int, hits: BlocksPerGroup, num_computed: int) -> bool:
-        return (
-            self.coordinator.get_num_blocks_to_allocate(request_id, num_tokens, hits, num_computed)
-            <= self.block_pool.get_num_free_blocks()
+    def _fits(
+        self, request_id: str, num_tokens: int, hits: BlocksPerGroup, num_computed: int, admission: bool = False
+    ) -> bool:
+        needed = self.coordinator.get_num_blocks_to_allocate(
+            request_id, num_tokens, hits, num_computed, apply_admission_cap=admission
         )
+        return needed <= self.block_pool.get_num_free_blocks()
 
     def _check_allocation(
         self,

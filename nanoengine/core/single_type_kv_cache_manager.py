@@ -44,6 +44,9 @@ class SingleTypeKVCacheManager:
         self.null_block = block_pool.null_block
         self.req_to_blocks: dict[str, list[KVCacheBlock]] = {}
         self.num_cached_block: dict[str, int] = {}
+        # The most blocks admission reserves for one request in this group (vLLM's max_admission_blocks_per_request):
+        # None for full attention, set by the coordinator for a sliding group that knows its max_model_len.
+        self.max_admission_blocks_per_request: int | None = None
 
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
         """Leading tokens that no query from num_computed_tokens on can see (none, for full attention)."""
@@ -84,20 +87,51 @@ class SingleTypeKVCacheManager:
         req_blocks.extend(new_blocks)
         return new_blocks
 
-    def cache_blocks(self, request: Request, num_tokens: int) -> None:
-        """Cache the request's blocks that the first num_tokens fill."""
+    def cache_blocks(
+        self,
+        request: Request,
+        num_tokens: int,
+        retention_interval: int | None = None,
+        replay_boundaries: Sequence[int] = (),
+    ) -> None:
+        """Cache the request's blocks that the first num_tokens fill, those reachable_block_mask keeps: every one
+        for full attention. retention_interval and replay_boundaries are the coordinator's (see
+        SlidingWindowManager.reachable_block_mask); request.shared_prefix_boundary, a junction found at admission,
+        is kept too. A block left out is never cached: it goes back to the pool unnamed."""
         request_id = request.request_id
         num_cached, num_full = self.num_cached_block[request_id], num_tokens // self.block_size
-        if num_cached < num_full:
-            self.block_pool.cache_full_blocks(
-                request,
-                self.req_to_blocks[request_id],
-                num_cached,
-                num_full,
-                self.block_size,
-                kv_cache_group_id=self.kv_cache_group_id,
-            )
-            self.num_cached_block[request_id] = num_full
+        if num_cached >= num_full:
+            return
+        boundaries = list(replay_boundaries)
+        if request.shared_prefix_boundary:
+            boundaries.append(request.shared_prefix_boundary)
+            if self.use_eagle:  # a sibling that parts right after the junction drops the block past it
+                boundaries.append(request.shared_prefix_boundary - self.block_size)
+        mask = self.reachable_block_mask(num_cached, num_full, retention_interval, boundaries)
+        # One cache_full_blocks call per run of kept blocks, since the pool names a contiguous range.
+        run_start = None
+        for i in range(num_cached, num_full + 1):
+            keep = i < num_full and (mask is None or mask[i - num_cached])
+            if keep and run_start is None:
+                run_start = i
+            elif not keep and run_start is not None:
+                self.block_pool.cache_full_blocks(
+                    request,
+                    self.req_to_blocks[request_id],
+                    run_start,
+                    i,
+                    self.block_size,
+                    kv_cache_group_id=self.kv_cache_group_id,
+                )
+                run_start = None
+        self.num_cached_block[request_id] = num_full
+
+    def reachable_block_mask(
+        self, start_block: int, end_block: int, retention_interval: int | None, reachable_boundaries: Sequence[int]
+    ) -> list[bool] | None:
+        """Which of blocks start_block .. end_block - 1 a later prefix hit can use, so are worth caching (vLLM 0.33's
+        reachable_block_mask); None: all of them, as for full attention, whose every prefix is a hit."""
+        return None
 
     def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
         """Free the blocks no query from num_computed_tokens on can see, and put the null block in
@@ -178,6 +212,39 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
         # The next query is at position num_computed_tokens; it sees from num_computed_tokens - W + 1.
         return max(0, num_computed_tokens - self.sliding_window + 1)
 
+    def contiguous_blocks_for_hit(self) -> int:
+        """Cached blocks a hit must end on: those holding the W - 1 keys before the next query, and with use_eagle
+        the block EAGLE drops after matching it (vLLM's _contiguous_blocks_for_hit)."""
+        return -(-(self.sliding_window - 1) // self.block_size) + self.use_eagle
+
+    def reachable_block_mask(
+        self, start_block: int, end_block: int, retention_interval: int | None, reachable_boundaries: Sequence[int]
+    ) -> list[bool] | None:
+        """A sliding hit needs only the contiguous_blocks_for_hit() blocks that end where it ends, so a block is kept
+        only if it is among those before a boundary a later hit can stop at (vLLM 0.33's
+        SlidingWindowManager.reachable_block_mask, hits aligned to the block size):
+        - retention_interval None (dense): every block boundary, so every block, except at W = 1 without EAGLE,
+          where a hit needs no block before its end and none is kept;
+        - 0 (vLLM 0.33's default): only reachable_boundaries, the positions a later request can resume at (a resend
+          of the prompt, capped at num_prompt_tokens - 1) and the shared-prefix junction found at admission;
+        - a positive multiple of the block size: reachable_boundaries and one boundary per interval.
+        With use_eagle the run ends one block past a boundary (the block EAGLE matches, then drops)."""
+        need, shift = self.contiguous_blocks_for_hit(), int(self.use_eagle)
+        mask = [False] * (end_block - start_block)
+        segment = self.block_size if retention_interval is None else retention_interval or None
+        if segment is not None:
+            per_segment = segment // self.block_size
+            if need >= per_segment:
+                return None
+            for i in range(max(start_block, shift), end_block):
+                mask[i - start_block] = (i - shift) % per_segment >= per_segment - need
+        if retention_interval is not None:
+            for boundary in reachable_boundaries:
+                end = boundary // self.block_size + shift
+                for j in range(max(start_block, end - need), min(end_block, end)):
+                    mask[j - start_block] = True
+        return mask
+
     def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
         """Give back every held block whose tokens no query from num_computed_tokens on can see, one
         reference each and never twice, and put the null block in its table slot (a request with no table
@@ -204,7 +271,7 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
         the hit a window block_size tokens longer would get, less its last block (recomputed for EAGLE's
         draft head), so it ends on the blocks the window of W needs: none at W = 1, where it may end on a
         null entry. A lookup only: no reference, queue or map changes."""
-        num_needed = -(-(self.sliding_window - 1) // self.block_size) + self.use_eagle
+        num_needed = self.contiguous_blocks_for_hit()
         num_blocks = max_length // self.block_size
         hits = tuple([self.null_block] * num_blocks for _ in group_ids)
         run = 0

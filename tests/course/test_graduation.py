@@ -37,6 +37,7 @@ from nanocourse.graduation.scheduler_check import (
 )
 from nanocourse.graduation.vllm_side import Vllm
 from nanocourse.graduation.wheel import WHEEL_NAME, WHEEL_SHA256, WheelError, fetch_wheel, wheel_dir
+from nanoengine.core import KVCacheManager, SlidingWindowManager
 from nanoengine.core.block_pool import BlockPool
 from nanoengine.core.sched.request_queue import SchedulingPolicy
 from nanoengine.core.sched.scheduler import Scheduler
@@ -217,6 +218,62 @@ def test_a_seeded_scheduler_bug_is_caught_at_a_preemption(vllm):
     assert "ran vllm/v1/core/sched/scheduler.py" in where and "preempted_req = self.running[-1]" in where, where
 
 
+class _DenseSliding(SlidingWindowManager):
+    """A seeded bug: every full sliding block is cached (dense retention), not only those a later hit can reach."""
+
+    def reachable_block_mask(self, start_block, end_block, retention_interval, reachable_boundaries):
+        return None
+
+
+class _UncappedSliding(SlidingWindowManager):
+    """A seeded bug: admission reserves a sliding group's blocks for the whole sequence, with no cap."""
+
+    max_admission_blocks_per_request = property(lambda self: None, lambda self, value: None)
+
+
+class _NoJunction(KVCacheManager):
+    """A seeded bug: the shared-prefix junction found at admission is forgotten, so sliding groups never keep it."""
+
+    def get_computed_blocks(self, request, record_stats=True):
+        found = super().get_computed_blocks(request, record_stats)
+        request.shared_prefix_boundary = 0
+        return found
+
+
+# Each seeded bug and the known case (scheduler_check.KNOWN_CASES) that the engine now passes and the bug fails.
+SLIDING_BUGS = {
+    "dense retention": (
+        Parts(whose="a buggy", manager_kwargs={"sliding_window_manager_cls": _DenseSliding}),
+        "sliding window: only the blocks a later hit can reach are cached",
+    ),
+    "no admission cap": (
+        Parts(whose="a buggy", manager_kwargs={"sliding_window_manager_cls": _UncappedSliding}),
+        "sliding window: admission caps a sliding group's blocks",
+    ),
+    "no shared-prefix junction": (
+        Parts(whose="a buggy", kv_cache_manager_cls=_NoJunction),
+        "sliding window: a shared prefix's junction is cached",
+    ),
+}
+
+
+def test_the_sliding_manager_check_agrees_with_vllm(vllm):
+    """Sliding groups alone and beside full attention, one window or two, vLLM 0.33's default sparse retention (and
+    dense, and an interval), full_sequence_must_fit admission under a cap, EAGLE: 0 divergences."""
+    start = time.perf_counter()
+    result = check_manager(vllm, Parts(), "KV cache manager, sliding-window groups", 60)
+    print(f"sliding manager: {result.operations} operations in {time.perf_counter() - start:.1f} s")
+    assert result.divergence is None, f"{result.name}:\n{result.divergence}"
+    assert result.operations > 100, f"{result.name}: only {result.operations} operations compared"
+
+
+@pytest.mark.parametrize("bug", list(SLIDING_BUGS))
+def test_a_seeded_sliding_bug_parts_from_vllm_on_its_known_case(vllm, bug):
+    parts, case = SLIDING_BUGS[bug]
+    with pytest.raises(AssertionError, match="vLLM 0.33.0's"):
+        replay(vllm, parts, KNOWN_CASES[case], _observer(_Counter()))
+
+
 def test_the_known_cases_replay(vllm):
     """Every known divergence's shortest case replays (diverging or, once fixed, agreeing): a story or None each."""
     found = replay_known(vllm, Parts())
@@ -230,6 +287,10 @@ def test_the_known_cases_replay(vllm):
         "drafts: proposed after a prefill chunk, they are dropped",
         "drafts: the input budget reserves a draft model's slots",
         "drafts: a new one-token request is padded to 1 + k",
+        "sliding window: blocks no hit can reach are not cached",
+        "sliding window: admission caps a sliding group's blocks",
+        "sliding window: only the blocks a later hit can reach are cached",
+        "sliding window: a shared prefix's junction is cached",
     )
     assert all(found[name] is None for name in fixed), {name: found[name] for name in fixed}
     # Reported by name, never compared past nor skipped: vLLM's own assert, and a config vLLM refuses.

@@ -215,7 +215,11 @@ def test_eagle_hit_is_one_every_type_serves_one_block_further():
 
 def test_a_repeated_prompt_hits_in_every_group_with_nulls_before_the_window():
     pool = BlockPool(60, enable_caching=True)
-    manager = KVCacheManager(BS, pool, kv_cache_groups=get_kv_cache_groups([9, None]))
+    # Dense retention: every full block cached. (vLLM 0.33's default caches a's sliding blocks only before token 36,
+    # where a resend of a's prompt hits, so b, which extends it, would hit 36 tokens: test_sliding_window_retention.)
+    manager = KVCacheManager(
+        BS, pool, kv_cache_groups=get_kv_cache_groups([9, None]), prefix_cache_retention_interval=None
+    )
     assert isinstance(manager.coordinator, HybridKVCacheCoordinator)
     a = make_request("a", range(40))
     assert manager.allocate_slots(a, 40) is not None

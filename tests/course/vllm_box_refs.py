@@ -1518,10 +1518,9 @@ R(
         ("vllm/vllm/config/cache.py", "    prefix_cache_retention_interval: int | None = Field(default=0, ge=0)"),
     ],
     [
-        (
-            "nanoengine/core/single_type_kv_cache_manager.py",
-            "    def cache_blocks(self, request: Request, num_tokens: int)",
-        )
+        ("nanoengine/core/single_type_kv_cache_manager.py", "        mask = self.reachable_block_mask("),
+        ("nanoengine/core/single_type_kv_cache_manager.py", "    def reachable_block_mask(", 2),
+        ("nanoengine/core/kv_cache_manager.py", "        prefix_cache_retention_interval: int | None = 0,"),
     ],
 )
 R(

@@ -96,6 +96,9 @@ class Scheduler:
             kv_cache_groups=groups,
             full_attention_manager_cls=parts.full_attention_manager_cls,
             sliding_window_manager_cls=parts.sliding_window_manager_cls,
+            # A sliding group's admission cap: vLLM's max_in_flight_tokens is one budget per step not yet settled.
+            max_model_len=config.scheduler_config.max_model_len,
+            max_in_flight_tokens=config.scheduler_config.max_num_batched_tokens,
             **({"use_eagle": True} if config.use_eagle else {}),
         )
         return cls(config.scheduler_config, manager)

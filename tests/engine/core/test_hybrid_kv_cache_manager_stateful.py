@@ -1,5 +1,8 @@
 """KVCacheManager of a hybrid model (its HybridKVCacheCoordinator) under random scheduler-like runs, against a plain-Python model.
 
+Caching is dense (prefix_cache_retention_interval=None: every full block cached, in every group), the rule
+this model predicts; vLLM 0.33's default sparse retention is tested in test_sliding_window_retention.py.
+
 A small pool (block size 4; 12 to 40 blocks, drawn per example) serves a model with three sliding
 layers of window W and one full-attention layer: four KV cache groups, full attention first. W is
 drawn per example from {4, 5, 9}. Each step acts as the Scheduler does: add a request; admit a
@@ -117,7 +120,9 @@ class HybridKVCacheMachine(RuleBasedStateMachine):
         self.groups = get_kv_cache_groups([window, window, window, None])
         assert [g.sliding_window for g in self.groups] == [None, window, window, window]
         self.pool = BlockPool(num_blocks, enable_caching=True, hash_block_size=BS)
-        self.kv = KVCacheManager(BS, self.pool, log_stats=False, kv_cache_groups=self.groups)
+        self.kv = KVCacheManager(
+            BS, self.pool, log_stats=False, kv_cache_groups=self.groups, prefix_cache_retention_interval=None
+        )
         self.sliding = [g.sliding_window is not None for g in self.groups]
         self.need = cdiv(window - 1, BS)  # blocks a sliding hit must end with
         self.mix = dict(zip(MIX_RANGES, mix))
@@ -485,7 +490,13 @@ def test_admission_takes_every_groups_hits_before_any_new_block():
     wait (freed early, as the window moved): the full group evicts group 1's hit and group 2 then
     evicts group 3's, which group 3 still takes as its hit. One block is then written by two groups."""
     pool = BlockPool(18, enable_caching=True, hash_block_size=BS)  # the null block + 17
-    kv = KVCacheManager(BS, pool, log_stats=False, kv_cache_groups=get_kv_cache_groups([4, 4, 4, None]))
+    kv = KVCacheManager(
+        BS,
+        pool,
+        log_stats=False,
+        kv_cache_groups=get_kv_cache_groups([4, 4, 4, None]),
+        prefix_cache_retention_interval=None,
+    )
 
     def make(request_id, tokens):
         return Request(request_id, list(tokens), block_hasher=get_request_block_hasher(BS))
