@@ -24,6 +24,8 @@ class SchedulerConfig:
     num_spec_tokens: k, the drafts a request verifies per step (SpeculativeConfig.num_speculative_tokens; 0
     without speculative decoding). With k > 0 a step's verified blocks are cached as soon as its output is in
     (vLLM 0.33's Scheduler.num_spec_tokens).
+    async_scheduling: schedule step N + 1 while step N runs (the engine's batch queue and the AsyncScheduler),
+    resolved by EngineArgs from its argument of this name.
     """
 
     max_num_batched_tokens: int = 2048
@@ -34,6 +36,7 @@ class SchedulerConfig:
     long_prefill_token_threshold_adaptive: bool = False
     num_lookahead_tokens: int = 0
     num_spec_tokens: int = 0
+    async_scheduling: bool = False
 
     def __post_init__(self) -> None:
         if self.policy not in SCHEDULING_POLICIES:
