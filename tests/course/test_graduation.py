@@ -26,10 +26,11 @@ from nanocourse.graduation.common import Parts, parts_for
 from nanocourse.graduation.kv_checks import check_free_queue, check_hashes, check_manager, check_pool
 from nanocourse.graduation.loader import REAL_MODULES, load_vllm
 from nanocourse.graduation.run import graduate
-from nanocourse.graduation.scheduler_check import KNOWN_CASES, check_scheduler, replay_known
+from nanocourse.graduation.scheduler_check import KNOWN_CASES, check_async_scheduler, check_scheduler, replay_known
 from nanocourse.graduation.vllm_side import Vllm
 from nanocourse.graduation.wheel import WHEEL_NAME, WHEEL_SHA256, WheelError, fetch_wheel, wheel_dir
 from nanoengine.core.block_pool import BlockPool
+from nanoengine.core.sched.async_scheduler import AsyncScheduler
 from nanoengine.core.sched.request_queue import SchedulingPolicy
 from nanoengine.core.sched.scheduler import Scheduler
 
@@ -207,6 +208,27 @@ def test_a_seeded_scheduler_bug_is_caught_at_a_preemption(vllm):
     story, where = result.divergence.split("\nvLLM's code in that operation", 1)
     assert "preempts" in story, result.divergence
     assert "ran vllm/v1/core/sched/scheduler.py" in where and "preempted_req = self.running[-1]" in where, where
+
+
+def test_the_async_scheduler_agrees_with_vllms(vllm):
+    """nanoengine's AsyncScheduler and vLLM's, each behind a batch queue of two as vLLM's engine core drives it: 0
+    divergences, placeholders, tokens in flight and stale output included."""
+    result = check_async_scheduler(vllm, parts_for("engine"), "async scheduler", 12)
+    assert result.divergence is None, result.divergence
+    assert result.operations > 100, f"only {result.operations} operations compared"
+
+
+class _NoPlaceholders(AsyncScheduler):
+    """A seeded bug: the tokens in flight get no placeholders, so a decode is not scheduled until its token is in."""
+
+    def _update_after_schedule(self, scheduler_output):
+        Scheduler._update_after_schedule(self, scheduler_output)
+
+
+def test_a_seeded_async_bug_is_caught(vllm):
+    result = check_async_scheduler(vllm, parts_for("engine"), "async scheduler", 20, _NoPlaceholders)
+    assert result.divergence is not None, "the scheduler without placeholders was not caught"
+    assert "output placeholders" in result.divergence or "tokens scheduled" in result.divergence, result.divergence
 
 
 def test_the_known_cases_replay(vllm):
