@@ -172,7 +172,9 @@ class Scheduler:
             request = self.waiting.peek_request()
             if request.num_stale_output_tokens:
                 # Async scheduling: a preempted request's output is still in flight, and resuming it now would
-                # compute again the position that output brings; it waits aside until it drains (vLLM 0.33).
+                # compute again the position that output brings; it waits aside until it drains (vLLM 0.33). The
+                # engine's queue of two takes that output before the next schedule(), so this guards deeper queues
+                # (vLLM's pipeline parallelism) and drivers of the scheduler other than the engine.
                 skipped.append(self.waiting.pop_request())
                 continue
             computed_blocks, num_computed = kv.get_computed_blocks(request, record_stats=False)
