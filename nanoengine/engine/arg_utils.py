@@ -57,7 +57,7 @@ _FUNCTION_PARTS = {
 # runs on the device while the CPU schedules the next step, so the scheduler's time hides under the GPU's. On the
 # CPU there is no such device: torch's kernels take every core for the forward pass, so the scheduler's thread only
 # competes with them, and bench/results/async_scheduling_cpu.json measured async at 0.71 to 0.91 of sync's tokens/s
-# (the host's share of a step is under 0.5%). The engine is not yet measured on a GPU with it, so it stays off there
+# (2 cores under a load average of 14.7 from other work; the host's share of a step is under 0.5%). The engine is not yet measured on a GPU with it, so it stays off there
 # too until it is: pass async_scheduling=True for vLLM's default.
 ASYNC_DEFAULT = False
 # The single-type manager parts: subclasses of the engine's class, since the coordinator builds them itself.
