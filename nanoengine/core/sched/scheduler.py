@@ -364,12 +364,11 @@ class Scheduler:
                 continue
             was_running = request.status is RequestStatus.RUNNING
             had_placeholders = request.num_output_placeholders > 0
-            status = self.update_request_with_output(
-                request,
-                new_token_ids,
-                scheduler_output.scheduled_spec_decode_tokens.get(req_id, []),
-                is_stale,
-            )
+            drafts = scheduler_output.scheduled_spec_decode_tokens.get(req_id, [])
+            if is_stale:  # async scheduling only; a chapter-13 override of three arguments never sees it
+                status = self.update_request_with_output(request, new_token_ids, drafts, is_stale=True)
+            else:
+                status = self.update_request_with_output(request, new_token_ids, drafts)
             if not is_stale and was_running and (had_placeholders or self.config.num_spec_tokens):
                 # The accepted drafts' blocks are verified now: name them before a stop frees the request
                 # (vLLM 0.33 does so here; allocate_slots would only at the request's next step). Async
