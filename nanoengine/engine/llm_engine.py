@@ -317,7 +317,14 @@ class LLMEngine:
         if not batch_queue:
             return []
         future, so = batch_queue.pop()
-        return self._process(so, future.result(), start)
+        outputs = self._process(so, future.result(), start)
+        # Once every request has finished, the step still in flight (scheduled before its requests stopped) is
+        # taken too, so that a caller who stops stepping then leaves nothing running (vLLM's engine core loops
+        # while its batch queue is not empty).
+        while batch_queue and not self.scheduler.has_unfinished_requests():
+            future, so = batch_queue.pop()
+            outputs += self._process(so, future.result(), start)
+        return outputs
 
     def _drain_batch_queue(self) -> None:
         """Wait out the steps in flight, dropping their outputs and errors (a failed step's recovery needs the

@@ -137,10 +137,9 @@ def test_n_samples_and_one_token_requests_equal_sync(model):
         SamplingParams(temperature=0, max_tokens=1),
         SamplingParams(temperature=0, max_tokens=12, stop=["e"]),
     ]
-    runs = [
-        engine_llm(model[0], a, 12 * model[1]).generate(prompt_token_ids=prompts, sampling_params=params)
-        for a in (False, True)
-    ]
+    engines = [engine_llm(model[0], a, 12 * model[1]) for a in (False, True)]
+    runs = [llm.generate(prompt_token_ids=prompts, sampling_params=params) for llm in engines]
+    assert not engines[1].engine.has_unfinished_requests(), "a step was left in flight after the last request"
     sync, async_ = ([[(c.token_ids, c.text, c.finish_reason) for c in o.outputs] for o in r] for r in runs)
     assert async_ == sync and len(sync[0]) == 3
 
