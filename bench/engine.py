@@ -6,6 +6,9 @@ Run as `python bench/engine.py` (or `make bench`). It measures, in one run:
   - output tokens/s with every request submitted at once;
 and, as the baseline, the same requests through Hugging Face transformers' generate, one at a time.
 Results print as a table and are written as JSON to bench/results/engine_<device>.json.
+`--async-scheduling` runs instead the comparison of async scheduling (vLLM 0.33's default) with synchronous
+steps: tokens/s and step time, one request and all at once, rounds alternating between the two in one run, written
+to bench/results/async_scheduling_<device>.json.
 `--random-weights` runs random weights in SmolLM2-135M's shapes, for a machine without the model
 package (a GPU box that can download nothing): the same work, so the same speed, but meaningless text.
 """
@@ -15,6 +18,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import statistics
 import sys
 import time
@@ -142,6 +146,70 @@ def run_hf(model, prompts: list[list[int]], max_tokens: int, bar) -> dict:
     return _summary(ttfts, tokens, seconds, None) | {"outputs": outputs}
 
 
+def time_steps(llm: LLM, prompts: list[list[int]], params: SamplingParams) -> dict:
+    """One generate() of prompts, all at once: wall seconds, output tokens, engine steps, and the seconds the
+    forward passes took (ModelRunner.execute_model, timed where it runs: the execute thread under async
+    scheduling). The host's share of a step is what the forward passes leave of the wall time: scheduling,
+    detokenizing and the rest, which async scheduling runs beside the forward pass."""
+    runner, forward = llm.engine.runner, []
+    execute = runner.execute_model
+
+    def timed(so):
+        start = time.perf_counter()
+        try:
+            return execute(so)
+        finally:
+            forward.append(time.perf_counter() - start)
+
+    runner.execute_model = timed
+    llm.reset_prefix_cache()
+    steps0, start = llm.get_stats().num_steps, time.perf_counter()
+    try:
+        outs = llm.generate(prompt_token_ids=prompts, sampling_params=params)
+    finally:
+        del runner.execute_model
+    seconds, steps = time.perf_counter() - start, llm.get_stats().num_steps - steps0
+    tokens = sum(len(o.token_ids) for o in outs)
+    return {
+        "seconds": seconds,
+        "tokens_per_s": tokens / seconds,
+        "step_ms": 1000 * seconds / steps,
+        "forward_ms": 1000 * sum(forward) / steps,
+        "host_ms": 1000 * (seconds - sum(forward)) / steps,
+        "outputs": [o.token_ids for o in outs],
+    }
+
+
+def compare_async(model, prompts, params, device: str, dtype: torch.dtype, rounds: int) -> dict:
+    """Sync and async engines on the same weights, rounds alternating so that a change in the machine's load
+    hits both alike: per workload (one request; every prompt at once) the medians of each, the ratio async /
+    sync, and whether the tokens are the same."""
+    engines = {
+        mode: LLM(model, device=device, dtype=dtype, async_scheduling=mode == "async", progress=False)
+        for mode in ("sync", "async")
+    }
+    workloads = {"one request": prompts[:1], f"{len(prompts)} at once": prompts}
+    results: dict = {}
+    with tqdm(total=rounds * 2 * len(workloads), desc="async scheduling", unit="run") as bar:
+        for name, batch in workloads.items():
+            runs: dict[str, list[dict]] = {"sync": [], "async": []}
+            for llm in engines.values():  # warm-up: the first pass pays one-time costs
+                time_steps(llm, batch, params)
+            for _ in range(rounds):
+                for mode, llm in engines.items():
+                    runs[mode].append(time_steps(llm, batch, params))
+                    bar.update(1)
+            keys = ("tokens_per_s", "step_ms", "forward_ms", "host_ms")
+            medians = {m: {k: statistics.median(r[k] for r in rs) for k in keys} for m, rs in runs.items()}
+            results[name] = {
+                **medians,
+                "async_vs_sync": {k: medians["async"][k] / medians["sync"][k] for k in keys},
+                "tokens_per_s_runs": {m: [r["tokens_per_s"] for r in rs] for m, rs in runs.items()},
+                "same_tokens": all(r["outputs"] == runs["sync"][0]["outputs"] for rs in runs.values() for r in rs),
+            }
+    return results
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(prog="python bench/engine.py", description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="auto")
@@ -166,6 +234,12 @@ def main(argv: list[str] | None = None) -> dict:
         "float16 below it, float32 on the CPU)",
     )
     parser.add_argument("--out", default=None, help="JSON path (default bench/results/engine_<device>.json)")
+    parser.add_argument(
+        "--async-scheduling",
+        action="store_true",
+        help="compare async scheduling with synchronous steps instead (bench/results/async_scheduling_<device>.json)",
+    )
+    parser.add_argument("--rounds", type=int, default=5, help="--async-scheduling: rounds of each mode")
     args = parser.parse_args(argv)
 
     device = resolve_device(args.device)
@@ -179,6 +253,8 @@ def main(argv: list[str] | None = None) -> dict:
     system_tokens = len(llm_tok.encode(SYSTEM_PROMPT))
     params = SamplingParams(temperature=0, max_tokens=args.max_tokens)
     dtype = getattr(torch, args.dtype) if args.dtype != "auto" else default_dtype(device)
+    if args.async_scheduling:
+        return _async_report(args, device, dtype, prompts, params)
     hf_model, model = load_models(args.random_weights, device, dtype)
     n, cuda = len(prompts), device.type == "cuda"
     with tqdm(total=(16 if cuda else 6) * n, desc="chatbot benchmark", unit="req") as bar:
@@ -198,25 +274,60 @@ def main(argv: list[str] | None = None) -> dict:
         r["same_tokens_as_hf"] = r.pop("outputs") == hf["outputs"] if r is not hf else True
     hf.pop("outputs")
     report = {
-        "workload": {
-            "system_prompt_tokens": system_tokens,
-            "users": n,
-            "max_tokens": args.max_tokens,
-            "prompt_tokens": [len(p) for p in prompts],
-            "weights": "random in SmolLM2-135M's shapes" if args.random_weights else "SmolLM2-135M-Instruct",
-        },
-        "machine": {
-            "device": str(device),
-            **machine_info(),
-            "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
-            "torch_threads": torch.get_num_threads(),
-            "dtype": str(dtype),
-            "torch": torch.__version__,
-        },
+        "workload": _workload(args, prompts) | {"system_prompt_tokens": system_tokens},
+        "machine": _machine(device, dtype),
         "results": results,
     }
     _print_table(report)
     out = Path(args.out or ROOT / "bench" / "results" / f"engine_{device.type}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2))
+    print(f"wrote {out.name}")
+    return report
+
+
+def _workload(args, prompts: list[list[int]]) -> dict:
+    return {
+        "users": len(prompts),
+        "max_tokens": args.max_tokens,
+        "prompt_tokens": [len(p) for p in prompts],
+        "weights": "random in SmolLM2-135M's shapes" if args.random_weights else "SmolLM2-135M-Instruct",
+    }
+
+
+def _machine(device: torch.device, dtype: torch.dtype) -> dict:
+    return {
+        "device": str(device),
+        **machine_info(),
+        "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+        "torch_threads": torch.get_num_threads(),
+        "dtype": str(dtype),
+        "torch": torch.__version__,
+    }
+
+
+def _async_report(args, device: torch.device, dtype: torch.dtype, prompts, params: SamplingParams) -> dict:
+    """--async-scheduling: compare_async's results with the workload and the machine (its load average before
+    the run, since other work on the cores moves both modes' numbers), printed and written as JSON."""
+    model = (
+        LlamaForCausalLM.random(LlamaConfig.smollm2_135m(), device=device, dtype=dtype) if args.random_weights else None
+    )
+    load = os.getloadavg()[0]
+    report = {
+        "workload": _workload(args, prompts) | {"rounds": args.rounds},
+        "machine": _machine(device, dtype) | {"load_average_before": load},
+        "results": compare_async(model, prompts, params, str(device), dtype, args.rounds),
+    }
+    print(f"\nasync scheduling vs sync, medians of {args.rounds} rounds, load average {load:.2f} before the run:")
+    print(f"{'':16}{'mode':>7}{'tok/s':>9}{'step ms':>9}{'forward':>9}{'host':>8}{'same':>6}")
+    for name, r in report["results"].items():
+        for mode in ("sync", "async", "async_vs_sync"):
+            m = r[mode]
+            print(
+                f"{name:16}{mode.replace('async_vs_sync', 'ratio'):>7}{m['tokens_per_s']:>9.2f}{m['step_ms']:>9.2f}{m['forward_ms']:>9.2f}"
+                f"{m['host_ms']:>8.2f}{'yes' if r['same_tokens'] else 'no':>6}"
+            )
+    out = Path(args.out or ROOT / "bench" / "results" / f"async_scheduling_{device.type}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2))
     print(f"wrote {out.name}")

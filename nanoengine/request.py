@@ -71,6 +71,14 @@ class Request:
     # prefix-cache lookup (KVCacheManager.get_computed_blocks), as vLLM's scheduler sets Request.shared_prefix_boundary:
     # sparse sliding groups keep the blocks that end there, so later requests sharing the prefix hit it whole.
     shared_prefix_boundary: int = field(default=0, init=False)
+    # Async scheduling (vLLM 0.33's Request fields of these names). num_in_flight_tokens: tokens of scheduled
+    # steps whose output is not processed yet; num_computed_tokens counts them already. num_output_placeholders:
+    # the tokens those steps will sample, counted by the AsyncScheduler as if sampled, so the next step can be
+    # scheduled before they are known. num_stale_output_tokens: the in-flight share of a preempted request,
+    # whose output is still appended on return but must not move its reset counters.
+    num_in_flight_tokens: int = field(default=0, init=False)
+    num_output_placeholders: int = field(default=0, init=False)
+    num_stale_output_tokens: int = field(default=0, init=False)
     _all_token_ids: list[int] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:

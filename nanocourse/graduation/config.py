@@ -93,11 +93,13 @@ def vllm_config(
     long_prefill_token_threshold_adaptive: bool = False,
     num_speculative_tokens: int = 0,
     drafter: str | None = None,
+    async_scheduling: bool = False,
 ) -> VllmConfig:
-    """A VllmConfig of one decoder-only text model, synchronous scheduling (one batch in flight), no connector,
-    no LoRA, no metrics collection; drafter: None, "ngram" (no lookahead slots), "draft_model" or "eagle" (one
-    lookahead slot per draft, as VllmConfig.num_lookahead_tokens gives for both; EAGLE-1 drafts one token a pass,
-    so it is not parallel drafting)."""
+    """A VllmConfig of one decoder-only text model, synchronous scheduling (one batch in flight) unless
+    async_scheduling (two, as VllmConfig.max_concurrent_batches gives it), no connector, no LoRA, no metrics
+    collection; drafter: None, "ngram" (no lookahead slots), "draft_model" or "eagle" (one lookahead slot per
+    draft, as VllmConfig.num_lookahead_tokens gives for both; EAGLE-1 drafts one token a pass, so it is not
+    parallel drafting)."""
     speculative = (
         None
         if drafter is None
@@ -125,7 +127,7 @@ def vllm_config(
             scheduler_reserve_full_isl=True,
             watermark=0.0,
             prefill_schedule_interval=1,
-            async_scheduling=False,
+            async_scheduling=async_scheduling,
         ),
         cache_config=CacheConfig(
             block_size=block_size,
@@ -167,7 +169,7 @@ def vllm_config(
         kv_transfer_config=None,
         ec_transfer_config=None,
         is_mm_encoder_only=False,
-        max_concurrent_batches=1,
+        max_concurrent_batches=2 if async_scheduling else 1,
         max_in_flight_tokens=max_num_batched_tokens,
         num_speculative_tokens=num_speculative_tokens,
         num_lookahead_tokens=num_speculative_tokens if drafter in ("draft_model", "eagle") else 0,

@@ -39,6 +39,7 @@ COMPARED_MODULES = (
     "vllm.v1.core.sched.request_queue",
     "vllm.v1.core.sched.utils",
     "vllm.v1.core.sched.scheduler",
+    "vllm.v1.core.sched.async_scheduler",
     "vllm.v1.kv_cache_interface",
     "vllm.v1.request",
 )

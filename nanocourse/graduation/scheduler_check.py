@@ -8,13 +8,23 @@ after every step; hash values by class (common.ON_PURPOSE).
 from __future__ import annotations
 
 import contextlib
+from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nanocourse.differential import _observe, _shorter, replay_workload, scheduler_config, scheduler_workloads
+from nanocourse.differential import (
+    MAX_DRAIN_STEPS,
+    Story,
+    _observe,
+    _sampled,
+    _shorter,
+    replay_workload,
+    scheduler_config,
+    scheduler_workloads,
+)
 from nanocourse.graduation.common import (
     BS,
     KNOWN_DIFFERENCES,
@@ -27,7 +37,13 @@ from nanocourse.graduation.common import (
     run_property,
 )
 from nanocourse.graduation.vllm_side import Vllm, VllmScheduler
+from nanoengine.core import get_request_block_hasher
+from nanoengine.core.sched.async_scheduler import AsyncScheduler
+from nanoengine.core.sched.output import CachedRequestData, SchedulerOutput
 from nanoengine.kv_cache_interface import get_kv_cache_groups
+from nanoengine.request import Request, RequestStatus
+from nanoengine.sampling_params import SamplingParams
+from nanoengine.worker.outputs import ModelRunnerOutput
 
 NEW_BLOCKS_FIELD = "the new block ids of the running requests, per KV cache group"
 HASH_FIELD = "the blocks the prefix cache names (block id, hash)"
@@ -299,3 +315,164 @@ def replay_known(vllm: Vllm, parts: Parts) -> dict[str, str | None]:
         except AssertionError as error:
             found[name] = str(error)
     return found
+
+
+# Async scheduling: vLLM's AsyncScheduler beside nanoengine's, driven as vLLM's engine core drives them ------------
+# Full attention only: with sliding windows the synchronous check already parts from vLLM (KNOWN_CASES' two sliding
+# classes), so an async check there would find those first.
+ASYNC_SCHEDULER_CHECKS: dict[str, dict[str, Any]] = {
+    "async scheduler": {"policy": st.sampled_from(["fcfs", "priority"])},
+}
+ASYNC_FIELD = "each request's counters (computed, output placeholders, in flight, stale, output tokens)"
+
+
+class _BatchQueue:
+    """vLLM's EngineCore.step_with_batch_queue with max_concurrent_batches 2 over one scheduler and a model that
+    samples _sampled's token: each step schedules a batch (which requests will sample is known then, from
+    is_prefill_chunk); the oldest batch's output is taken only once two are in flight or nothing is left to
+    schedule, so step N + 1 is planned before step N's tokens are in."""
+
+    def __init__(self, scheduler: Any) -> None:
+        self.scheduler = scheduler
+        self.batches: deque[tuple[Any, list[str]]] = deque()
+
+    def busy(self) -> bool:
+        return self.scheduler.has_unfinished_requests() or bool(self.batches)
+
+    def step(self) -> tuple[Any, list[Any]]:
+        """(the batch scheduled, or None; the requests the output taken finished, if one was taken)."""
+        s, so = self.scheduler, None
+        if s.has_unfinished_requests():
+            so = s.schedule()
+            sampling = [r for r in so.num_scheduled_tokens if not s.requests[r].is_prefill_chunk]
+            self.batches.appendleft((so, sampling))
+            if len(self.batches) < 2 and (so.total_num_scheduled_tokens > 0 or s.has_unfinished_requests()):
+                return so, []
+        if not self.batches:
+            return so, []
+        taken, sampling = self.batches.pop()
+        # A request finished meanwhile gets its token too, and the scheduler drops it, as vLLM's runner and
+        # scheduler do; one preempted meanwhile gets the token at its position (stale output).
+        reqs = s.requests
+        output = ModelRunnerOutput({r: [_sampled(r, reqs[r].num_tokens) if r in reqs else 0] for r in sampling})
+        return so, s.update_from_output(taken, output)
+
+
+def _async_observer(counter: _Counter) -> Callable[..., dict[str, Any]]:
+    """_observer's fields of the batch just scheduled (none: an empty plan) and the requests finished, and every
+    request's async counters."""
+    observe = _observer(counter)
+    empty = SchedulerOutput([], CachedRequestData(), {}, 0, set(), set())
+
+    def seen(scheduler: Any, so: Any, finished: list[Any]) -> dict[str, Any]:
+        fields = observe(scheduler, so if so is not None else empty, finished, False)
+        fields[ASYNC_FIELD] = {
+            r: (
+                q.num_computed_tokens,
+                q.num_output_placeholders,
+                q.num_in_flight_tokens,
+                q.num_stale_output_tokens,
+                len(q.output_token_ids),
+            )
+            for r, q in sorted(scheduler.requests.items())
+        }
+        return fields
+
+    return seen
+
+
+def replay_async(
+    vllm: Vllm,
+    parts: Parts,
+    workload: tuple[dict, list],
+    observe: Callable[..., dict[str, Any]],
+    scheduler_cls: type[AsyncScheduler] = AsyncScheduler,
+) -> None:
+    """One workload through scheduler_cls (nanoengine's AsyncScheduler, on parts' KV cache manager) and vLLM's
+    AsyncScheduler, each behind its own _BatchQueue, compared after every engine step; aborts come between steps,
+    while batches are in flight."""
+    cfg, ops = dict(workload[0]), workload[1]
+    groups = get_kv_cache_groups([None])
+    num_blocks = cfg["num_blocks"]
+    cfg["max_num_seqs"] = min(cfg["max_num_seqs"], cfg["budget"])  # vLLM: at least one token per sequence
+    cfg["max_model_len"] = vllm.max_model_len(BS, [None], num_blocks, cfg["budget"])
+    ops = [_shorter(op, cfg["max_model_len"] - 1) for op in ops]
+    story = Story(f"{num_blocks - 1} usable blocks of {BS} tokens, {cfg}", "vLLM 0.33.0's", parts.subject)
+    hasher, names = get_request_block_hasher(BS), []
+
+    def engine_step(why: str = "") -> None:
+        seen = {who: observe(q.scheduler, *q.step()) for who, q in sides.items()}
+        plan = seen["vllm"]["the tokens scheduled, in order (request, tokens)"]
+        story.add(f"engine step{why}: vLLM schedules {plan or 'nothing'}")
+        story.compare(seen["ours"], seen["vllm"])
+
+    with vllm.modules.active():
+        pool = parts.block_pool_cls(num_blocks, cfg["caching"], BS)
+        manager = parts.kv_cache_manager_cls(BS, pool, kv_cache_groups=groups, **parts.manager_kwargs)
+        sides = {
+            "ours": _BatchQueue(scheduler_cls(scheduler_config(cfg), manager)),
+            "vllm": _BatchQueue(
+                VllmScheduler(
+                    vllm,
+                    num_blocks=num_blocks,
+                    block_size=BS,
+                    max_num_batched_tokens=cfg["budget"],
+                    max_num_seqs=cfg["max_num_seqs"],
+                    policy=cfg["policy"],
+                    long_prefill_token_threshold=cfg["threshold"],
+                    enable_prefix_caching=cfg["caching"],
+                    max_model_len=cfg["max_model_len"],
+                    async_scheduling=True,
+                )
+            ),
+        }
+        for op in ops:
+            if op[0] == "add":
+                _, length, family, priority, max_tokens, _ = op
+                name = "abcdefghijklmnopqrstuvwxyz"[len(names)]
+                names.append(name)
+                story.add(f"add request {name}: {length} prompt tokens (family {family}), max_tokens {max_tokens}")
+                for q in sides.values():
+                    q.scheduler.add_request(
+                        Request(
+                            name,
+                            [1000 * family + j for j in range(length)],
+                            priority=priority,
+                            arrival_time=float(len(names)),
+                            block_hasher=hasher,
+                            sampling_params=SamplingParams(max_tokens=max_tokens, ignore_eos=True),
+                        )
+                    )
+            elif op[0] == "step":
+                for _ in range(op[1]):
+                    engine_step()
+            elif names:
+                name = names[op[1] % len(names)]
+                story.add(f"abort request {name}")
+                for q in sides.values():
+                    q.scheduler.finish_requests([name], RequestStatus.FINISHED_ABORTED)
+        for _ in range(MAX_DRAIN_STEPS):
+            if not sides["vllm"].busy():
+                break
+            engine_step(" (until every request has finished)")
+        assert not sides["ours"].busy(), "nanoengine's side has work left where vLLM's has none"
+
+
+def check_async_scheduler(
+    vllm: Vllm, parts: Parts, name: str, max_examples: int, scheduler_cls: type[AsyncScheduler] = AsyncScheduler
+) -> Result:
+    """Random workloads (ASYNC_SCHEDULER_CHECKS[name]) through scheduler_cls and vLLM's AsyncScheduler, both driven
+    by a batch queue of two: after every engine step, check_scheduler's fields (no drafts) and every request's
+    computed tokens, output placeholders, tokens in flight, stale output tokens and output tokens."""
+    result, counter = Result(name), _Counter()
+    observe = _async_observer(counter)
+
+    @hypothesis_settings(max_examples)
+    @given(workload=scheduler_workloads(**ASYNC_SCHEDULER_CHECKS[name]))
+    def property_(workload: tuple[dict, list]) -> None:
+        result.examples, result.example = result.examples + 1, {"workload": workload}
+        replay_async(vllm, parts, workload, observe, scheduler_cls)
+
+    run_property(result, property_, vllm, parts.subject)
+    result.operations = counter.operations
+    return result

@@ -399,6 +399,10 @@ class Platform:
     def register_custom_kv_cache_specs(cls, vllm_config: Any) -> None:
         pass
 
+    def is_xpu(self) -> bool:
+        """The AsyncScheduler asks (an XPU may turn off its pipeline-parallel microbatching): not an XPU."""
+        return False
+
 
 current_platform = Platform()
 

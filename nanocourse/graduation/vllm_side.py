@@ -299,14 +299,18 @@ class _Admissions:
 
 
 class VllmScheduler:
-    """vLLM 0.33.0's Scheduler, driven as replay_workload drives a nanoengine Scheduler."""
+    """vLLM 0.33.0's Scheduler (its AsyncScheduler with async_scheduling), driven as replay_workload drives a
+    nanoengine Scheduler."""
 
     def __init__(self, vllm: Vllm, *, windows: Sequence[int | None] = (None,), **config_kwargs: Any) -> None:
-        """config_kwargs: vllm_config's (the blocks, the budget, the policy, the drafts)."""
+        """config_kwargs: vllm_config's (the blocks, the budget, the policy, the drafts, async scheduling)."""
         num_blocks, block_size = config_kwargs["num_blocks"], config_kwargs["block_size"]
         self.vllm, self.block_size = vllm, block_size
         config = vllm_config(**config_kwargs)
-        scheduler_cls = vllm.modules["vllm.v1.core.sched.scheduler"].Scheduler
+        if config_kwargs.get("async_scheduling"):  # vLLM's SchedulerConfig.get_scheduler_cls
+            scheduler_cls = vllm.modules["vllm.v1.core.sched.async_scheduler"].AsyncScheduler
+        else:
+            scheduler_cls = vllm.modules["vllm.v1.core.sched.scheduler"].Scheduler
         manager_cls = vllm.modules["vllm.v1.structured_output"].StructuredOutputManager
         self.scheduler = scheduler_cls(
             config,

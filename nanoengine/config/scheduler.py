@@ -26,6 +26,8 @@ class SchedulerConfig:
     (vLLM 0.33's Scheduler.num_spec_tokens).
     max_num_new_slots_for_drafting: budget tokens each scheduled request reserves for the drafter's extra input
     (SpeculativeConfig.max_num_new_slots_for_drafting: 1 for a draft model, else 0).
+    async_scheduling: schedule step N + 1 while step N runs (the engine's batch queue and the AsyncScheduler),
+    resolved by EngineArgs from its argument of this name.
     """
 
     max_num_batched_tokens: int = 2048
@@ -37,6 +39,7 @@ class SchedulerConfig:
     num_lookahead_tokens: int = 0
     num_spec_tokens: int = 0
     max_num_new_slots_for_drafting: int = 0
+    async_scheduling: bool = False
 
     def __post_init__(self) -> None:
         if self.policy not in SCHEDULING_POLICIES:

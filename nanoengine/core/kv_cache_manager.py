@@ -278,7 +278,9 @@ class KVCacheManager:
         num_computed = request.num_computed_tokens + num_new_computed_tokens
         if full_sequence_must_fit and not self._fits(request_id, request.num_tokens, hits, num_computed, True):
             return None
-        self.coordinator.remove_skipped_blocks(request_id, num_computed)
+        # Free on the processed tokens (vLLM 0.33): under async scheduling a step in flight still reads the
+        # window below the optimistic num_computed_tokens.
+        self.coordinator.remove_skipped_blocks(request_id, max(0, num_computed - request.num_in_flight_tokens))
         num_tokens_need_slot = num_computed + num_new_tokens + num_lookahead_tokens
         if not self._fits(request_id, num_tokens_need_slot, hits, num_computed):
             return None

@@ -23,6 +23,7 @@ from nanoengine.core import (
     KVCacheManager,
     SlidingWindowManager,
 )
+from nanoengine.core.sched.async_scheduler import AsyncScheduler
 from nanoengine.core.sched.scheduler import Scheduler
 from nanoengine.errors import InvalidEngineArgumentError
 from nanoengine.model.llama import LlamaForCausalLM
@@ -52,6 +53,13 @@ _FUNCTION_PARTS = {
     "hash_block_tokens": "a function (parent_hash, token_ids, extra_keys)",
     "rejection_sampler": "a function (logits, draft_token_ids, params, generators)",
 }
+# async_scheduling=None's choice where it is supported. vLLM's is True: on a GPU the forward pass is launched and
+# runs on the device while the CPU schedules the next step, so the scheduler's time hides under the GPU's. On the
+# CPU there is no such device: torch's kernels take every core for the forward pass, so the scheduler's thread only
+# competes with them, and bench/results/async_scheduling_cpu.json measured async at 0.71 to 0.91 of sync's tokens/s
+# (2 cores under a load average of 14.7 from other work; the host's share of a step is under 0.5%). The engine is not yet measured on a GPU with it, so it stays off there
+# too until it is: pass async_scheduling=True for vLLM's default.
+ASYNC_DEFAULT = False
 # The single-type manager parts: subclasses of the engine's class, since the coordinator builds them itself.
 _MANAGER_PARTS = ("full_attention_manager_cls", "sliding_window_manager_cls")
 
@@ -124,6 +132,11 @@ class EngineArgs:
     InvalidEngineArgumentError naming it), reads the model's shape, resolves the device, dtype, max_model_len
     and parts, and returns the EngineConfig the engine is built from. The part arguments (`parts.py`) take None
     as the engine's own part.
+
+    async_scheduling (vLLM's argument): True schedules step N + 1 while step N runs, with the AsyncScheduler
+    and the engine's batch queue of two; False runs each step whole; None, the default, picks ASYNC_DEFAULT
+    where async scheduling is supported, as vLLM's VllmConfig does (not with speculative_config, and not with
+    a scheduler_cls that is no AsyncScheduler; True with either is refused, naming async_scheduling).
     """
 
     model: str | os.PathLike | LlamaForCausalLM | None = None
@@ -144,6 +157,7 @@ class EngineArgs:
     enforce_eager: bool = False
     max_logprobs: int = 20
     speculative_config: dict | None = None
+    async_scheduling: bool | None = None
     progress: bool = True
     # The parts (parts.py): None, the default, takes the engine's own (_DEFAULT_PARTS).
     attention_backend: Any = None
@@ -169,7 +183,8 @@ class EngineArgs:
         self._check()
         speculative = SpeculativeConfig.from_dict(self.speculative_config)
         model_config = self._model_config()
-        parts = self._parts(model_config.device)
+        async_scheduling = self._async_scheduling(speculative)
+        parts = self._parts(model_config.device, async_scheduling)
         cache_config = CacheConfig(
             block_size=self.block_size,
             enable_prefix_caching=self.enable_prefix_caching,
@@ -188,6 +203,7 @@ class EngineArgs:
             num_lookahead_tokens=speculative.num_lookahead_tokens if speculative else 0,
             num_spec_tokens=speculative.num_speculative_tokens if speculative else 0,
             max_num_new_slots_for_drafting=speculative.max_num_new_slots_for_drafting if speculative else 0,
+            async_scheduling=async_scheduling,
         )
         return EngineConfig(
             model_config=model_config,
@@ -236,10 +252,33 @@ class EngineArgs:
             progress=self.progress,
         )
 
-    def _parts(self, device: torch.device) -> EngineParts:
+    def _async_scheduling(self, speculative: SpeculativeConfig | None) -> bool:
+        """async_scheduling resolved (vLLM's VllmConfig.__post_init__ does it there): None takes ASYNC_DEFAULT
+        unless something here cannot run it; True with such a thing is refused."""
+        scheduler_cls = self.scheduler_cls
+        if speculative is not None:
+            unsupported = "speculative_config (the runner does not fill in draft placeholders on the device)"
+        elif scheduler_cls is not None and not (
+            isinstance(scheduler_cls, type) and issubclass(scheduler_cls, AsyncScheduler)
+        ):
+            unsupported = "a scheduler_cls that is no core.sched.async_scheduler.AsyncScheduler"
+        else:
+            return ASYNC_DEFAULT if self.async_scheduling is None else self.async_scheduling
+        if self.async_scheduling:
+            raise InvalidEngineArgumentError(
+                f"async_scheduling=True cannot run with {unsupported}. Pass async_scheduling=False, or None to "
+                "let the engine choose.",
+                parameter="async_scheduling",
+                value=self.async_scheduling,
+            )
+        return False
+
+    def _parts(self, device: torch.device, async_scheduling: bool) -> EngineParts:
         values = {name: getattr(self, name) for name in _DEFAULT_PARTS}
         given = frozenset(n for n, v in values.items() if v is not None and v is not _DEFAULT_PARTS[n])
         resolved = {n: _DEFAULT_PARTS[n] if v is None else v for n, v in values.items()}
+        if async_scheduling and self.scheduler_cls is None:
+            resolved["scheduler_cls"] = AsyncScheduler  # vLLM's SchedulerConfig.get_scheduler_cls
         backend = self.attention_backend or ("triton" if device.type == "cuda" and triton_available() else "torch")
         resolved["attention_backend"] = get_backend(backend) if isinstance(backend, str) else backend
         if self.hash_block_tokens is not None:  # one block named first: a key the prefix cache can use
@@ -287,6 +326,12 @@ class EngineArgs:
             )
         for name in ("enable_prefix_caching", "enforce_eager", "progress", "long_prefill_token_threshold_adaptive"):
             check_bool(err, name, getattr(self, name))
+        if self.async_scheduling is not None and not isinstance(self.async_scheduling, bool):
+            raise err(
+                f"async_scheduling must be True, False or None (the engine chooses), got {self.async_scheduling!r}.",
+                parameter="async_scheduling",
+                value=self.async_scheduling,
+            )
         check_int(err, "block_size", self.block_size, low=1, hint="16 is vLLM's default.")
         check_int(err, "max_num_seqs", self.max_num_seqs, low=1)
         check_int(err, "max_num_batched_tokens", self.max_num_batched_tokens, low=1)

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections import deque
 from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -161,6 +163,14 @@ class LLMEngine:
         # The part of the step under way: schedule, execute, update or detokenize; None between steps.
         # After a step raised it names where, until the next step starts.
         self.stage: str | None = None
+        # Async scheduling (vLLM's EngineCore.batch_queue, of max_concurrent_batches = 2): the steps scheduled and
+        # handed to the execute thread whose output is not processed yet, newest first. None: synchronous steps.
+        self.batch_queue: deque[tuple[Future[ModelRunnerOutput], SchedulerOutput]] | None = None
+        if config is not None and config.scheduler_config.async_scheduling:
+            self.batch_queue = deque()
+            # One thread runs the forward passes in order, so step N + 1 reads step N's tokens and KV; torch
+            # releases the GIL in its kernels, so the main thread schedules and detokenizes meanwhile.
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="nanoengine-execute")
         self._ids = itertools.count()
 
     @classmethod
@@ -235,7 +245,8 @@ class LLMEngine:
         return req_id
 
     def has_unfinished_requests(self) -> bool:
-        return self.scheduler.has_unfinished_requests()
+        """Requests unfinished, or (async scheduling) a step in flight whose output is still to be taken."""
+        return self.scheduler.has_unfinished_requests() or bool(self.batch_queue)
 
     def abort_request(self, request_ids: Iterable[str]) -> None:
         """End unfinished requests now (vLLM's LLMEngine.abort_request, whose EngineCore.abort_requests calls
@@ -253,7 +264,8 @@ class LLMEngine:
             except BaseException as exc:  # noqa: BLE001  (a part raised while letting go: free its blocks once more)
                 error = error or exc
                 self.kv_cache_manager.free(request)  # freeing twice is a no-op (the Protocol's rule)
-        self.runner.remove_requests(ids)
+        if self.batch_queue is None:  # else the execute thread may be using the runner: it learns of them from
+            self.runner.remove_requests(ids)  # the next SchedulerOutput's finished_req_ids, as vLLM's does
         for req_id in ids:
             self.outputs.pop(req_id, None)
         self.stats.num_aborted_requests += len(ids)
@@ -270,11 +282,13 @@ class LLMEngine:
         pass was done, the blocks it named for tokens not yet computed are evicted first (vLLM's
         evict_blocks), since their KV was never written; the blocks of tokens computed in earlier steps stay
         cached. vLLM instead lets the engine core die (EngineDeadError) and the server must restart."""
-        computed = {r.request_id: r.num_computed_tokens for r in self.scheduler.running}
+        # The tokens whose KV is surely written: those of processed steps (async scheduling counts more).
+        computed = {r.request_id: r.num_computed_tokens - r.num_in_flight_tokens for r in self.scheduler.running}
         try:
-            outputs = self._step()
+            outputs = self._step() if self.batch_queue is None else self._step_with_batch_queue(self.batch_queue)
         except BaseException as exc:
             try:
+                self._drain_batch_queue()
                 self._recover(computed)
             except Exception as failure:  # noqa: BLE001  (the step's own exception is the one to report)
                 exc.add_note(f"nanoengine: recovering from it raised too: {type(failure).__name__}: {failure}")
@@ -284,22 +298,68 @@ class LLMEngine:
 
     def _step(self) -> list[RequestOutput]:
         start = time.perf_counter()
+        so = self._schedule(may_be_empty=False)
+        self.stage = "execute"
+        return self._process(so, self.runner.execute_model(so), start)
+
+    def _step_with_batch_queue(self, batch_queue: deque) -> list[RequestOutput]:
+        """One step of async scheduling (vLLM's EngineCore.step_with_batch_queue): schedule a step and hand it to
+        the execute thread; then, once two are in flight (or nothing is left to schedule), wait for the older and
+        process its output. Returns the requests that finished in the step processed, if any."""
+        start = time.perf_counter()
+        if self.scheduler.has_unfinished_requests():
+            # Placeholders may leave nothing to schedule while a step is in flight (its output will tell).
+            so = self._schedule(may_be_empty=bool(batch_queue))
+            self.stage = "execute"
+            batch_queue.appendleft((self._executor.submit(self.runner.execute_model, so), so))
+            if len(batch_queue) < 2 and self.scheduler.has_unfinished_requests():
+                return []
+        if not batch_queue:
+            return []
+        future, so = batch_queue.pop()
+        outputs = self._process(so, future.result(), start)
+        # Once every request has finished, the step still in flight (scheduled before its requests stopped) is
+        # taken too, so that a caller who stops stepping then leaves nothing running (vLLM's engine core loops
+        # while its batch queue is not empty).
+        while batch_queue and not self.scheduler.has_unfinished_requests():
+            future, so = batch_queue.pop()
+            outputs += self._process(so, future.result(), start)
+        return outputs
+
+    def _drain_batch_queue(self) -> None:
+        """Wait out the steps in flight, dropping their outputs and errors (a failed step's recovery needs the
+        execute thread idle)."""
+        while self.batch_queue:
+            future, _ = self.batch_queue.pop()
+            try:
+                future.result()
+            except BaseException:  # noqa: BLE001, S110  (the failure being handled is the one to report)
+                pass
+
+    def _schedule(self, may_be_empty: bool) -> SchedulerOutput:
+        """The scheduler's next step, shown to the observers; a step that schedules nothing while it must is a
+        stall."""
         running_before = tuple(r.request_id for r in self.scheduler.running) if self.observers else ()
         self.stage = "schedule"
         so = self.scheduler.schedule()
-        if not (so.total_num_scheduled_tokens or so.preempted_req_ids) and self.has_unfinished_requests():
+        if (
+            not (may_be_empty or so.total_num_scheduled_tokens or so.preempted_req_ids)
+            and self.has_unfinished_requests()
+        ):
             self._stalled()
         for observer in self.observers:
             observer.on_schedule(self.scheduler, so, running_before)
-        self.stage = "execute"
-        output = self.runner.execute_model(so)
+        return so
+
+    def _process(self, so: SchedulerOutput, output: ModelRunnerOutput, start: float) -> list[RequestOutput]:
+        """A step's output into the scheduler, the text and the stats; returns the requests that finished."""
         self.stage = "update"
         finished = [r for r in self.scheduler.update_from_output(so, output) if r.request_id in self.outputs]
         self._collect_logprobs(output)
         now = time.perf_counter()
         cache_stats = self._record(so, output)
         self.stage = "detokenize"
-        stopped = [req_id for req_id in output.sampled_token_ids if self._detokenize(req_id, now)]
+        stopped = [req_id for req_id in self._taken(output) if self._detokenize(req_id, now)]
         self.scheduler.finish_requests(stopped, RequestStatus.FINISHED_STOPPED)
         if self.proposer is not None or self.runner_drafts:
             self.stage = "propose"
@@ -362,10 +422,15 @@ class LLMEngine:
                 drafts[req_id] = self.proposer.propose(request.all_token_ids, num_left)
         self.scheduler.update_draft_token_ids(drafts)
 
+    def _taken(self, output: ModelRunnerOutput) -> list[str]:
+        """The requests whose sampled tokens the scheduler took: all of them but those that finished before the
+        output came (async scheduling: aborted, or stopped by a stop string, while the step ran)."""
+        return [req_id for req_id in output.sampled_token_ids if req_id in self.outputs]
+
     def _collect_logprobs(self, output: ModelRunnerOutput) -> None:
         """Keep the logprobs the runner computed this step for the requests that asked for them, one entry per
         token the scheduler kept (it drops the tokens after a stop condition)."""
-        for req_id in output.sampled_token_ids:
+        for req_id in self._taken(output):
             state = self.outputs[req_id]
             if state.logprobs is not None:
                 num_new = len(state.request.output_token_ids) - len(state.logprobs)

@@ -39,3 +39,16 @@ def test_readme_quotes_the_committed_engine_benchmark(name):
         assert not missing, f"README lacks {missing} for {run}; copy them from bench/results/{name}"
     on = results["nanoengine_cache_on"]
     assert f"({100 * on['prefix_hit_rate']:.0f}% hit rate)" in readme
+
+
+@pytest.mark.model
+def test_async_scheduling_bench_smoke(tmp_path, capsys):
+    """--async-scheduling: both modes, the same tokens, medians and ratios, the machine and its load."""
+    out = tmp_path / "async.json"
+    report = main(["--async-scheduling", "--users", "2", "--max-tokens", "3", "--rounds", "1", "--out", str(out)])
+    assert report == json.loads(out.read_text())
+    assert set(report["results"]) == {"one request", "2 at once"}
+    for r in report["results"].values():
+        assert r["same_tokens"] and r["async_vs_sync"]["tokens_per_s"] > 0
+        assert r["sync"]["step_ms"] >= r["sync"]["forward_ms"] > 0
+    assert report["machine"]["load_average_before"] >= 0 and "ratio" in capsys.readouterr().out

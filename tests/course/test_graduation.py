@@ -31,6 +31,7 @@ from nanocourse.graduation.scheduler_check import (
     KNOWN_PREFIX,
     _Counter,
     _observer,
+    check_async_scheduler,
     check_scheduler,
     replay,
     replay_known,
@@ -39,6 +40,7 @@ from nanocourse.graduation.vllm_side import Vllm
 from nanocourse.graduation.wheel import WHEEL_NAME, WHEEL_SHA256, WheelError, fetch_wheel, wheel_dir
 from nanoengine.core import KVCacheManager, SlidingWindowManager
 from nanoengine.core.block_pool import BlockPool
+from nanoengine.core.sched.async_scheduler import AsyncScheduler
 from nanoengine.core.sched.request_queue import SchedulingPolicy
 from nanoengine.core.sched.scheduler import Scheduler
 
@@ -272,6 +274,27 @@ def test_a_seeded_sliding_bug_parts_from_vllm_on_its_known_case(vllm, bug):
     parts, case = SLIDING_BUGS[bug]
     with pytest.raises(AssertionError, match="vLLM 0.33.0's"):
         replay(vllm, parts, KNOWN_CASES[case], _observer(_Counter()))
+
+
+def test_the_async_scheduler_agrees_with_vllms(vllm):
+    """nanoengine's AsyncScheduler and vLLM's, each behind a batch queue of two as vLLM's engine core drives it: 0
+    divergences, placeholders, tokens in flight and stale output included."""
+    result = check_async_scheduler(vllm, parts_for("engine"), "async scheduler", 12)
+    assert result.divergence is None, result.divergence
+    assert result.operations > 100, f"only {result.operations} operations compared"
+
+
+class _NoPlaceholders(AsyncScheduler):
+    """A seeded bug: the tokens in flight get no placeholders, so a decode is not scheduled until its token is in."""
+
+    def _update_after_schedule(self, scheduler_output):
+        Scheduler._update_after_schedule(self, scheduler_output)
+
+
+def test_a_seeded_async_bug_is_caught(vllm):
+    result = check_async_scheduler(vllm, parts_for("engine"), "async scheduler", 20, _NoPlaceholders)
+    assert result.divergence is not None, "the scheduler without placeholders was not caught"
+    assert "output placeholders" in result.divergence or "tokens scheduled" in result.divergence, result.divergence
 
 
 def test_the_known_cases_replay(vllm):

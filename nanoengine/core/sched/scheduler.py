@@ -96,9 +96,11 @@ class Scheduler:
             kv_cache_groups=groups,
             full_attention_manager_cls=parts.full_attention_manager_cls,
             sliding_window_manager_cls=parts.sliding_window_manager_cls,
-            # A sliding group's admission cap: vLLM's max_in_flight_tokens is one budget per step not yet settled.
+            # A sliding group's admission cap: vLLM's max_in_flight_tokens, one budget per batch not yet settled
+            # (VllmConfig.max_concurrent_batches: two under async scheduling).
             max_model_len=config.scheduler_config.max_model_len,
-            max_in_flight_tokens=config.scheduler_config.max_num_batched_tokens,
+            max_in_flight_tokens=(1 + config.scheduler_config.async_scheduling)
+            * config.scheduler_config.max_num_batched_tokens,
             **({"use_eagle": True} if config.use_eagle else {}),
         )
         return cls(config.scheduler_config, manager)
@@ -128,12 +130,29 @@ class Scheduler:
         i = 0
         while i < len(self.running) and budget > slots:
             request = self.running[i]
+            if (
+                request.num_output_placeholders > 0
+                and request.num_computed_tokens + 2 - request.num_output_placeholders
+                >= request.num_prompt_tokens + request.sampling_params.max_tokens
+            ):
+                # Async scheduling: the step in flight already reaches max_tokens, so another would only be
+                # thrown away (vLLM 0.33's schedule(); the + 2 - placeholders discounts drafts still in flight).
+                i += 1
+                continue
             # Drafts count inside the budget, and no position may reach max_model_len - 1 (vLLM's schedule();
-            # without drafts the cap never binds, since a running request has num_tokens < max_model_len).
+            # without drafts or placeholders the cap never binds, as a running request has num_tokens <
+            # max_model_len). Placeholders count as tokens: the token they stand for is the next step's input.
             n = min(
-                self.chunk_size(request.num_tokens_with_spec - request.num_computed_tokens, budget - slots, threshold),
+                self.chunk_size(
+                    request.num_tokens_with_spec + request.num_output_placeholders - request.num_computed_tokens,
+                    budget - slots,
+                    threshold,
+                ),
                 self.config.max_model_len - request.num_computed_tokens - 1,
             )
+            if n <= 0:  # async scheduling: the step in flight already reaches max_model_len
+                i += 1
+                continue
             while (blocks := kv.allocate_slots(request, n, num_lookahead_tokens=self.lookahead(request, n))) is None:
                 if len(self.running) == 1:
                     # Alone and still out of blocks: the request has outgrown the whole pool.
@@ -161,9 +180,17 @@ class Scheduler:
 
         new_reqs: list[NewRequestData] = []
         running_scheduled = list(num_scheduled)
+        skipped: list[Request] = []
         # Admit waiting requests only in a step without preemption, or they would just evict each other.
         while not preempted and self.waiting and budget > slots and len(self.running) < self.config.max_num_seqs:
             request = self.waiting.peek_request()
+            if request.num_stale_output_tokens:
+                # Async scheduling: a preempted request's output is still in flight, and resuming it now would
+                # compute again the position that output brings; it waits aside until it drains (vLLM 0.33). The
+                # engine's queue of two takes that output before the next schedule(), so this guards deeper queues
+                # (vLLM's pipeline parallelism) and drivers of the scheduler other than the engine.
+                skipped.append(self.waiting.pop_request())
+                continue
             computed_blocks, num_computed = kv.get_computed_blocks(request, record_stats=False)
             n = self.chunk_size(request.num_tokens - num_computed, budget - slots, threshold)
             padded = self.padded_size(request, num_computed, threshold, running_scheduled)
@@ -191,6 +218,8 @@ class Scheduler:
                 request.spec_token_ids = [PLACEHOLDER_TOKEN_ID] * self.config.num_spec_tokens
             num_scheduled[request.request_id] = n
             budget -= n + slots
+        for request in reversed(skipped):  # back at the front, in their order
+            self.waiting.prepend_request(request)
         return self.make_output(num_scheduled, new_blocks, new_reqs, preempted)
 
     def padded_size(
@@ -250,10 +279,13 @@ class Scheduler:
     # ---- steps a scheduler reuses -------------------------------------------------------------
     def preempt(self, request: Request) -> None:
         """Recompute-style preemption of a request already taken out of `running`: free every block
-        and put it back at the front of the waiting queue (its place, under priority)."""
+        and put it back at the front of the waiting queue (its place, under priority). Output still in flight
+        (async scheduling) becomes stale: it is appended when it comes, without touching the reset counters."""
         self.kv_cache_manager.free(request)
         request.num_computed_tokens = 0
         request.spec_token_ids = []
+        request.num_stale_output_tokens = request.num_in_flight_tokens
+        request.num_output_placeholders = 0
         request.num_preemptions += 1
         request.status = RequestStatus.PREEMPTED
         self.num_preemptions += 1
@@ -321,12 +353,21 @@ class Scheduler:
             finished_req_ids=self.finished_req_ids,
             scheduled_spec_decode_tokens=self.scheduled_spec_decode_tokens(num_scheduled),
         )
+        self._update_after_schedule(out)
+        return out
+
+    def _update_after_schedule(self, scheduler_output: SchedulerOutput) -> None:
+        """Advance each scheduled request's num_computed_tokens (and its tokens in flight) by its scheduled
+        tokens, so the next schedule() sees them as computed; the AsyncScheduler adds placeholders here (vLLM
+        0.33's method of this name)."""
         self.finished_req_ids = set()
-        for req_id, n in num_scheduled.items():
+        for req_id, n in scheduler_output.num_scheduled_tokens.items():
             request = self.requests[req_id]
             request.num_computed_tokens += n
-            request.is_prefill_chunk = request.num_computed_tokens < request.num_tokens
-        return out
+            request.num_in_flight_tokens += n
+            request.is_prefill_chunk = (
+                request.num_computed_tokens < request.num_tokens + request.num_output_placeholders
+            )
 
     def scheduled_spec_decode_tokens(self, num_scheduled: dict[str, int]) -> dict[str, list[int]]:
         """The drafts each request verifies this step: those of its scheduled tokens past its num_tokens (its
@@ -362,39 +403,59 @@ class Scheduler:
         KV slots hold tokens that are not the request's, and the next step simply overwrites them.
         """
         finished, self._capped = self._capped, []
-        for req_id in scheduler_output.num_scheduled_tokens:
+        for req_id, num_scheduled in scheduler_output.num_scheduled_tokens.items():
             request = self.requests.get(req_id)
-            if request is None or request.num_computed_tokens < request.num_tokens:
+            is_stale = False
+            if request is not None:
+                request.num_in_flight_tokens -= num_scheduled
+                if request.num_stale_output_tokens > 0:  # preempted since this step was scheduled
+                    is_stale = True
+                    request.num_stale_output_tokens -= num_scheduled
+            # A finished request (aborted or stopped while the step ran, under async scheduling) takes nothing,
+            # and neither does a prompt chunk that is not the last.
+            new_token_ids = model_runner_output.sampled_token_ids.get(req_id)
+            if request is None or not new_token_ids:
                 continue
-            status = self.update_request_with_output(
-                request,
-                model_runner_output.sampled_token_ids[req_id],
-                scheduler_output.scheduled_spec_decode_tokens.get(req_id, []),
-            )
-            if self.config.num_spec_tokens:
+            was_running = request.status is RequestStatus.RUNNING
+            had_placeholders = request.num_output_placeholders > 0
+            drafts = scheduler_output.scheduled_spec_decode_tokens.get(req_id, [])
+            if is_stale:  # async scheduling only; a chapter-13 override of three arguments never sees it
+                status = self.update_request_with_output(request, new_token_ids, drafts, is_stale=True)
+            else:
+                status = self.update_request_with_output(request, new_token_ids, drafts)
+            if not is_stale and was_running and (had_placeholders or self.config.num_spec_tokens):
                 # The accepted drafts' blocks are verified now: name them before a stop frees the request
-                # (vLLM 0.33 does so here; allocate_slots would only at the request's next step).
-                self.kv_cache_manager.cache_blocks(request, request.num_computed_tokens)
+                # (vLLM 0.33 does so here; allocate_slots would only at the request's next step). Async
+                # scheduling names only blocks behind the processed tokens: the rest are still in flight.
+                self.kv_cache_manager.cache_blocks(request, request.num_computed_tokens - request.num_in_flight_tokens)
             if status is not None:
                 self._finish(request, status)
                 finished.append(request)
         return finished
 
     def update_request_with_output(
-        self, request: Request, new_token_ids: list[int], spec_token_ids: list[int]
+        self, request: Request, new_token_ids: list[int], spec_token_ids: list[int], is_stale: bool = False
     ) -> RequestStatus | None:
         """A request's tokens from one step (the accepted drafts and one token more, after a verify step of
         spec_token_ids): roll the rejected drafts back from num_computed_tokens, then append the tokens one at
         a time, checking the stop conditions after each; at a stop the rest are dropped. Afterwards
         num_computed_tokens covers every appended token but the last, whose KV the next step computes (vLLM
-        0.33: the num_rejected lines of update_from_output, then _update_request_with_output)."""
-        if spec_token_ids:  # the rejected drafts' slots hold guesses, which the next step overwrites
-            request.num_computed_tokens -= len(spec_token_ids) - (len(new_token_ids) - 1)
+        0.33: the num_rejected lines of update_from_output, then _update_request_with_output).
+
+        Under async scheduling the tokens resolve as many placeholders. is_stale: the output of a step scheduled
+        before the request was preempted; its tokens are appended, but the counters were reset at preemption,
+        so they stay as they are."""
+        num_rejected = len(spec_token_ids) - (len(new_token_ids) - 1) if spec_token_ids else 0
+        if not is_stale:  # the rejected drafts' slots hold guesses, which the next step overwrites
+            request.num_computed_tokens -= num_rejected
+            if request.num_output_placeholders > 0:
+                request.num_output_placeholders -= num_rejected + len(new_token_ids)
         for num_new, token in enumerate(new_token_ids, 1):
             request.append_output_token_ids(token)
             status = self.check_stop(request)
             if status is not None:
-                request.num_computed_tokens -= len(new_token_ids) - num_new
+                if not is_stale:
+                    request.num_computed_tokens -= len(new_token_ids) - num_new
                 return status
         return None
 
