@@ -25,7 +25,7 @@ from nanoengine.core import (
 )
 from nanoengine.core.sched.scheduler import Scheduler
 from nanoengine.errors import InvalidEngineArgumentError
-from nanoengine.model.llama import LlamaForCausalLM
+from nanoengine.model.llama import QUANTIZATION_METHODS, LlamaForCausalLM
 from nanoengine.model.loader import read_config, unpacked_folder
 from nanoengine.parts import EngineParts, build_part, missing_members
 from nanoengine.sample.rejection_sampler import rejection_sample
@@ -34,6 +34,14 @@ from nanoengine.validation import check_bool, check_choice, check_int, check_nam
 from nanoengine.worker.block_table import BlockTable
 
 _FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+# dtype's names, as vLLM's ModelConfig takes them (_STR_DTYPE_TO_TORCH_DTYPE); "auto" is the device's default.
+STR_DTYPES = {
+    "half": torch.float16,
+    "float16": torch.float16,
+    "float": torch.float32,
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+}
 # The engine's own part for each part argument; None (like leaving the argument out) takes it.
 _DEFAULT_PARTS: dict[str, Any] = {
     "attention_backend": None,
@@ -128,7 +136,8 @@ class EngineArgs:
 
     model: str | os.PathLike | LlamaForCausalLM | None = None
     device: str | torch.device = "auto"
-    dtype: torch.dtype | None = None
+    dtype: torch.dtype | str | None = None
+    quantization: str | None = None
     enable_prefix_caching: bool = True
     block_size: int = 16
     max_num_seqs: int = 64
@@ -198,13 +207,28 @@ class EngineArgs:
 
     def _model_config(self) -> ModelConfig:
         if isinstance(self.model, LlamaForCausalLM):
+            if self.quantization is not None:
+                raise InvalidEngineArgumentError(
+                    "quantization applies to a model the engine loads itself; a ready LlamaForCausalLM runs as "
+                    "it is. Quantize it first (model.llama.QUANTIZATION_METHODS) and pass quantization=None.",
+                    parameter="quantization",
+                    value=self.quantization,
+                )
             # A ready model (random weights in a test or a lab) runs where its weights are.
             weight = next(self.model.parameters())
             path, folder, hf_config, device, dtype = None, None, self.model.config, weight.device, weight.dtype
         else:
             path, folder = unpacked_folder(self.model, self.progress)
             hf_config, device = read_config(folder), resolve_device(self.device)  # checked by _check
-            dtype = self.dtype or default_dtype(device)
+            named = STR_DTYPES.get(self.dtype) if isinstance(self.dtype, str) else self.dtype
+            dtype = named or default_dtype(device)  # None and "auto" take the device's default
+            if self.quantization is not None and device.type != "cpu":
+                raise InvalidEngineArgumentError(
+                    f"quantization={self.quantization!r} runs on the CPU only (torch's int8 weight-only kernel); "
+                    f"this engine runs on {device}. Leave quantization=None there.",
+                    parameter="quantization",
+                    value=self.quantization,
+                )
             if dtype is torch.bfloat16 and not bf16_supported(device):
                 # vLLM's CudaPlatform.check_if_supports_dtype refuses it the same way.
                 major, minor = torch.cuda.get_device_capability(device)
@@ -233,6 +257,7 @@ class EngineArgs:
             max_logprobs=self.max_logprobs,
             enforce_eager=self.enforce_eager,
             progress=self.progress,
+            quantization=self.quantization,
         )
 
     def _parts(self, device: torch.device) -> EngineParts:
@@ -278,12 +303,17 @@ class EngineArgs:
                 value=model,
             )
         check_device(self.device)  # a ready model runs where its weights are, but a bad device is still a mistake
-        if self.dtype is not None and not any(self.dtype is d for d in _FLOAT_DTYPES):
+        if isinstance(self.dtype, str):
+            check_choice(err, "dtype", self.dtype, ("auto", *STR_DTYPES))
+        elif self.dtype is not None and not any(self.dtype is d for d in _FLOAT_DTYPES):
             raise err(
-                f"dtype must be None (the device's default) or one of {_FLOAT_DTYPES}, got {self.dtype!r}.",
+                f"dtype must be None or 'auto' (the device's default), one of {_FLOAT_DTYPES}, or a name of "
+                f"one ({', '.join(STR_DTYPES)}), got {self.dtype!r}.",
                 parameter="dtype",
                 value=self.dtype,
             )
+        if self.quantization is not None:
+            check_choice(err, "quantization", self.quantization, tuple(QUANTIZATION_METHODS))
         for name in ("enable_prefix_caching", "enforce_eager", "progress", "long_prefill_token_threshold_adaptive"):
             check_bool(err, name, getattr(self, name))
         check_int(err, "block_size", self.block_size, low=1, hint="16 is vLLM's default.")
