@@ -166,6 +166,15 @@ class TorchBackend:
     ):
         if sliding_window is None and num_common_prefix_blocks and q.shape[0] > 1:
             return self._cascade_decode(q, k_cache, v_cache, block_tables, seq_lens, scale, num_common_prefix_blocks)
+        if sliding_window is None and q.shape[0] == 1:
+            # One request sees all its keys: no padding, so no mask, and no zeroing of a padded copy. Same
+            # numbers as the padded path (its all-true mask adds zeros), at about half the time on 2 cores.
+            n = int(seq_lens[0])
+            keys, values = (gather_kv(c, block_tables[0], n).transpose(0, 1)[None] for c in (k_cache, v_cache))
+            out = torch.nn.functional.scaled_dot_product_attention(
+                q.unsqueeze(2), keys.to(q.dtype), values.to(q.dtype), scale=scale, enable_gqa=True
+            )
+            return out.squeeze(2)
         keys, values, mask = gather_padded(k_cache, v_cache, block_tables, seq_lens)
         if sliding_window is not None:
             positions = torch.arange(mask.shape[1], device=mask.device)

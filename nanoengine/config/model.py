@@ -175,6 +175,7 @@ class ModelConfig:
     max_model_len: the longest a request may grow, at most hf_config.max_position_embeddings.
     max_logprobs: the most logprobs a token may ask for (-1: the whole vocabulary), vLLM's default 20.
     enforce_eager: never replay CUDA graphs. progress: show a bar while a GGUF is unpacked the first time.
+    quantization: None (the weights in dtype) or a key of model.llama.QUANTIZATION_METHODS (CPU only).
     """
 
     model: str | os.PathLike | torch.nn.Module | None  # a LlamaForCausalLM when ready
@@ -187,3 +188,4 @@ class ModelConfig:
     max_logprobs: int = 20
     enforce_eager: bool = False
     progress: bool = True
+    quantization: str | None = None

@@ -26,7 +26,7 @@ from nanoengine.core import (
 from nanoengine.core.sched.async_scheduler import AsyncScheduler
 from nanoengine.core.sched.scheduler import Scheduler
 from nanoengine.errors import InvalidEngineArgumentError
-from nanoengine.model.llama import LlamaForCausalLM
+from nanoengine.model.llama import QUANTIZATION_METHODS, LlamaForCausalLM
 from nanoengine.model.loader import read_config, unpacked_folder
 from nanoengine.parts import EngineParts, build_part, missing_members
 from nanoengine.sample.rejection_sampler import rejection_sample
@@ -35,6 +35,14 @@ from nanoengine.validation import check_bool, check_choice, check_int, check_nam
 from nanoengine.worker.block_table import BlockTable
 
 _FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+# dtype's names, as vLLM's ModelConfig takes them (_STR_DTYPE_TO_TORCH_DTYPE); "auto" is the device's default.
+STR_DTYPES = {
+    "half": torch.float16,
+    "float16": torch.float16,
+    "float": torch.float32,
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+}
 # The engine's own part for each part argument; None (like leaving the argument out) takes it.
 _DEFAULT_PARTS: dict[str, Any] = {
     "attention_backend": None,
@@ -80,7 +88,10 @@ def default_dtype(device: torch.device) -> torch.dtype:
     """The engine's dtype when none is given: fp32 on the CPU; on CUDA bf16 from compute capability 8.0
     (Ampere) on, fp16 below it (Turing's T4, Volta), which has no bf16. vLLM 0.33 falls back the same
     way: CudaPlatform.supported_dtypes (vllm/platforms/cuda.py) drops bf16 below capability 8.0, and
-    _resolve_auto_dtype (vllm/config/model.py) then takes fp16 for a bf16 checkpoint."""
+    _resolve_auto_dtype (vllm/config/model.py) then takes fp16 for a bf16 checkpoint.
+    The CPU stays fp32 even where bf16 is faster (AMX, AVX512-BF16: ask for dtype="bfloat16"): the course's stored
+    greedy outputs and the HF reference test are fp32, and a default that followed the CPU would change them on a
+    machine without those instructions."""
     if device.type != "cuda":
         return torch.float32
     return torch.bfloat16 if bf16_supported(device) else torch.float16
@@ -141,7 +152,8 @@ class EngineArgs:
 
     model: str | os.PathLike | LlamaForCausalLM | None = None
     device: str | torch.device = "auto"
-    dtype: torch.dtype | None = None
+    dtype: torch.dtype | str | None = None
+    quantization: str | None = None
     enable_prefix_caching: bool = True
     block_size: int = 16
     max_num_seqs: int = 64
@@ -215,13 +227,28 @@ class EngineArgs:
 
     def _model_config(self) -> ModelConfig:
         if isinstance(self.model, LlamaForCausalLM):
+            if self.quantization is not None:
+                raise InvalidEngineArgumentError(
+                    "quantization applies to a model the engine loads itself; a ready LlamaForCausalLM runs as "
+                    "it is. Quantize it first (model.llama.QUANTIZATION_METHODS) and pass quantization=None.",
+                    parameter="quantization",
+                    value=self.quantization,
+                )
             # A ready model (random weights in a test or a lab) runs where its weights are.
             weight = next(self.model.parameters())
             path, folder, hf_config, device, dtype = None, None, self.model.config, weight.device, weight.dtype
         else:
             path, folder = unpacked_folder(self.model, self.progress)
             hf_config, device = read_config(folder), resolve_device(self.device)  # checked by _check
-            dtype = self.dtype or default_dtype(device)
+            named = STR_DTYPES.get(self.dtype) if isinstance(self.dtype, str) else self.dtype
+            dtype = named or default_dtype(device)  # None and "auto" take the device's default
+            if self.quantization is not None and device.type != "cpu":
+                raise InvalidEngineArgumentError(
+                    f"quantization={self.quantization!r} runs on the CPU only (torch's int8 weight-only kernel); "
+                    f"this engine runs on {device}. Leave quantization=None there.",
+                    parameter="quantization",
+                    value=self.quantization,
+                )
             if dtype is torch.bfloat16 and not bf16_supported(device):
                 # vLLM's CudaPlatform.check_if_supports_dtype refuses it the same way.
                 major, minor = torch.cuda.get_device_capability(device)
@@ -250,6 +277,7 @@ class EngineArgs:
             max_logprobs=self.max_logprobs,
             enforce_eager=self.enforce_eager,
             progress=self.progress,
+            quantization=self.quantization,
         )
 
     def _async_scheduling(self, speculative: SpeculativeConfig | None) -> bool:
@@ -318,12 +346,17 @@ class EngineArgs:
                 value=model,
             )
         check_device(self.device)  # a ready model runs where its weights are, but a bad device is still a mistake
-        if self.dtype is not None and not any(self.dtype is d for d in _FLOAT_DTYPES):
+        if isinstance(self.dtype, str):
+            check_choice(err, "dtype", self.dtype, ("auto", *STR_DTYPES))
+        elif self.dtype is not None and not any(self.dtype is d for d in _FLOAT_DTYPES):
             raise err(
-                f"dtype must be None (the device's default) or one of {_FLOAT_DTYPES}, got {self.dtype!r}.",
+                f"dtype must be None or 'auto' (the device's default), one of {_FLOAT_DTYPES}, or a name of "
+                f"one ({', '.join(STR_DTYPES)}), got {self.dtype!r}.",
                 parameter="dtype",
                 value=self.dtype,
             )
+        if self.quantization is not None:
+            check_choice(err, "quantization", self.quantization, tuple(QUANTIZATION_METHODS))
         for name in ("enable_prefix_caching", "enforce_eager", "progress", "long_prefill_token_threshold_adaptive"):
             check_bool(err, name, getattr(self, name))
         if self.async_scheduling is not None and not isinstance(self.async_scheduling, bool):

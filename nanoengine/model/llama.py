@@ -28,10 +28,19 @@ ONEDNN_LINEAR = (
 )
 
 
-class Linear(nn.Linear):
-    """nn.Linear that runs fp32 CPU inference through oneDNN with a pre-packed weight.
+# oneDNN runs bf16 GEMMs natively only where the CPU has AVX512-BF16 or AMX; elsewhere F.linear's bf16 path serves.
+ONEDNN_DTYPES = (
+    (torch.float32, torch.bfloat16)
+    if ONEDNN_LINEAR and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    else (torch.float32,)
+)
 
-    Same fp32 math as F.linear; only the summation order differs. The packed copy is keyed on the
+
+class Linear(nn.Linear):
+    """nn.Linear that runs fp32 (and, where the CPU computes it natively, bf16) CPU inference through oneDNN with a
+    pre-packed weight.
+
+    Same math as F.linear in the same dtype; only the summation order differs. The packed copy is keyed on the
     weight's storage and version counter, so loading new weights or editing them in place repacks.
     It is made on the first CPU call and holds as many bytes as the weight itself.
     """
@@ -41,7 +50,11 @@ class Linear(nn.Linear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w = self.weight
         if not (
-            ONEDNN_LINEAR and x.device.type == "cpu" and x.dtype == w.dtype == torch.float32 and not w.requires_grad
+            ONEDNN_LINEAR
+            and x.device.type == "cpu"
+            and x.dtype == w.dtype
+            and w.dtype in ONEDNN_DTYPES
+            and not w.requires_grad
         ):
             return F.linear(x, w, self.bias)
         # Tensors made under inference_mode have no version counter; only a new storage repacks those.
@@ -50,6 +63,41 @@ class Linear(nn.Linear):
             # 32 is the batch size oneDNN tunes the layout for; any batch size still works.
             self.packed = (key, torch.ops.mkldnn._reorder_linear_weight(w, 32))
         return torch.ops.mkldnn._linear_pointwise(x, self.packed[1], self.bias, "none", [], "")
+
+
+class Int8WeightOnlyLinear(nn.Module):
+    """A bias-free Linear whose weight is kept as int8 with one fp scale per output row (symmetric,
+    scale = max|row| / 127); activations stay in the model's dtype. torch's own CPU kernel
+    (aten._weight_int8pack_mm, which torchao's int8 weight-only config also calls) reads a quarter of fp32's bytes.
+
+    Invariant: weight_int8 [N, K] int8 and scales [N] in the dtype of the inputs it is called with.
+    """
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__()
+        w = linear.weight.detach().float()
+        # clamp: an all-zero row would divide by zero; its int8 row is zeros whatever the scale.
+        scales = w.abs().amax(dim=1).clamp(min=torch.finfo(torch.float32).tiny) / 127
+        self.register_buffer("weight_int8", torch.round(w / scales[:, None]).to(torch.int8))
+        self.register_buffer("scales", scales.to(linear.weight.dtype))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.aten._weight_int8pack_mm(x, self.weight_int8, self.scales)
+
+
+def quantize_int8_weight_only_(model: nn.Module) -> nn.Module:
+    """Replace every Linear of model (the projections and lm_head; not the embedding) by its int8 weight-only
+    form, in place. A tied lm_head gets its own int8 copy; the embedding keeps the model's dtype."""
+    for parent in list(model.modules()):
+        for name, child in parent.named_children():
+            if isinstance(child, nn.Linear):
+                setattr(parent, name, Int8WeightOnlyLinear(child))
+    return model
+
+
+# LLM(quantization=...)'s values, each vLLM 0.33's online-quantization shorthand of the same meaning, and what
+# applies it to a loaded model.
+QUANTIZATION_METHODS = {"int8_per_channel_weight_only": quantize_int8_weight_only_}
 
 
 class RMSNorm(nn.Module):

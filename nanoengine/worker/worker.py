@@ -20,6 +20,7 @@ from nanoengine.config.model import LlamaConfig
 from nanoengine.errors import InvalidEngineArgumentError, KVCacheTooSmallError, ModelNotFoundError
 from nanoengine.kv_cache_interface import KVCacheConfig
 from nanoengine.model import LlamaForCausalLM
+from nanoengine.model.llama import QUANTIZATION_METHODS
 from nanoengine.model.llama_eagle import EagleLlamaForCausalLM
 from nanoengine.model.loader import read_config, read_weights, unpacked_folder
 from nanoengine.parts import build_part
@@ -38,12 +39,17 @@ DEFAULT_CPU_KV_BYTES = 512 * 2**20
 _MODELS: weakref.WeakValueDictionary[tuple, LlamaForCausalLM] = weakref.WeakValueDictionary()
 
 
-def load_model(folder: Path, config: LlamaConfig, device: torch.device, dtype: torch.dtype) -> LlamaForCausalLM:
-    """The model of an unpacked checkpoint on device in dtype, shared with every engine that loaded it."""
-    model = _MODELS.get((folder, device, dtype))
+def load_model(
+    folder: Path, config: LlamaConfig, device: torch.device, dtype: torch.dtype, quantization: str | None = None
+) -> LlamaForCausalLM:
+    """The model of an unpacked checkpoint on device in dtype, quantized by the QUANTIZATION_METHODS entry named
+    (None: not at all), shared with every engine that loaded it so."""
+    model = _MODELS.get((folder, device, dtype, quantization))
     if model is None:
         model = LlamaForCausalLM.from_state_dict(config, read_weights(folder), device, dtype)
-        _MODELS[folder, device, dtype] = model
+        if quantization is not None:
+            QUANTIZATION_METHODS[quantization](model)
+        _MODELS[folder, device, dtype, quantization] = model
     return model
 
 
@@ -99,7 +105,7 @@ class Worker:
             self.model = mc.model
         else:
             assert mc.folder is not None
-            self.model = load_model(mc.folder, mc.hf_config, mc.device, mc.dtype)
+            self.model = load_model(mc.folder, mc.hf_config, mc.device, mc.dtype, mc.quantization)
         self.draft_model = self._load_draft_model()
         self.backend = config.parts.attention_backend
         self.kv_cache: PagedKVCache | None = None

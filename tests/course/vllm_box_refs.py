@@ -943,7 +943,7 @@ R(
         ("nanoengine/engine/llm_engine.py", "        runner = worker.initialize_from_config(kv_cache_config)"),
         (
             "nanoengine/worker/worker.py",
-            "            self.model = load_model(mc.folder, mc.hf_config, mc.device, mc.dtype)",
+            "            self.model = load_model(mc.folder, mc.hf_config, mc.device, mc.dtype, mc.quantization)",
         ),
         ("nanoengine/engine/llm_engine.py", "            lambda *args: scheduler_cls.from_config(*args),"),
         (
@@ -1338,7 +1338,10 @@ R(
         ("vllm/vllm/platforms/cuda.py", '                    "Bfloat16 is only supported on GPUs "'),
     ],
     [
-        ("nanoengine/engine/arg_utils.py", "            dtype = self.dtype or default_dtype(device)"),
+        (
+            "nanoengine/engine/arg_utils.py",
+            '            dtype = named or default_dtype(device)  # None and "auto" take the device\'s default',
+        ),
         ("nanoengine/engine/arg_utils.py", "    return torch.bfloat16 if bf16_supported(device) else torch.float16"),
         (
             "nanoengine/engine/arg_utils.py",

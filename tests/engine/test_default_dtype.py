@@ -64,7 +64,7 @@ def test_the_engine_takes_its_default_from_default_dtype(gpu, monkeypatch):
     gpu((7, 5))
     asked = []
 
-    def stop(folder, config, device, dtype):
+    def stop(folder, config, device, dtype, quantization):
         asked.append((device, dtype))
         raise RuntimeError("stop before the weights")
 
