@@ -26,14 +26,16 @@ def hash_block_tokens(
     - Deterministic: the same inputs give the same hash, in any process (a list or a tuple of the same ids
       alike); the ids' content counts, never the object's identity.
     - Covers the parent: the hash names the whole prefix, so another parent gives another hash.
-      None means the first block, whose parent is ROOT_HASH: (None, t) and (ROOT_HASH, t) hash alike.
+      None, and only None, means the first block, whose parent is ROOT_HASH: (None, t) and (ROOT_HASH, t)
+      hash alike, while b"" is a parent like any other (vLLM's `if not parent_block_hash` differs here).
     - Covers the token ids, all of them, in order: other ids or another order give another hash. Each id
       (any int in [0, 2**32), vocabularies run past 65,536) is encoded unambiguously and fully, so that
       no two different lists of ids make the same bytes: 16 bits per id cannot hold them (70000 would
       wrap onto 4464), and a joined decimal string collides ([1, 23] and [12, 3] both read "123"). Nor
       may the ids' bytes run into the extra keys' bytes.
     - Covers the extra keys, a tuple of strings such as a LoRA name or a cache salt (None or () means
-      none): keys change the hash, and by their content, so ("tenant-1",) and ("tenant-2",) differ.
+      none; the engine passes strings only): keys change the hash, and by their content, so ("tenant-1",)
+      and ("tenant-2",) differ.
     - The engine's prefix cache runs on it (get_request_block_hasher(hash_block=...)): a second request
       with the same first 32 tokens hits the two blocks the first one cached.
     vLLM 0.33: hash_block_tokens in vllm/v1/core/kv_cache_utils.py; there the hash function takes the

@@ -78,7 +78,9 @@ class FreeKVCacheBlockQueue:
         Contract: `block` (in the queue: at the head, the tail or anywhere between) leaves it; the others keep
         their order; its links are None afterwards and num_free_blocks drops by 1. The time must not grow with
         the queue: 2,000 removes from a 200,000-block queue take well under 0.25 s, so no search or walk.
-        A removed block can be appended again later. (vLLM 0.33: FreeKVCacheBlockQueue.remove; BlockPool calls
+        A removed block can be appended again later. Precondition: `block` is in the queue (the pool removes
+        only queued blocks); a block outside it (both links None) is the caller's bug, which the engine's queue
+        refuses with ValueError and yours is not graded on. (vLLM 0.33: FreeKVCacheBlockQueue.remove; BlockPool calls
         it when a prefix-cache hit takes a free cached block out of the middle of the queue.)
         Example: on [0, 1, 2, 3, 4, 5], remove(block 3) leaves [0, 1, 2, 4, 5], num_free_blocks 5, and block
         3's prev_free_block and next_free_block None.
