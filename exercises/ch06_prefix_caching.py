@@ -350,9 +350,11 @@ def place_freed(queue: FreeKVCacheBlockQueue, freed: list[KVCacheBlock]) -> None
     evicted. Any order that keeps the contract and reaches the goal passes; 06.2 then asks for vLLM 0.33's.
 
     freed: the blocks whose last reference was just dropped, in the order their request held them (its first
-    block first), each at ref_cnt 0, some cached (a hash) and some not. queue: the pool's free queue, which
-    get_new_blocks empties from its head (your chapter 05 queue: popleft_n, remove, append_n, prepend_n,
-    get_all_free_blocks, num_free_blocks); it already holds the blocks freed before.
+    block first), each at ref_cnt 0, some cached (a hash) and some not. Unlike free_blocks, which receives its
+    caller's ranking (FullAttentionManager.free's order), place_freed always gets the request's own order: any
+    reordering is yours. queue: the pool's free queue, which get_new_blocks empties from its head (your chapter
+    05 queue: popleft_n, remove, append_n, prepend_n, get_all_free_blocks, num_free_blocks); it already holds the
+    blocks freed before.
     Contract: afterwards the queue holds every block it held and every freed block, each once (a block left out
     is leaked); no block in use and not the null block; no hash changes (eviction stays lazy).
     Goal: on the chapter's chat workload (chatbot_prompts(300)) with 31 usable blocks of 16 tokens, the
