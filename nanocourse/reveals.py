@@ -27,7 +27,7 @@ class Reveal:
     text: str
 
     def __str__(self) -> str:
-        return f"Chapter {self.chapter}: what vLLM 0.33 chose, and why\n\n{self.text}"
+        return self.text  # its first line is the heading
 
     __repr__ = __str__
 
