@@ -27,7 +27,8 @@ What you have (a reference: which of these a method uses, and when, is yours to 
   clear it), is_null;
 - in the pool: self.free_block_queue (your chapter 05 queue's interface): popleft_n, remove, append_n,
   prepend_n, get_all_free_blocks, num_free_blocks; get_num_free_blocks(), the free blocks an allocation may
-  take now; self.cached_block_hash_to_block: get_one_block(key), insert(key, block), pop(key, block_id);
+  take now (it returns free_block_queue.num_free_blocks: the two never differ, here as in vLLM 0.33);
+  self.cached_block_hash_to_block: get_one_block(key), insert(key, block), pop(key, block_id);
   make_block_hash_with_group_id, which turns a block hash and a group id into the key that group's block is
   cached under (group 0's key is the bare hash);
 - in a FullAttentionManager: self.block_pool, self.block_size, self.req_to_blocks[request_id] (the request's
@@ -37,12 +38,14 @@ What you have (a reference: which of these a method uses, and when, is yours to 
   list of group ids: one cached block per group, or None if any group misses);
 - in the KVCacheManager: self.block_pool, self.block_size, self.enable_caching, self.empty_kv_cache_blocks (no
   block in any group), record_prefix_cache_stats (a request and its hit tokens: counts one lookup), and
-  self.coordinator, whose methods each act on every group in turn. Two of them are questions and change
+  self.coordinator, whose methods each act on every group in turn. Three of them are questions and change
   nothing:
 
   - find_longest_cache_hit(hashes, max_length): (one hit list per group, hit tokens), the longest hit of
     whole blocks, at most max_length tokens (any max_length: a hit is whole blocks, so it may end short of it),
     that every group can serve;
+  - find_longest_cache_hit_and_uncached_prefix(hashes, max_length): the same hit and length, and how many
+    tokens past the hit one attention type alone has cached (0 with one group);
   - get_num_blocks_to_allocate(request_id, num_tokens, hits, num_computed): the free blocks, summed over the
     groups, that holding slots for num_tokens tokens with these hits would take (task 06.3c's count);
 
@@ -157,9 +160,11 @@ class BlockPool(EngineBlockPool):
           a block still referenced stays out of the queue;
         - a block that reaches 0 becomes free, and afterwards the queue, head first, still ranks every free
           block from the least likely to be hit again to the most likely. Where each block this call frees
-          belongs is yours to work out, from what it can still serve and when it was last used, beside the
-          blocks already queued (the notebook's design problem, before the graded cell, measures what a naive
-          order costs; vLLM's reasoning comes after it). The caller's list is a ranking too, and it must survive:
+          belongs follows from what it can still serve and when it was last used, beside the blocks already
+          queued (the notebook's design problem measures what a naive order costs). Here the placement must be
+          the engine's, vLLM 0.33's, exactly: 06.2 checks it on fixed cases and 06.7 compares every step with
+          the engine's pool; task 06.8 (place_freed) is where any order that reaches the goal passes.
+          The caller's list is a ranking too, and it must survive:
           of two blocks this call frees that your ranking cannot tell apart, the one listed first leaves the
           pool first. A block listed twice becomes free once, where its last reference is dropped;
         - a block that would drop below 0 (a double free) raises ValueError and nothing changes at all.
@@ -222,22 +227,18 @@ class FullAttentionManager(EngineFullAttentionManager):
         new_computed_blocks (its cache hit in this group), would take from the pool right now. A question only:
         nothing changes.
 
-        Contract: the count equals the number of blocks the free queue would lose, no more and no fewer, if
-        the request came to hold slots for num_tokens tokens in this group: the blocks it holds already
-        (self.req_to_blocks) stay and count; a request this group does not know yet (not in
-        self.num_cached_block) takes all its hits at the start of its list, while a running one takes no new
-        hits; new blocks come only as far as the tokens still need whole blocks (zero when it holds enough). A block
-        leaves the free queue exactly when it was in it: every new block does, a hit only if it was free
-        (ref_cnt 0); a hit another request holds is out of the queue already.
+        Contract, as properties of the state the question imagines (the request holding slots for its first
+        num_tokens tokens in this group):
+        - the request keeps every block it holds (self.req_to_blocks); a request this group does not know yet (not
+          in self.num_cached_block) holds all of new_computed_blocks first, whatever num_tokens is, while a
+          request it knows gains no hit; it gains no new block it would not need to reach num_tokens slots;
+        - the count is exactly the blocks the free queue would lose to reach that state, no more and no fewer: a
+          block leaves the queue exactly when it was in it (every new block; a hit only at ref_cnt 0, since a
+          hit another request holds is out of the queue already); what the request holds now costs nothing.
         num_computed_tokens matters only where a window skips tokens (chapter 12); full attention skips none.
         (vLLM 0.33: SingleTypeKVCacheManager.get_num_blocks_to_allocate.)
         Example: block size 4, blocks A0, A1, A2 cached, A0 held by a running X (3 blocks, 10 tokens), A1 and
-        A2 free; R is new:
-        - ('R', 8, [], 0): 2 (two new blocks);
-        - ('R', 13, [A0], 4): 3 (four blocks, A0 already out of the queue, three new);
-        - ('R', 13, [A0, A1, A2], 12): 3 (one new block, and A1 and A2 leave the queue);
-        - ('R', 4, [A0, A1], 8): 1 (one block's worth of tokens, yet A1 still leaves the queue when R takes it);
-        - ('X', 17, [], 10): 2; ('X', 12, [], 10): 0; ('X', 17, [A0], 10): 2 (X runs: its hits take nothing).
+        A2 free; R is new: ('R', 13, [A0], 4): 3; ('R', 4, [A0, A1], 8): 1; ('X', 12, [], 10): 0.
         """
         raise NotImplementedError
 
@@ -272,16 +273,15 @@ class KVCacheManager(EngineKVCacheManager):
         - no hit (empty_kv_cache_blocks and 0 tokens) with prefix caching off (self.enable_caching False), nor
           for a request that skips reading the cache (request.skip_reading_prefix_cache: it wants prompt
           logprobs, which need every position), and then nothing is counted;
-        - any other miss: an empty list per group (empty_kv_cache_blocks will do) and 0 tokens;
-        - otherwise the lookup is counted exactly once in the prefix-cache stats (record_prefix_cache_stats)
-          when record_stats is true, and not at all when false (a scheduler that may hold the request back
-          counts it at admission instead);
-        - after every call, request.shared_prefix_boundary is where a prefix one attention type has cached past
-          the hit ends (hit tokens plus the third value of self.coordinator.find_longest_cache_hit_and_uncached_prefix,
-          which returns the hit too), or 0 when there is none or no lookup: chapter 12's sliding groups keep the
-          blocks that end there. With full attention alone it is always 0.
-        (vLLM 0.33: KVCacheManager.get_computed_blocks, which returns that third value for the scheduler to store
-        on the request and leaves all counting to the scheduler.)
+        - a miss is an empty list per group (empty_kv_cache_blocks will do) and 0 tokens;
+        - every lookup with caching on and reading allowed, hit or miss, is counted once in the prefix-cache
+          stats (record_prefix_cache_stats) when record_stats is true, and not at all when false (a scheduler
+          that may hold the request back counts it at admission instead);
+        - after every call, request.shared_prefix_boundary is the token position where the longest prefix that
+          some attention type has cached past the hit ends, or 0 when there is none or no lookup ran: chapter
+          12's sliding groups keep the blocks that end there. With full attention alone it is always 0.
+        (vLLM 0.33: KVCacheManager.get_computed_blocks, which returns that position's share past the hit as a
+        third value for the scheduler to store on the request, and leaves all counting to the scheduler.)
         Example: block size 4, blocks 0 and 2 of a 13-token request cached, block 1 not: blocks ([block 0],), 4
         tokens. All three cached and 12 tokens: ([block 0, block 1],), 8 tokens, since block 2 holds the last
         token.
@@ -301,19 +301,18 @@ class KVCacheManager(EngineKVCacheManager):
         blocks (KVCacheBlocks, one list per group), or None when the pool cannot give them.
 
         The request's tokens: | computed | new computed (the cache hit) | new | lookahead |.
-        Contract, after a grant (a KVCacheBlocks returned):
-        - the request holds exactly ceil((computed + new computed + new + lookahead) / block_size) entries in
-          every group (never fewer than it held); a request admitted by this call holds its hits first
-          (new_computed_blocks.blocks[g] in group g, in order), then its new blocks; the return value holds the
-          new blocks alone;
-        - every hit is in use: it holds exactly one more reference than before the call and is out of the
-          free queue, and it is still the cached block it was, findable under its hash: a new block never
-          evicts a hit this call takes. get_computed_blocks took no reference, and a reference taken twice
-          keeps a block out of the queue after the request frees it;
-        - with caching on, every block that is full once the computed, new computed and new tokens are in
-          (lookahead slots not counted, never past request.num_tokens) is named in the cache map; with caching
-          off none is.
-        When it is granted:
+        Contract, what holds after a grant (a KVCacheBlocks returned):
+        - the request: in every group it has a slot for each of those tokens, lookahead included, and holds no
+          block those tokens leave empty (nor fewer entries than it held); a request admitted by this call holds
+          its hits first (new_computed_blocks.blocks[g] in group g, in order), then its new blocks; the return
+          value holds the new blocks alone;
+        - the hits: each is in use, with exactly one more reference than before the call, out of the free
+          queue, and still the cached block it was, findable under its hash (no new block evicted it).
+          get_computed_blocks took no reference, and a reference taken twice keeps a block out of the queue
+          after the request frees it;
+        - the cache map: with caching on, every block that the computed, new computed and new tokens fill (not
+          the lookahead slots, never past request.num_tokens) is named in it; with caching off none is.
+        When a grant happens:
         - all or nothing: exactly when the free blocks the grant consumes in all groups together are at most
           the pool's free blocks; a hit on a free cached block (ref_cnt 0) consumes one, as a new block does,
           and a hit another request holds consumes none;
@@ -321,22 +320,20 @@ class KVCacheManager(EngineKVCacheManager):
           and new computed tokens are in) are free blocks for this grant: they can serve the new tokens
           (nothing changes for full attention alone);
         - with full_sequence_must_fit, only if the request's whole sequence (request.num_tokens tokens, hits
-          counted the same way) would fit in the free blocks as the call finds them, too. This is the
+          counted the same way) would also fit in the free blocks as the call finds them. This is the
           scheduler's admission gate: it admits a request only if its whole prompt fits, so that it is not
           preempted halfway through its prefill and readmitted over and over.
-        After a refusal (None): no hit has a new reference, no block was taken, nothing was named, no block
-        table grew. The one change a refusal may leave is that blocks a sliding window had left behind are
-        given back (they are never read again); a refusal by the whole-sequence gate changes nothing at all.
+        What a refusal (None) leaves: the request and the pool as the call found them (no new reference, no
+        block out of the queue, nothing named, no block table grown), except that blocks a sliding window had
+        left behind may be back in the queue (they are never read again); when the whole sequence does not
+        fit under full_sequence_must_fit, there is no such exception.
+        The table in the notebook's box describes the engine's allocate_slots, whose argument checks
+        (_check_allocation) are not part of this task.
         (vLLM 0.33: KVCacheManager.allocate_slots.)
-        Example: block size 4, 5 free blocks, a new 10-token request with a 4-token hit on a free cached block:
-        allocate_slots(r, 6, 4, hit) takes the hit out of the queue and returns KVCacheBlocks(([new, new],));
-        the request holds [hit, new, new], and 2 blocks are named. With 2 free blocks it returns None: 2 new +
-        1 free hit. Still with 2 free blocks, allocate_slots(r, 2, 4, hit) grants 1 new block (2 in all with the
-        hit), but with full_sequence_must_fit=True it returns None: the whole 10 tokens need 2 new blocks plus
-        the free hit, 3 free blocks. If the free hit is the free queue's head, the new blocks are the two
-        behind it, and the hit keeps its hash. A one-group model with a 4-token window, a pool of 2 blocks that
-        a running 8-token request fills: its 9th token sees positions 5 to 8, so block 0 is left behind, and
-        allocate_slots(r, 1) grants 1 new block, the one block 0 was.
+        Example: block size 4, a new 10-token request r with a 4-token hit on a free cached block. With 5 free
+        blocks, allocate_slots(r, 6, 4, hit) returns KVCacheBlocks(([new, new],)): r holds [hit, new, new], and 2
+        blocks are named. With 2 free blocks the same call returns None. Still with 2 free blocks,
+        allocate_slots(r, 2, 4, hit) grants 1 new block, but with full_sequence_must_fit=True it returns None.
         """
         raise NotImplementedError
 
@@ -359,9 +356,11 @@ def place_freed(queue: FreeKVCacheBlockQueue, freed: list[KVCacheBlock]) -> None
     evicted. Any order that keeps the contract and reaches the goal passes; 06.2 then asks for vLLM 0.33's.
 
     freed: the blocks whose last reference was just dropped, in the order their request held them (its first
-    block first), each at ref_cnt 0, some cached (a hash) and some not. queue: the pool's free queue, which
-    get_new_blocks empties from its head (your chapter 05 queue: popleft_n, remove, append_n, prepend_n,
-    get_all_free_blocks, num_free_blocks); it already holds the blocks freed before.
+    block first), each at ref_cnt 0, some cached (a hash) and some not. Unlike free_blocks, which receives its
+    caller's ranking (FullAttentionManager.free's order), place_freed always gets the request's own order: any
+    reordering is yours. queue: the pool's free queue, which get_new_blocks empties from its head (your chapter
+    05 queue: popleft_n, remove, append_n, prepend_n, get_all_free_blocks, num_free_blocks); it already holds the
+    blocks freed before.
     Contract: afterwards the queue holds every block it held and every freed block, each once (a block left out
     is leaked); no block in use and not the null block; no hash changes (eviction stays lazy).
     Goal: on the chapter's chat workload (chatbot_prompts(300)) with 31 usable blocks of 16 tokens, the

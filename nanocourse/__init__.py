@@ -1,8 +1,10 @@
 """Course tooling: quizzes, the grader, the widgets each chapter uses to show engine state, the hints a
-learner opens on purpose, and my_llm(), the engine built from the learner's own finished parts."""
+learner opens on purpose, the answers a chapter reveals once it passes (reveal), and my_llm(), the engine built
+from the learner's own finished parts."""
 
 from nanocourse.checkout import in_checkout, use_checkout
 from nanocourse.hints import hint
+from nanocourse.reveals import reveal
 
 # exercises/ and solutions/ are the checkout's folders, not installed packages (nanocourse/checkout.py). Installed
 # without a checkout, the course's own parts still import; what reads those folders says what is missing.
@@ -24,4 +26,4 @@ def load_exercise(module: str):
     return load(module)
 
 
-__all__ = ["hint", "load_exercise", "my_llm"]
+__all__ = ["hint", "load_exercise", "my_llm", "reveal"]

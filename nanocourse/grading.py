@@ -15,6 +15,7 @@ This module is also the pytest plugin that records the results.
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import runpy
@@ -62,6 +63,24 @@ def chapter_files(chapter: str) -> list[Path]:
             raise ValueError(f"No graded tests for chapter {one!r} in {GRADED.name}/.")
         files += found
     return files
+
+
+def chapter_module(chapter: str) -> str:
+    """The chapter's exercise module ("ch06_prefix_caching"): exercises/<module>.py is what its graded suite,
+    graded/test_<module>.py, grades."""
+    return chapter_files(chapter)[0].stem.removeprefix("test_")
+
+
+def chapter_tasks(chapter: str) -> list[tuple[str, str]]:
+    """(task id, title) of every graded task of one chapter, in file order, read from the `task` markers of its
+    graded suite without running it."""
+    tasks: dict[str, str] = {}
+    for path in chapter_files(chapter):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "task":
+                task, title = (arg.value for arg in node.args[:2] if isinstance(arg, ast.Constant))
+                tasks.setdefault(task, title)
+    return list(tasks.items())
 
 
 class Scorecard(list):

@@ -26,7 +26,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from nanocourse.grading import GRADED, ROOT, Scorecard, TaskResult, chapter_files, grade
+from nanocourse.grading import GRADED, ROOT, Scorecard, TaskResult, chapter_files, chapter_module, grade
 from nanoengine.attention import triton_available
 
 EXERCISES = ROOT / "exercises"
@@ -155,7 +155,7 @@ def grades_dir() -> Path:
 
 def _grade_sources(chapter: str) -> list[Path]:
     """Your file, the chapter's graded tests, and those of every chapter it builds on (BUILDS_ON)."""
-    module = next(p.module for p in PARTS if p.chapter == chapter)
+    module = chapter_module(chapter)
     earlier = [path for other in BUILDS_ON.get(chapter, ()) for path in _grade_sources(other)]
     return [exercise_path(module), *chapter_files(chapter), *earlier]
 
