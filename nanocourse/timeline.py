@@ -376,3 +376,100 @@ class StepTimeline:
 
     def _ipython_display_(self) -> None:
         show_view(self)
+
+
+# ---- phases: when each step was planned, run and taken (chapter 08's async scheduling) ------------------------
+@dataclass(frozen=True, slots=True)
+class StepPhases:
+    """When one engine step's parts happened, in time.perf_counter() seconds: `planned` when schedule() returned,
+    the forward pass from `forward_start` to `forward_end` (in whichever thread ran it), and `taken` when its
+    output had gone through update_from_output and the text. Invariant: planned <= forward_start < forward_end
+    <= taken. Steps are numbered from 0 in the order they were planned."""
+
+    step: int
+    tokens: int
+    planned: float
+    forward_start: float
+    forward_end: float
+    taken: float
+
+
+class _PhaseRecorder:
+    """A StepObserver plus a wrapper of the runner's execute_model, both keyed by the SchedulerOutput's id."""
+
+    def __init__(self, execute_model) -> None:
+        self.execute_model = execute_model
+        self.times: dict[int, dict[str, float]] = {}  # the steps planned whose output is not taken yet
+        self.phases: list[StepPhases] = []
+        self.num_planned = 0
+
+    def on_schedule(self, scheduler, so, running_before) -> None:
+        self.times[id(so)] = {"step": self.num_planned, "planned": time.perf_counter()}
+        self.num_planned += 1
+
+    def timed_execute_model(self, so):
+        start = time.perf_counter()
+        try:
+            return self.execute_model(so)
+        finally:
+            self.times[id(so)].update(forward_start=start, forward_end=time.perf_counter())
+
+    def on_step(self, so, finished, stats, seconds) -> None:
+        t = self.times.pop(id(so))
+        self.phases.append(StepPhases(tokens=so.total_num_scheduled_tokens, taken=time.perf_counter(), **t))
+        self.phases.sort(key=lambda p: p.step)
+
+
+@contextmanager
+def watch_phases(engine) -> Iterator[list[StepPhases]]:
+    """Record when each step `engine` takes inside the block was planned, run and taken: the list yielded gets a
+    StepPhases as each step's output is taken. The forward pass is timed by wrapping this engine's
+    runner.execute_model (the engine looks it up at every step, in its execute thread too); both leave with
+    the block."""
+    recorder = _PhaseRecorder(engine.runner.execute_model)
+    engine.runner.execute_model = recorder.timed_execute_model
+    engine.observers.append(recorder)
+    try:
+        yield recorder.phases
+    finally:
+        engine.observers.remove(recorder)
+        del engine.runner.execute_model  # the instance attribute goes; the class's method shows again
+
+
+def phases_text(phases: Iterable[StepPhases]) -> str:
+    """One line per step, times in ms from the first step's planning."""
+    phases = list(phases)
+    t0 = phases[0].planned if phases else 0.0
+    ms = lambda t: f"{(t - t0) * 1000:7.1f}"
+    return "\n".join(
+        f"step {p.step:2d} ({p.tokens:3d} tokens) | planned {ms(p.planned)} | forward {ms(p.forward_start)} .."
+        f" {ms(p.forward_end)} | output taken {ms(p.taken)}"
+        for p in phases
+    )
+
+
+def plot_phases(runs: dict[str, list[StepPhases]]):
+    """One row of steps per run (a title each), on a shared time axis in ms: a bar for each forward pass, a dot
+    where the step was planned and a cross where its output was taken. Returns the figure."""
+    fig, axes = plt.subplots(len(runs), 1, figsize=(7, 1.2 + 1.3 * len(runs)), dpi=FIGURE_DPI, sharex=True)
+    for ax, (title, phases) in zip(axes if len(runs) > 1 else [axes], runs.items()):
+        t0 = phases[0].planned
+        for p in phases:
+            y = -p.step
+            ax.barh(
+                y,
+                (p.forward_end - p.forward_start) * 1000,
+                left=(p.forward_start - t0) * 1000,
+                height=0.6,
+                color=KIND_COLORS["decode" if p.step else "prefill"],
+            )
+            ax.plot((p.planned - t0) * 1000, y, "o", color="#333", markersize=4)
+            ax.plot((p.taken - t0) * 1000, y, "x", color="#d62728", markersize=6)
+        ax.set_yticks([-p.step for p in phases], [f"step {p.step}" for p in phases], fontsize=7)
+        ax.set_title(title, fontsize=9)
+        ax.tick_params(labelsize=7)
+    (axes[-1] if len(runs) > 1 else axes).set_xlabel(
+        "ms (dot: planned, bar: forward pass, x: output taken)", fontsize=8
+    )
+    fig.tight_layout()
+    return fig

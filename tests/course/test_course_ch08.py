@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from nanocourse import workloads as W
-from nanoengine import LLM
+from nanoengine import LLM, SamplingParams
 
 pytestmark = pytest.mark.model
 
@@ -112,3 +112,24 @@ def test_explorer_shows_predictions_stored_results_and_a_live_rerun(llm):
     assert ex.live == {0: 0, 1: rows[1].hit_tokens}
     assert f"engine: {rows[1].hit_tokens}" in ex.view.value and "Re-run TTFTs" in ex.summary.value
     assert W.WorkloadExplorer(tok, works).button.disabled
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_watch_phases_shows_the_next_step_planned_before_the_last_output_is_taken_only_under_async(
+    async_scheduling,
+):
+    from nanocourse.timeline import watch_phases
+
+    llm = LLM(progress=False, kv_cache_memory_bytes=8 * 2**20, async_scheduling=async_scheduling)
+    engine = llm.engine
+    engine.add_request([1, 2, 3, 4, 5], SamplingParams(temperature=0, max_tokens=4))
+    with watch_phases(engine) as phases:
+        while engine.has_unfinished_requests():
+            engine.step()
+    # Async: the step planned while the last token's step ran is empty (the early skip of a request sure to stop).
+    expected = [5, 1, 1, 1] + [0] * async_scheduling
+    assert [p.step for p in phases] == list(range(len(expected))) and [p.tokens for p in phases] == expected
+    assert all(p.planned <= p.forward_start < p.forward_end <= p.taken for p in phases)
+    ahead = [b.planned < a.taken for a, b in itertools.pairwise(phases)]
+    assert ahead == [async_scheduling] * (len(expected) - 1)
+    assert "execute_model" not in vars(engine.runner) and not engine.observers  # both left with the block

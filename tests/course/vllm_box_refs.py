@@ -981,10 +981,15 @@ R(
             "                model_output = self.model_executor.sample_tokens(grammar_output)",
         ),
         ("vllm/vllm/v1/core/sched/scheduler.py", "    ) -> dict[int, EngineCoreOutputs]:"),
+        ("vllm/vllm/v1/engine/core.py", "    def step_with_batch_queue("),
     ],
     [
         ("nanoengine/engine/llm_engine.py", "    def step(self) -> list[RequestOutput]:"),
-        ("nanoengine/engine/llm_engine.py", "        output = self.runner.execute_model(so)"),
+        ("nanoengine/engine/llm_engine.py", "        return self._process(so, self.runner.execute_model(so), start)"),
+        (
+            "nanoengine/engine/llm_engine.py",
+            "            batch_queue.appendleft((self._executor.submit(self.runner.execute_model, so), so))",
+        ),
     ],
 )
 R(
