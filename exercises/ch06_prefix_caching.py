@@ -46,8 +46,9 @@ What you have (a reference: which of these a method uses, and when, is yours to 
     that every group can serve;
   - find_longest_cache_hit_and_uncached_prefix(hashes, max_length): the same hit and length, and how many
     tokens past the hit one attention type alone has cached (0 with one group);
-  - get_num_blocks_to_allocate(request_id, num_tokens, hits, num_computed): the free blocks, summed over the
-    groups, that holding slots for num_tokens tokens with these hits would take (task 06.3c's count);
+  - get_num_blocks_to_allocate(request_id, num_tokens, hits, num_computed, apply_admission_cap=False): the free
+    blocks, summed over the groups, that holding slots for num_tokens tokens with these hits would take (task
+    06.3c's count), each sliding group's capped at its admission cap when apply_admission_cap is true;
 
   the other four change the request's blocks, each in its own way:
 
@@ -320,9 +321,11 @@ class KVCacheManager(EngineKVCacheManager):
           and new computed tokens are in) are free blocks for this grant: they can serve the new tokens
           (nothing changes for full attention alone);
         - with full_sequence_must_fit, only if the request's whole sequence (request.num_tokens tokens, hits
-          counted the same way) would also fit in the free blocks as the call finds them. This is the
-          scheduler's admission gate: it admits a request only if its whole prompt fits, so that it is not
-          preempted halfway through its prefill and readmitted over and over.
+          counted the same way) would also fit in the free blocks as the call finds them, where a sliding
+          group needs room for at most its admission cap (chapter 12: the window frees blocks as the prompt's
+          chunks advance, so the group never holds more at once). This is the scheduler's admission gate: it
+          admits a request only if its whole prompt fits, so that it is not preempted halfway through its
+          prefill and readmitted over and over.
         What a refusal (None) leaves: the request and the pool as the call found them (no new reference, no
         block out of the queue, nothing named, no block table grown), except that blocks a sliding window had
         left behind may be back in the queue (they are never read again); when the whole sequence does not

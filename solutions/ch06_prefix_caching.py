@@ -141,11 +141,13 @@ class KVCacheManager(EngineKVCacheManager):
         hits = (new_computed_blocks or self.empty_kv_cache_blocks).blocks
         num_computed = request.num_computed_tokens + num_new_computed_tokens
 
-        def fits(num_tokens: int) -> bool:
-            needed = self.coordinator.get_num_blocks_to_allocate(request_id, num_tokens, hits, num_computed)
+        def fits(num_tokens: int, admission: bool = False) -> bool:
+            needed = self.coordinator.get_num_blocks_to_allocate(
+                request_id, num_tokens, hits, num_computed, apply_admission_cap=admission
+            )
             return needed <= self.block_pool.get_num_free_blocks()
 
-        if full_sequence_must_fit and not fits(request.num_tokens):
+        if full_sequence_must_fit and not fits(request.num_tokens, admission=True):
             return None
         self.coordinator.remove_skipped_blocks(request_id, num_computed)
         num_tokens_need_slot = num_computed + num_new_tokens + num_lookahead_tokens

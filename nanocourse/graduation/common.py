@@ -11,7 +11,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, Verbosity, settings
 
-from nanoengine.core import FreeKVCacheBlockQueue, KVCacheManager, hash_block_tokens
+from nanoengine.core import FreeKVCacheBlockQueue, FullAttentionManager, KVCacheManager, hash_block_tokens
 from nanoengine.core.block_pool import BlockPool
 from nanoengine.core.sched.scheduler import Scheduler
 
@@ -137,6 +137,11 @@ KNOWN_DIFFERENCES = {
         'leaves such a request unpadded, as the open upstream fix does (vllm-project/vllm#54028, "Skip spec '
         'padding below prefill threshold")'
     ),
+    "EAGLE needs the engine's full-attention search": (
+        "chapter 06's FullAttentionManager.find_longest_cache_hit leaves use_eagle to the engine, and LLM refuses "
+        "EAGLE drafts with a full-attention search that is not the engine's (EngineConfig); so with such parts "
+        "the EAGLE scheduler check reports its workloads here, and the manager checks compare them without EAGLE"
+    ),
     "a lone request outgrew the pool": (
         "only where max_model_len is beyond the pool, which vLLM 0.33 refuses to start with "
         "(kv_cache_planning.check_enough_kv_cache_memory): nanoengine ends the request FINISHED_LENGTH_CAPPED, "
@@ -161,6 +166,13 @@ class Result:
     def count_known(self, case: str, workload: Any) -> None:
         count, first = self.known.get(case, (0, workload))
         self.known[case] = (count + 1, first)
+
+
+def has_engine_eagle_search(parts: Parts) -> bool:
+    """Whether parts' full-attention manager searches as the engine's does, dropping a hit's last block under
+    use_eagle: the only one LLM takes with EAGLE drafts (EngineConfig)."""
+    full_cls = parts.manager_kwargs.get("full_attention_manager_cls", FullAttentionManager)
+    return full_cls.find_longest_cache_hit is FullAttentionManager.find_longest_cache_hit
 
 
 class Labels:

@@ -15,9 +15,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nanocourse.differential import Story, per_group
-from nanocourse.graduation.common import BS, Labels, Parts, Result, cached_blocks, hypothesis_settings, run_property
+from nanocourse.graduation.common import (
+    BS,
+    Labels,
+    Parts,
+    Result,
+    cached_blocks,
+    has_engine_eagle_search,
+    hypothesis_settings,
+    run_property,
+)
 from nanocourse.graduation.vllm_side import Vllm
-from nanoengine.core import FullAttentionManager, KVCacheBlock, get_request_block_hasher
+from nanoengine.core import KVCacheBlock, get_request_block_hasher
 from nanoengine.kv_cache_interface import get_kv_cache_groups
 from nanoengine.request import Request
 from nanoengine.sampling_params import SamplingParams
@@ -458,10 +467,8 @@ def check_manager(vllm: Vllm, parts: Parts, name: str, max_examples: int) -> Res
     @hypothesis_settings(max_examples)
     @given(cfg=_manager_config(MANAGER_CHECKS[name]), ops=_MANAGER_OPS)
     def property_(cfg: dict, ops: list[tuple]) -> None:
-        # The engine refuses EAGLE with a full-attention manager whose search is not its own (EngineConfig): the
-        # worked solutions' and a learner's have no EAGLE drop, so they are compared without EAGLE.
-        full_cls = parts.manager_kwargs.get("full_attention_manager_cls", FullAttentionManager)
-        if full_cls.find_longest_cache_hit is not FullAttentionManager.find_longest_cache_hit:
+        if cfg["use_eagle"] and not has_engine_eagle_search(parts):
+            result.count_known("EAGLE needs the engine's full-attention search", cfg)
             cfg = {**cfg, "use_eagle": False}
         result.examples, result.example = result.examples + 1, {"cfg": cfg, "ops": ops}
         labels, windows = Labels(), cfg["windows"]

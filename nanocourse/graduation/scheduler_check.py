@@ -33,6 +33,7 @@ from nanocourse.graduation.common import (
     Parts,
     Result,
     cached_blocks,
+    has_engine_eagle_search,
     hypothesis_settings,
     run_property,
 )
@@ -113,6 +114,8 @@ def replay(vllm: Vllm, parts: Parts, workload: tuple[dict, list], observe: Calla
     groups = get_kv_cache_groups(windows)
     num_blocks = cfg["num_blocks"] * len(groups)
     k, drafter = cfg.get("num_speculative_tokens", 0), cfg.get("drafter")
+    if drafter == "eagle" and not has_engine_eagle_search(parts):
+        raise KnownDifference("EAGLE needs the engine's full-attention search")
     if drafter in ("draft_model", "eagle"):
         cfg["num_lookahead_tokens"] = k
         cfg["budget"] = max(cfg["budget"], k + 1)  # vLLM needs a token's slot beyond the lookahead ones
