@@ -653,7 +653,7 @@ R(
         ),
         (
             "nanoengine/core/kv_cache_manager.py",
-            "        self.coordinator.remove_skipped_blocks(request_id, num_computed)\n        num_tokens_need_slot = num_computed + num_new_tokens + num_lookahead_tokens\n        if not self._fits(",
+            "        num_tokens_need_slot = num_computed + num_new_tokens + num_lookahead_tokens\n        if not self._fits(",
         ),
     ],
 )
@@ -845,7 +845,7 @@ R(
         ("nanoengine/core/sched/scheduler.py", "            request.num_computed_tokens += n"),
         (
             "nanoengine/core/sched/scheduler.py",
-            "            request.is_prefill_chunk = request.num_computed_tokens < request.num_tokens",
+            "                request.num_computed_tokens < request.num_tokens + request.num_output_placeholders",
         ),
     ],
 )
@@ -1654,7 +1654,7 @@ R(
         ),
         (
             "nanoengine/core/sched/scheduler.py",
-            "            request.num_computed_tokens -= len(spec_token_ids) - (len(new_token_ids) - 1)",
+            "        num_rejected = len(spec_token_ids) - (len(new_token_ids) - 1) if spec_token_ids else 0",
         ),
     ],
 )
@@ -1871,7 +1871,7 @@ R(
     [
         (
             "nanoengine/engine/llm_engine.py",
-            "stopped = [req_id for req_id in output.sampled_token_ids if self._detokenize(req_id, now)]",
+            "stopped = [req_id for req_id in self._taken(output) if self._detokenize(req_id, now)]",
         ),
         ("nanoengine/engine/async_llm.py", "    def _publish(self, finished: list[RequestOutput]) -> IterationStats:"),
     ],
