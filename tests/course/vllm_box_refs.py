@@ -896,6 +896,158 @@ R(
         ("nanoengine/core/sched/scheduler.py", "            new_blocks[request.request_id] = blocks.get_block_ids()"),
     ],
 )
+R(
+    "07",
+    "two waiting queues",
+    [
+        ("vllm/vllm/v1/core/sched/scheduler.py", "        self.kv_holding_waiting = create_request_queue(self.policy)"),
+        (
+            "vllm/vllm/v1/core/sched/scheduler.py",
+            "a block-holder must never sit behind a request whose\n        # failed allocation would stop the scheduling scan.",
+        ),
+        ("vllm/vllm/v1/core/sched/scheduler.py", "                request_queue = self.kv_holding_waiting"),
+        ("vllm/vllm/v1/core/sched/scheduler.py", "    def _holds_kv_blocks(request: Request) -> bool:"),
+        (
+            "vllm/vllm/v1/core/sched/scheduler.py",
+            "            or request.status == RequestStatus.WAITING_FOR_REMOTE_KVS",
+        ),
+        ("vllm/vllm/v1/core/sched/scheduler.py", "    def _enqueue_waiting_request(self, request: Request) -> None:"),
+        ("vllm/vllm/v1/core/sched/scheduler.py", "                if self._holds_kv_blocks(request_to_skip):"),
+        (
+            "vllm/vllm/v1/core/sched/scheduler.py",
+            "        # Put the request back to the waiting queue.\n        self.waiting.prepend_request(request)",
+        ),
+    ],
+    [
+        (
+            "nanoengine/core/sched/scheduler.py",
+            "        self.waiting: RequestQueue = create_request_queue(self.policy)",
+        ),
+        ("nanoengine/core/sched/scheduler.py", "            request = self.waiting.peek_request()"),
+    ],
+)
+R(
+    "07",
+    "skipped requests go back in front",
+    [
+        ("vllm/vllm/v1/core/sched/scheduler.py", "            def skip_request(from_queue: RequestQueue) -> None:"),
+        (
+            "vllm/vllm/v1/core/sched/scheduler.py",
+            "                    step_skipped_kv_holding.appendleft(request_to_skip)",
+        ),
+        (
+            "vllm/vllm/v1/core/sched/scheduler.py",
+            "                    step_skipped_waiting.appendleft(request_to_skip)",
+        ),
+        ("vllm/vllm/v1/core/sched/scheduler.py", "                self.waiting.prepend_requests(step_skipped_waiting)"),
+        (
+            "vllm/vllm/v1/core/sched/scheduler.py",
+            "                if request.num_stale_output_tokens and not request.drop_stale_output:",
+        ),
+        ("vllm/vllm/v1/core/sched/request_queue.py", "        self.extendleft(requests)"),
+        (
+            "vllm/vllm/v1/core/sched/request_queue.py",
+            '        front. Requests are ordered by (priority, arrival_time)."""\n        for request in requests:',
+        ),
+    ],
+    [
+        ("nanoengine/core/sched/scheduler.py", "            if request.num_stale_output_tokens:"),
+        ("nanoengine/core/sched/scheduler.py", "                skipped.append(self.waiting.pop_request())"),
+        (
+            "nanoengine/core/sched/scheduler.py",
+            "        for request in reversed(skipped):  # back at the front, in their order",
+        ),
+        (
+            "nanoengine/engine/llm_engine.py",
+            "            if len(batch_queue) < 2 and self.scheduler.has_unfinished_requests():",
+        ),
+        (
+            "tests/engine/test_scheduler.py",
+            "def test_requests_skipped_for_stale_output_go_back_in_front_in_their_order_and_do_not_block_the_rest():",
+        ),
+    ],
+)
+R(
+    "07",
+    "why vLLM skips a waiting request",
+    [
+        (
+            "vllm/vllm/v1/core/sched/scheduler.py",
+            "                ready_to_schedule = self._handle_blocked_waiting_request(request)",
+        ),
+        (
+            "vllm/vllm/v1/core/sched/scheduler.py",
+            "        elif request.status == RequestStatus.WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR:",
+        ),
+        (
+            "vllm/vllm/v1/core/sched/scheduler.py",
+            "        elif request.status == RequestStatus.WAITING_FOR_STREAMING_REQ:",
+        ),
+        ("vllm/vllm/v1/core/sched/scheduler.py", "                    # Scheduling would exceed max_loras, skip."),
+        ("vllm/vllm/v1/core/sched/scheduler.py", "                        if ext_tokens is None:"),
+        (
+            "vllm/vllm/v1/core/sched/scheduler.py",
+            "                    if self._ec_transfer_pending(request, ec_computed_tokens):",
+        ),
+        (
+            "vllm/vllm/v1/core/sched/scheduler.py",
+            "                    num_new_tokens = self._reserve_prefill_lookahead(",
+        ),
+        (
+            "vllm/vllm/v1/core/sched/scheduler.py",
+            "                    if num_new_tokens == 0:\n                        # The request cannot be scheduled. Requeue it",
+        ),
+        (
+            "vllm/vllm/v1/core/sched/scheduler.py",
+            "                    self._set_kv_fetch_stage(request, KV_FETCH_IN_PROGRESS)\n                    skip_request(",
+        ),
+        (
+            "vllm/vllm/v1/core/sched/scheduler.py",
+            "                        drop_stale_output=self.requires_kv_delivery,",
+        ),
+        (
+            "vllm/vllm/v1/core/sched/scheduler.py",
+            "                self._preempt_request(request, timestamp, drop_stale_output=True)",
+        ),
+        ("vllm/vllm/v1/core/sched/scheduler.py", "        request.drop_stale_output = True"),
+    ],
+    [
+        ("nanoengine/entrypoints/llm.py", '    "lora_request": "nanoengine serves no LoRA adapters.",'),
+        ("nanoengine/entrypoints/llm.py", '    "mm_processor_kwargs": "nanoengine serves text-only models.",'),
+        ("nanoengine/sampling_params.py", '    "structured_outputs": ((None,), "nanoengine has no grammar-constrained'),
+    ],
+)
+R(
+    "07",
+    "deferred_waiting counts skipped requests",
+    [
+        ("vllm/vllm/v1/core/sched/scheduler.py", "        self.deferred_waiting: set[Request] = set()"),
+        ("vllm/vllm/v1/core/sched/scheduler.py", "                self.deferred_waiting.add(request_to_skip)"),
+        (
+            "vllm/vllm/v1/core/sched/scheduler.py",
+            "        if self._is_blocked_waiting_status(request.status):\n            self.deferred_waiting.add(request)",
+        ),
+        ("vllm/vllm/v1/core/sched/scheduler.py", "                self.deferred_waiting.discard(request)"),
+        (
+            "vllm/vllm/v1/core/sched/scheduler.py",
+            "            self.deferred_waiting.difference_update(waiting_requests_to_remove)",
+        ),
+        ("vllm/vllm/v1/core/sched/scheduler.py", "            num_waiting_reqs=num_waiting - num_deferred,"),
+        ("vllm/vllm/v1/core/sched/scheduler.py", "            num_skipped_waiting_reqs=num_deferred,"),
+        (
+            "vllm/vllm/v1/core/sched/scheduler.py",
+            "                self.prefill_capacity_bound = num_waiting > len(self.deferred_waiting)",
+        ),
+        (
+            "vllm/vllm/v1/metrics/loggers.py",
+            "                scheduler_stats.num_waiting_reqs\n                + scheduler_stats.num_skipped_waiting_reqs",
+        ),
+    ],
+    [
+        ("nanoengine/metrics/stats.py", "    num_waiting_reqs: int = 0"),
+        ("nanoengine/engine/async_llm.py", "            len(scheduler.waiting),"),
+    ],
+)
 
 # 08
 R(

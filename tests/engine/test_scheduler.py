@@ -255,3 +255,22 @@ def test_a_lone_request_outgrowing_a_pool_below_max_model_len_is_capped():
         finished += run_step(s)[1]
     assert [(r.request_id, r.status) for r in finished] == [("a", RequestStatus.FINISHED_LENGTH_CAPPED)]
     assert len(finished[0].output_token_ids) == 8 and s.num_preemptions == 0
+
+
+def test_requests_skipped_for_stale_output_go_back_in_front_in_their_order_and_do_not_block_the_rest():
+    """vLLM 0.33's waiting loop skips a request whose output from before its preemption is still in flight
+    (skip_request: popped, the loop goes on) and, after the loop, prepends the skipped ones in their order
+    (prepend_requests): ahead of every request the loop did not reach, so the queue's order is unchanged and
+    the requests behind a skipped one are admitted meanwhile. A refusal for blocks stops the loop (break)."""
+    s = make(num_blocks=8)  # 7 usable blocks of 4 tokens: "e" (10 blocks) never fits
+    for i, name in enumerate("abcd"):
+        s.add_request(req(name, 4, first=10 * i))
+    s.add_request(req("e", 40, first=100))
+    for name in "ac":  # as preempt() leaves a request whose last step is still in flight
+        s.requests[name].num_stale_output_tokens = 1
+    out = s.schedule()
+    assert [r.req_id for r in out.scheduled_new_reqs] == ["b", "d"]
+    assert [r.request_id for r in s.waiting] == ["a", "c", "e"]
+    for name in "ac":  # the in-flight output is delivered: both are admitted, oldest first
+        s.requests[name].num_stale_output_tokens = 0
+    assert [r.req_id for r in s.schedule().scheduled_new_reqs] == ["a", "c"]
