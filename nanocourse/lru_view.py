@@ -175,7 +175,9 @@ def replay_hit_rate(
             raise ValueError(
                 f"the pool ({pool.num_gpu_blocks} blocks) cannot hold the next prompt; give it more blocks"
             )
-        scheduler.update_from_output(out, ModelRunnerOutput({r: [0] for r in out.num_scheduled_tokens}))
+        requests = scheduler.requests
+        done = [r for r in out.num_scheduled_tokens if requests[r].num_computed_tokens == requests[r].num_tokens]
+        scheduler.update_from_output(out, ModelRunnerOutput({r: [0] for r in done}))  # a chunk samples nothing
     return manager.make_prefix_cache_stats().hit_rate
 
 

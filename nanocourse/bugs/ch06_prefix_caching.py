@@ -146,12 +146,12 @@ BUGS = [
         "06.3b",
         "the whole-sequence gate runs after the window's blocks are given back",
         (
-            "        if full_sequence_must_fit and not fits(request.num_tokens):\n            return None\n"
+            "        if full_sequence_must_fit and not fits(request.num_tokens, admission=True):\n            return None\n"
             "        self.coordinator.remove_skipped_blocks(request_id, num_computed)\n"
         ),
         (
             "        self.coordinator.remove_skipped_blocks(request_id, num_computed)\n"
-            "        if full_sequence_must_fit and not fits(request.num_tokens):\n            return None\n"
+            "        if full_sequence_must_fit and not fits(request.num_tokens, admission=True):\n            return None\n"
         ),
     ),
     (
@@ -215,17 +215,17 @@ BUGS = [
     (
         "06.3b",
         "the gate ignores the hits",
-        "        if full_sequence_must_fit and not fits(request.num_tokens):\n",
+        "        if full_sequence_must_fit and not fits(request.num_tokens, admission=True):\n",
         (
             "        if full_sequence_must_fit and self.coordinator.get_num_blocks_to_allocate(\n"
-            "                request_id, request.num_tokens, self.empty_kv_cache_blocks.blocks, num_computed\n"
+            "                request_id, request.num_tokens, self.empty_kv_cache_blocks.blocks, num_computed, True\n"
             "        ) > self.block_pool.get_num_free_blocks():\n"
         ),
     ),
     (
         "06.3b",
         "full_sequence_must_fit ignored: the gate admits a prompt whose first chunk fits",
-        "        if full_sequence_must_fit and not fits(request.num_tokens):\n            return None\n",
+        "        if full_sequence_must_fit and not fits(request.num_tokens, admission=True):\n            return None\n",
         "",
     ),
     (
@@ -361,8 +361,8 @@ BUGS = [
     (
         "06.7",
         "the whole sequence counted from the prompt only, without the tokens generated before a preemption",
-        "not fits(request.num_tokens)",
-        "not fits(request.num_prompt_tokens)",
+        "not fits(request.num_tokens, admission=True)",
+        "not fits(request.num_prompt_tokens, admission=True)",
     ),
     (
         "06.7",
@@ -397,10 +397,10 @@ BUGS = [
     (
         "06.7",
         "the gate ignores the hits",
-        "        if full_sequence_must_fit and not fits(request.num_tokens):\n",
+        "        if full_sequence_must_fit and not fits(request.num_tokens, admission=True):\n",
         (
             "        if full_sequence_must_fit and self.coordinator.get_num_blocks_to_allocate(\n"
-            "                request_id, request.num_tokens, self.empty_kv_cache_blocks.blocks, num_computed\n"
+            "                request_id, request.num_tokens, self.empty_kv_cache_blocks.blocks, num_computed, True\n"
             "        ) > self.block_pool.get_num_free_blocks():\n"
         ),
     ),

@@ -13,6 +13,7 @@ import copy
 import reprlib
 import traceback
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import given, settings
@@ -48,11 +49,20 @@ def _engine_eviction_order(pool, num_blocks):
     return [block.block_id for block in clone.get_new_blocks(num_blocks) if block.block_id in had_hash]
 
 
+def _engine_place_freed(queue, freed):
+    """Task 06.8 in "nanoengine" mode: where the engine's BlockPool.free_blocks puts the same blocks when a
+    request's last references go, freed last block first as its managers free them."""
+    for block in freed:
+        block.ref_cnt = 1  # the reference free_blocks drops
+    BlockPool.free_blocks(SimpleNamespace(free_block_queue=queue), reversed(freed))
+
+
 NANOENGINE = {
     "BlockPool": BlockPool,
     "FullAttentionManager": FullAttentionManager,
     "KVCacheManager": KVCacheManager,
     "eviction_order": _engine_eviction_order,
+    "place_freed": _engine_place_freed,
 }
 
 

@@ -53,6 +53,17 @@ class EngineConfig:
                 parameter="max_num_batched_tokens",
                 value=budget,
             )
+        if spec is not None and budget < 1 + spec.num_speculative_tokens + spec.max_num_new_slots_for_drafting:
+            # vLLM 0.33 accepts it, and then may stall: a newly admitted one-token request (a prefix hit of all but
+            # one token) is padded to 1 + k and scheduled padded or not at all (Scheduler.padded_size).
+            need = 1 + spec.num_speculative_tokens + spec.max_num_new_slots_for_drafting
+            raise InvalidEngineArgumentError(
+                f"max_num_batched_tokens={budget} cannot hold one request's padded step of {need} tokens (its token, "
+                f"{spec.num_speculative_tokens} placeholder drafts and the drafter's slots): a request padded so is "
+                f"scheduled whole or not at all, so the engine could stall. Give max_num_batched_tokens >= {need}.",
+                parameter="max_num_batched_tokens",
+                value=budget,
+            )
         if self.parts.attention_backend.name == "triton" and not is_pow2(block_size, 8):
             raise InvalidEngineArgumentError(
                 f"block_size must be a power of two >= 8 for the Triton kernels, got {block_size}. Use 8, 16 or 32, "

@@ -90,6 +90,8 @@ class BlockPoolInterface(Protocol):
     free_block_queue: FreeBlockQueue
     # block_id -> token ids when hash collisions are checked, else None.
     cached_token_ids: dict[int, tuple[int, ...]] | None
+    # The tokens each block hash covers (None: the block size); KVCacheManager refuses any other than its block size.
+    hash_block_size: int | None
 
     def get_cached_block(
         self, block_hash: BlockHash, token_ids: Sequence[int] | None = None, kv_cache_group_id: int = 0

@@ -167,7 +167,7 @@ class KVCacheManager:
                 check_hash_collisions=check_hash_collisions,
             )
         self.enable_caching = self.block_pool.enable_caching
-        hash_block_size = getattr(self.block_pool, "hash_block_size", None)
+        hash_block_size = self.block_pool.hash_block_size
         if hash_block_size not in (None, block_size):
             # vLLM 0.33 hashes finer than a block only for sub-block prefix hits (a hit ending inside a block, whose
             # shared tail block is copied on write; one block carrying several hashes), which it enables for a

@@ -89,9 +89,9 @@ def default_dtype(device: torch.device) -> torch.dtype:
     (Ampere) on, fp16 below it (Turing's T4, Volta), which has no bf16. vLLM 0.33 falls back the same
     way: CudaPlatform.supported_dtypes (vllm/platforms/cuda.py) drops bf16 below capability 8.0, and
     _resolve_auto_dtype (vllm/config/model.py) then takes fp16 for a bf16 checkpoint.
-    The CPU stays fp32 even where bf16 is faster (AMX, AVX512-BF16: ask for dtype="bfloat16"): the course's stored
-    greedy outputs and the HF reference test are fp32, and a default that followed the CPU would change them on a
-    machine without those instructions."""
+    The CPU stays fp32 even where bf16 is faster (AMX, AVX512-BF16: ask for dtype="bfloat16"): stored greedy
+    outputs and the HF reference test are fp32, and a default that followed the CPU would change them on a machine
+    without those instructions."""
     if device.type != "cuda":
         return torch.float32
     return torch.bfloat16 if bf16_supported(device) else torch.float16

@@ -67,6 +67,18 @@ def test_a_draft_model_gets_its_input_slot_and_a_budget_past_its_lookahead():
     assert info.value.parameter == "max_num_batched_tokens"
 
 
+def test_a_budget_below_a_padded_step_is_refused_by_name():
+    """n-gram k=3 with budget 3: a new one-token request padded to 1 + k = 4 tokens could never be scheduled, and
+    with nothing else running the engine would stall (vLLM 0.33 accepts this config); 4 is accepted."""
+    spec = {"method": "ngram", "num_speculative_tokens": 3}
+    with pytest.raises(InvalidEngineArgumentError, match=r"max_num_batched_tokens >= 4") as info:
+        EngineArgs(
+            model=MODEL, speculative_config=spec, max_num_batched_tokens=3, progress=False
+        ).create_engine_config()
+    assert info.value.parameter == "max_num_batched_tokens"
+    EngineArgs(model=MODEL, speculative_config=spec, max_num_batched_tokens=4, progress=False).create_engine_config()
+
+
 def test_configs_are_built_by_keyword():
     with pytest.raises(TypeError):
         SchedulerConfig(2048)  # type: ignore[misc]

@@ -399,7 +399,7 @@ class SpecDecodeMachine(RuleBasedStateMachine):
             TINY,
             block_size=BS,
             num_gpu_blocks_override=num_blocks,
-            max_num_batched_tokens=budget,
+            max_num_batched_tokens=max(budget, 1 + k),  # a padded step of 1 + k must fit (EngineConfig)
             max_num_seqs=4,
             enable_prefix_caching=caching,
             progress=False,

@@ -316,9 +316,9 @@ class Scheduler:
 
         That happens only where the pool holds fewer tokens than max_model_len, a configuration vLLM 0.33 refuses
         to start with (kv_cache_planning.check_enough_kv_cache_memory: "To serve at least one request with the
-        model's max seq len ..."). nanoengine accepts it, since the course's pools are a few blocks under the
-        model's max_model_len, and ends the request here: vLLM's scheduler, given such a pool, would preempt the
-        request, which then never fits again and waits for ever."""
+        model's max seq len ..."). nanoengine accepts it, since small pools (a few blocks, far under the model's
+        max_model_len) are how its scheduler is shown at work, and ends the request here: vLLM's scheduler, given
+        such a pool, would preempt the request, which then never fits again and waits for ever."""
         self._finish(request, RequestStatus.FINISHED_LENGTH_CAPPED)
         self._capped.append(request)
 
@@ -419,7 +419,7 @@ class Scheduler:
             was_running = request.status is RequestStatus.RUNNING
             had_placeholders = request.num_output_placeholders > 0
             drafts = scheduler_output.scheduled_spec_decode_tokens.get(req_id, [])
-            if is_stale:  # async scheduling only; a chapter-13 override of three arguments never sees it
+            if is_stale:  # async scheduling only; an override taking the three arguments never sees it
                 status = self.update_request_with_output(request, new_token_ids, drafts, is_stale=True)
             else:
                 status = self.update_request_with_output(request, new_token_ids, drafts)
