@@ -231,10 +231,10 @@ BUGS = [
     (
         "06.3b",
         "the room is checked without the hits",
-        "            needed = self.coordinator.get_num_blocks_to_allocate(request_id, num_tokens, hits, num_computed)\n",
+        "                request_id, num_tokens, hits, num_computed, apply_admission_cap=admission\n            )\n",
         (
-            "            needed = self.coordinator.get_num_blocks_to_allocate(request_id, num_tokens,\n"
-            "                                                                 self.empty_kv_cache_blocks.blocks, num_computed)\n"
+            "                request_id, num_tokens, self.empty_kv_cache_blocks.blocks, num_computed,\n"
+            "                apply_admission_cap=admission,\n            )\n"
             "            needed -= sum(len(group) for group in hits)\n"
         ),
     ),
