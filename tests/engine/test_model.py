@@ -77,12 +77,11 @@ LOGIT_PROMPTS = [
     "def add(a, b):\n    return",
     "<|im_start|>user\nWhy is the sky blue?<|im_end|>\n<|im_start|>assistant\n",
 ]
+# One request at a time (the engine's single-request decode path); test_engine.py's
+# test_greedy_continuations_equal_hf runs eight chat prompts, these among them, batched.
 CHAT_PROMPTS = [
     "What is the capital of Japan?",
-    "Name three primary colors.",
     "Write a haiku about the sea.",
-    "What is 12 times 12?",
-    "Explain what a KV cache is in one sentence.",
 ]
 
 
