@@ -95,11 +95,14 @@ class Scheduler(EngineScheduler):
           The plan the step returns holds only requests that still run after it, with the budget it reports
           exact, and a victim never costs the requests behind it their turn.
         - Alone: a request whose grant is refused while it is the only request in self.running at that moment
-          (nobody else ran, or all the others were preempted earlier in this step) can never fit: nobody is left to
-          preempt, and preempting itself would leave it waiting for blocks that can never be freed. It is ended with
-          finish_length_capped, which takes it out of self.running (status FINISHED_LENGTH_CAPPED, its blocks freed;
-          the next update_from_output reports it finished). It is not planned and is not a victim: it is in neither
-          num_scheduled nor preempted, so ending it does not by itself stop admission.
+          (nobody else ran, or all the others were preempted earlier in this step), and which asked for no drafts
+          and no lookahead slots, can never fit: nobody is left to preempt, and preempting itself would leave it
+          waiting for blocks that can never be freed. It is ended with finish_length_capped, which takes it out of
+          self.running (status FINISHED_LENGTH_CAPPED, its blocks freed; the next update_from_output reports it
+          finished). It is not planned and is not a victim: it is in neither num_scheduled nor preempted, so ending
+          it does not by itself stop admission. With drafts or lookahead slots (chapter 13) it is its own victim:
+          a preemption drops them, and it may fit without them. A waiting request refused while nothing runs
+          (the whole pool was free for it) can never fit either, and is ended the same way.
         - Admission: a step that had to make room for a running request admits nobody (the pool just proved too
           small for what runs; the Alone case excepted). Otherwise the admitted newcomers are the front of the
           waiting queue, in its order, none skipped (FCFS head-of-line: a request behind one that is not admitted is

@@ -53,9 +53,10 @@ class Scheduler(EngineScheduler):
             lookahead = self.lookahead(request, n)
             blocks = kv.allocate_slots(request, n, num_lookahead_tokens=lookahead)
             while blocks is None:
-                if len(self.running) == 1:
+                if len(self.running) == 1 and not (request.spec_token_ids or lookahead):
                     self.finish_length_capped(request)  # it alone has outgrown the whole pool
                     break
+                # Else, with drafts or lookahead slots (chapter 13), alone it preempts itself, which drops them.
                 victim = self.choose_victim()
                 if victim.request_id in num_scheduled:  # it ran earlier in this step: refund its tokens
                     budget += slots
@@ -94,6 +95,9 @@ class Scheduler(EngineScheduler):
                 request, n, num_hit_tokens, hits, num_lookahead_tokens=reserve, full_sequence_must_fit=True
             )
             if granted is None:
+                if not self.running:  # the whole pool was there for it: it never fits
+                    self.finish_length_capped(request)
+                    continue
                 break
             new_reqs.append(self.admit(request, num_hit_tokens))
             if padded:

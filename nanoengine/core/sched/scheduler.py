@@ -154,8 +154,10 @@ class Scheduler:
                 i += 1
                 continue
             while (blocks := kv.allocate_slots(request, n, num_lookahead_tokens=self.lookahead(request, n))) is None:
-                if len(self.running) == 1:
-                    # Alone and still out of blocks: the request has outgrown the whole pool.
+                if len(self.running) == 1 and not (request.spec_token_ids or self.lookahead(request, n)):
+                    # Alone, out of blocks, and no drafts or lookahead slots that a preemption would drop: the
+                    # request has outgrown the whole pool. With some, it preempts itself below, as in vLLM 0.33,
+                    # and comes back without them (or, if even that cannot fit, admission ends it).
                     self.finish_length_capped(request)
                     break
                 victim = self.choose_victim()
@@ -212,6 +214,11 @@ class Scheduler:
                 )
                 is None
             ):
+                if not self.running:
+                    # The whole pool was there for it: it can never run (a lone request preempted to drop its
+                    # drafts whose own tokens and lookahead still do not fit). vLLM 0.33 would leave it waiting.
+                    self.finish_length_capped(request)
+                    continue
                 break
             new_reqs.append(self.admit(request, num_computed))
             if padded:
@@ -311,8 +318,9 @@ class Scheduler:
         return NewRequestData.from_request(request, self.kv_cache_manager.get_block_ids(request.request_id))
 
     def finish_length_capped(self, request: Request) -> None:
-        """End a running request that cannot grow (the whole pool is too small for it); it is
-        reported as finished by the next update_from_output.
+        """End a request that cannot grow (the whole pool is too small for it): running alone with nothing a
+        preemption would drop, or waiting with nothing running; it is reported as finished by the next
+        update_from_output.
 
         That happens only where the pool holds fewer tokens than max_model_len, a configuration vLLM 0.33 refuses
         to start with (kv_cache_planning.check_enough_kv_cache_memory: "To serve at least one request with the
