@@ -23,11 +23,11 @@ from nanocourse.graduation.common import (
     cached_blocks,
     has_engine_eagle_search,
     hypothesis_settings,
+    kv_cache_groups,
     run_property,
 )
 from nanocourse.graduation.vllm_side import Vllm
 from nanoengine.core import KVCacheBlock, get_request_block_hasher
-from nanoengine.kv_cache_interface import get_kv_cache_groups
 from nanoengine.request import Request
 from nanoengine.sampling_params import SamplingParams
 
@@ -472,7 +472,7 @@ def check_manager(vllm: Vllm, parts: Parts, name: str, max_examples: int) -> Res
             cfg = {**cfg, "use_eagle": False}
         result.examples, result.example = result.examples + 1, {"cfg": cfg, "ops": ops}
         labels, windows = Labels(), cfg["windows"]
-        groups = get_kv_cache_groups(windows)
+        groups, eagle_group_ids = kv_cache_groups(windows, cfg["use_eagle"])
         num_blocks = cfg["num_blocks"] * len(groups)
         pool = parts.block_pool_cls(num_blocks, cfg["caching"], BS)
         ours = _ManagerDriver(
@@ -493,7 +493,9 @@ def check_manager(vllm: Vllm, parts: Parts, name: str, max_examples: int) -> Res
             manager_cls = vllm.modules["vllm.v1.core.kv_cache_manager"].KVCacheManager
             theirs = _ManagerDriver(
                 manager_cls(
-                    vllm.kv_cache_config(num_blocks, BS, [g.sliding_window for g in groups], cfg["retention"]),
+                    vllm.kv_cache_config(
+                        num_blocks, BS, [g.sliding_window for g in groups], cfg["retention"], eagle_group_ids
+                    ),
                     max_model_len=MAX_MODEL_LEN,
                     max_in_flight_tokens=cfg["max_in_flight_tokens"],
                     scheduler_block_size=BS,
