@@ -1516,6 +1516,7 @@ R(
     [
         ("vllm/vllm/v1/kv_cache_interface.py", "class KVCacheGroupSpec:"),
         ("vllm/vllm/v1/kv_cache_interface.py", "    layer_names: list[str]"),
+        ("vllm/vllm/v1/kv_cache_interface.py", "    is_eagle_group: bool = False"),
         ("vllm/vllm/v1/kv_cache_interface.py", "class SlidingWindowSpec(AttentionSpec):"),
         ("vllm/vllm/model_executor/models/llama.py", "            per_layer_sliding_window=sliding_window,"),
         (
@@ -1523,7 +1524,10 @@ R(
             '            is_sliding = layer_types[effective_layer_idx] == "sliding_attention"',
         ),
     ],
-    [("nanoengine/kv_cache_interface.py", "class KVCacheGroupSpec:")],
+    [
+        ("nanoengine/kv_cache_interface.py", "class KVCacheGroupSpec:"),
+        ("nanoengine/kv_cache_interface.py", "    is_eagle_group: bool = False"),
+    ],
 )
 R(
     "12",
