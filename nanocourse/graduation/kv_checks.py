@@ -325,9 +325,11 @@ def _windows(first: int, count: int, second: int | None, full: bool) -> list[int
 def _manager_config(hybrid: bool) -> st.SearchStrategy:
     """One full-attention group, or (hybrid) one or two sliding-window groups of one window, maybe a group of a
     second window, and mostly a full-attention group: a hybrid layout, or sliding groups alone (one group: the
-    unitary coordinator). EAGLE only with one window (nanoengine's EAGLE search differs from vLLM's for two,
-    kv_cache_coordinator.py). Sliding blocks cached as vLLM 0.33 does by default (retention 0), densely (None) or
-    once per interval; admission's cap on a sliding group's blocks from max_in_flight_tokens."""
+    unitary coordinator). EAGLE with any windows: its head's one full-attention layer joins, or makes, a
+    full-attention group, the one flagged is_eagle_group (common.kv_cache_groups), so no sliding type drops and
+    nanoengine's search is vLLM's (they differ only for two sliding types that drop, kv_cache_coordinator.py).
+    Sliding blocks cached as vLLM 0.33 does by default (retention 0), densely (None) or once per interval;
+    admission's cap on a sliding group's blocks from max_in_flight_tokens."""
     if not hybrid:
         windows = st.just([None])
     else:
@@ -347,7 +349,7 @@ def _manager_config(hybrid: bool) -> st.SearchStrategy:
             "retention": st.sampled_from([0, 0, None, BS, 2 * BS] if hybrid else [0, None]),
             "max_in_flight_tokens": st.integers(1, 8),
         }
-    ).map(lambda cfg: {**cfg, "use_eagle": cfg["use_eagle"] and len({w for w in cfg["windows"] if w}) <= 1})
+    )
 
 
 MAX_MODEL_LEN = 1024  # above every request here: the admission cap comes from the window and max_in_flight_tokens
