@@ -147,10 +147,9 @@ class KVCacheCoordinator:
 
 class UnitaryKVCacheCoordinator(KVCacheCoordinator):
     """One group: its manager's hit is the hit. With use_eagle (the one group is flagged, or none is and the
-    fallback flags it) the manager drops its last hit block within
-    max_length, with no extra block to search, as vLLM 0.33's UnitaryKVCacheCoordinator: a block-aligned prompt,
-    whose last block the last-token rule already gave back, loses one more (a hybrid layout's search margin
-    spares it)."""
+    fallback flags it) the manager drops its last hit block within max_length, with no extra block to search, as
+    vLLM 0.33's UnitaryKVCacheCoordinator: a block-aligned prompt, whose last block the last-token rule already
+    gave back, loses one more (a hybrid layout's search margin spares it)."""
 
     def find_longest_cache_hit_and_uncached_prefix(
         self, block_hashes: list[BlockHash], max_length: int, token_ids: Sequence[int] | None = None
