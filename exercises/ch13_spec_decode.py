@@ -153,7 +153,8 @@ class Scheduler(Chapter07Scheduler):
         What a subclass can use: self.requests (request id -> Request, every request the scheduler holds), and
         on a Request num_tokens (its verified tokens), num_computed_tokens and spec_token_ids.
         (vLLM 0.33: the "Speculative decode related" lines of Scheduler.schedule in vllm/v1/core/sched/scheduler.py,
-        where num_output_placeholders is 0 here: nanoengine has no async scheduling.)
+        where num_output_placeholders is 0 here: nanoengine's async scheduling does not run with speculative
+        decoding, since EngineArgs refuses the pair.)
         Example: a decoding request (num_computed_tokens = num_tokens - 1) with drafts [7, 7, 7, 7, 7] scheduled 4
         tokens verifies [7, 7, 7]; scheduled 1 token, nothing (no entry); either way its spec_token_ids is [] after.
         A 10-token prompt at 4 computed tokens, scheduled 4: no entry.

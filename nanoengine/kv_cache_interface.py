@@ -20,10 +20,13 @@ class KVCacheGroupSpec:
     """The layers (model layer indices, in slot order) that share one block table, and their window.
 
     sliding_window is None for full attention. Groups of one model all have the same block size.
+    is_eagle_group (vLLM 0.33's field): the group holds an EAGLE drafter's layers, so a prefix hit drops its last
+    block in this group and searches one block further first (KVCacheCoordinator.eagle_group_ids).
     """
 
     layer_ids: tuple[int, ...]
     sliding_window: int | None = None
+    is_eagle_group: bool = False
 
     def max_admission_blocks_per_request(self, block_size: int, max_in_flight_tokens: int, max_model_len: int) -> int:
         """The most blocks a request holds at once in a sliding group (vLLM 0.33's
@@ -49,7 +52,9 @@ class KVCacheConfig:
     kv_cache_groups: tuple[KVCacheGroupSpec, ...]
 
 
-def get_kv_cache_groups(windows: Sequence[int | None]) -> list[KVCacheGroupSpec]:
+def get_kv_cache_groups(
+    windows: Sequence[int | None], draft_windows: Sequence[int | None] = ()
+) -> list[KVCacheGroupSpec]:
     """Group layers by their window (None: full attention), full attention first.
 
     One attention type: one group of every layer, so a block holds the KV of all layers, as before
@@ -62,20 +67,27 @@ def get_kv_cache_groups(windows: Sequence[int | None]) -> list[KVCacheGroupSpec]
     full attention comes first and each window is a type of its own. For 3 sliding and 1 full layer that is
     four groups of one layer: a block holds one layer's KV, and a sliding group gives its blocks back
     as the window moves on.
+
+    draft_windows: an EAGLE drafter's layers, numbered after the target's. As in vLLM 0.33 (a spec's is_draft is
+    left out of its equality, kv_cache_interface.py), they join the target's layers of their type and are dealt
+    with them, and each group that receives one is flagged is_eagle_group (kv_cache_planning.py): a full-attention
+    head on a full + sliding model flags the full group alone. Their ids are left out of layer_ids, since
+    nanoengine's drafter keeps its KV in a cache of its own, addressed by the same block ids.
     """
+    num_target_layers = len(windows)
     by_window: dict[int | None, list[int]] = {}
-    for layer, window in enumerate(windows):
+    for layer, window in enumerate([*windows, *draft_windows]):
         by_window.setdefault(window, []).append(layer)
-    if len(by_window) == 1:
-        ((window, layers),) = by_window.items()
-        return [KVCacheGroupSpec(tuple(layers), window)]
     counts = [len(layers) for layers in by_window.values()]
     group_size = max(counts) if max(counts) < 1.5 * min(counts) else min(counts)
     groups = []
     for window in sorted(by_window, key=lambda w: (w is not None, w or 0)):
         layers = by_window[window]
         num_groups = -(-len(layers) // group_size)
-        groups += [KVCacheGroupSpec(tuple(layers[i::num_groups]), window) for i in range(num_groups)]
+        for i in range(num_groups):
+            dealt = layers[i::num_groups]
+            target = tuple(layer for layer in dealt if layer < num_target_layers)
+            groups.append(KVCacheGroupSpec(target, window, is_eagle_group=len(target) < len(dealt)))
     return groups
 
 

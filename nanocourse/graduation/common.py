@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, Verbosity, settings
 from nanoengine.core import FreeKVCacheBlockQueue, FullAttentionManager, KVCacheManager, hash_block_tokens
 from nanoengine.core.block_pool import BlockPool
 from nanoengine.core.sched.scheduler import Scheduler
+from nanoengine.kv_cache_interface import KVCacheGroupSpec, get_kv_cache_groups
 
 BS = 4  # tokens per block: small, so that short prompts fill several blocks
 
@@ -174,6 +175,14 @@ def has_engine_eagle_search(parts: Parts) -> bool:
     use_eagle: the only one LLM takes with EAGLE drafts (EngineConfig)."""
     full_cls = parts.manager_kwargs.get("full_attention_manager_cls", FullAttentionManager)
     return full_cls.find_longest_cache_hit is FullAttentionManager.find_longest_cache_hit
+
+
+def kv_cache_groups(windows: Sequence[int | None], use_eagle: bool) -> tuple[list[KVCacheGroupSpec], set[int]]:
+    """The engine's KV cache groups for windows, with an EAGLE head's one full-attention layer when use_eagle (as
+    EngineConfig.kv_cache_groups plans them), and the ids of the groups flagged is_eagle_group, to flag vLLM's the
+    same way (Vllm.kv_cache_config)."""
+    groups = get_kv_cache_groups(windows, [None] if use_eagle else [])
+    return groups, {group_id for group_id, g in enumerate(groups) if g.is_eagle_group}
 
 
 class Labels:

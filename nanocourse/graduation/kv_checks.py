@@ -23,11 +23,11 @@ from nanocourse.graduation.common import (
     cached_blocks,
     has_engine_eagle_search,
     hypothesis_settings,
+    kv_cache_groups,
     run_property,
 )
 from nanocourse.graduation.vllm_side import Vllm
 from nanoengine.core import KVCacheBlock, get_request_block_hasher
-from nanoengine.kv_cache_interface import get_kv_cache_groups
 from nanoengine.request import Request
 from nanoengine.sampling_params import SamplingParams
 
@@ -325,9 +325,11 @@ def _windows(first: int, count: int, second: int | None, full: bool) -> list[int
 def _manager_config(hybrid: bool) -> st.SearchStrategy:
     """One full-attention group, or (hybrid) one or two sliding-window groups of one window, maybe a group of a
     second window, and mostly a full-attention group: a hybrid layout, or sliding groups alone (one group: the
-    unitary coordinator). EAGLE only with one window (nanoengine's EAGLE search differs from vLLM's for two,
-    kv_cache_coordinator.py). Sliding blocks cached as vLLM 0.33 does by default (retention 0), densely (None) or
-    once per interval; admission's cap on a sliding group's blocks from max_in_flight_tokens."""
+    unitary coordinator). EAGLE with any windows: its head's one full-attention layer joins, or makes, a
+    full-attention group, the one flagged is_eagle_group (common.kv_cache_groups), so no sliding type drops and
+    nanoengine's search is vLLM's (they differ only for two sliding types that drop, kv_cache_coordinator.py).
+    Sliding blocks cached as vLLM 0.33 does by default (retention 0), densely (None) or once per interval;
+    admission's cap on a sliding group's blocks from max_in_flight_tokens."""
     if not hybrid:
         windows = st.just([None])
     else:
@@ -347,7 +349,7 @@ def _manager_config(hybrid: bool) -> st.SearchStrategy:
             "retention": st.sampled_from([0, 0, None, BS, 2 * BS] if hybrid else [0, None]),
             "max_in_flight_tokens": st.integers(1, 8),
         }
-    ).map(lambda cfg: {**cfg, "use_eagle": cfg["use_eagle"] and len({w for w in cfg["windows"] if w}) <= 1})
+    )
 
 
 MAX_MODEL_LEN = 1024  # above every request here: the admission cap comes from the window and max_in_flight_tokens
@@ -472,7 +474,7 @@ def check_manager(vllm: Vllm, parts: Parts, name: str, max_examples: int) -> Res
             cfg = {**cfg, "use_eagle": False}
         result.examples, result.example = result.examples + 1, {"cfg": cfg, "ops": ops}
         labels, windows = Labels(), cfg["windows"]
-        groups = get_kv_cache_groups(windows)
+        groups, eagle_group_ids = kv_cache_groups(windows, cfg["use_eagle"])
         num_blocks = cfg["num_blocks"] * len(groups)
         pool = parts.block_pool_cls(num_blocks, cfg["caching"], BS)
         ours = _ManagerDriver(
@@ -493,7 +495,9 @@ def check_manager(vllm: Vllm, parts: Parts, name: str, max_examples: int) -> Res
             manager_cls = vllm.modules["vllm.v1.core.kv_cache_manager"].KVCacheManager
             theirs = _ManagerDriver(
                 manager_cls(
-                    vllm.kv_cache_config(num_blocks, BS, [g.sliding_window for g in groups], cfg["retention"]),
+                    vllm.kv_cache_config(
+                        num_blocks, BS, [g.sliding_window for g in groups], cfg["retention"], eagle_group_ids
+                    ),
                     max_model_len=MAX_MODEL_LEN,
                     max_in_flight_tokens=cfg["max_in_flight_tokens"],
                     scheduler_block_size=BS,

@@ -35,6 +35,7 @@ from nanocourse.graduation.common import (
     cached_blocks,
     has_engine_eagle_search,
     hypothesis_settings,
+    kv_cache_groups,
     run_property,
 )
 from nanocourse.graduation.vllm_side import Vllm, VllmScheduler
@@ -122,9 +123,9 @@ def replay(vllm: Vllm, parts: Parts, workload: tuple[dict, list], observe: Calla
     capped_bare: list[str] = []
     theirs: list[Any] = []  # vLLM's scheduler, once built
     windows = [cfg["window"]] * cfg["sliding_groups"] + [None] if "window" in cfg else [None]
-    groups = get_kv_cache_groups(windows)
-    num_blocks = cfg["num_blocks"] * len(groups)
     k, drafter = cfg.get("num_speculative_tokens", 0), cfg.get("drafter")
+    groups, eagle_group_ids = kv_cache_groups(windows, drafter == "eagle")
+    num_blocks = cfg["num_blocks"] * len(groups)
     if drafter == "eagle" and not has_engine_eagle_search(parts):
         raise KnownDifference("EAGLE needs the engine's full-attention search")
     if drafter in ("draft_model", "eagle"):
@@ -146,6 +147,7 @@ def replay(vllm: Vllm, parts: Parts, workload: tuple[dict, list], observe: Calla
                     num_blocks=num_blocks,
                     block_size=BS,
                     windows=[g.sliding_window for g in groups],
+                    eagle_group_ids=eagle_group_ids,
                     max_num_batched_tokens=cfg["budget"],
                     max_num_seqs=cfg["max_num_seqs"],
                     policy=cfg["policy"],

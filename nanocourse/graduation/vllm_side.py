@@ -13,7 +13,7 @@ import importlib
 import linecache
 import sys
 import traceback
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -170,10 +170,13 @@ class Vllm:
         block_size: int,
         windows: Sequence[int | None],
         prefix_cache_retention_interval: int | None = 0,
+        eagle_group_ids: Collection[int] = (),
     ) -> Any:
         """A KVCacheConfig of one group per entry of windows (None: full attention, else a sliding window of that
         many tokens), one layer each, as vLLM's KV cache config builder groups a hybrid model's layers; with the
-        cache config's prefix_cache_retention_interval (0, CacheConfig's default), as kv_cache_planning copies it."""
+        cache config's prefix_cache_retention_interval (0, CacheConfig's default), as kv_cache_planning copies it.
+        eagle_group_ids: the groups holding an EAGLE drafter's layers, flagged is_eagle_group as kv_cache_planning
+        flags them (pass those nanoengine's get_kv_cache_groups flagged; none: vLLM's fallback, every group)."""
         ki = self.kv_cache_interface
         shape = {"block_size": block_size, "num_kv_heads": 1, "head_size": 8, "dtype": torch.float32}
         groups = [
@@ -182,6 +185,7 @@ class Vllm:
                 ki.FullAttentionSpec(**shape)
                 if window is None
                 else ki.SlidingWindowSpec(**shape, sliding_window=window),
+                is_eagle_group=i in eagle_group_ids,
             )
             for i, window in enumerate(windows)
         ]
@@ -302,8 +306,16 @@ class VllmScheduler:
     """vLLM 0.33.0's Scheduler (its AsyncScheduler with async_scheduling), driven as replay_workload drives a
     nanoengine Scheduler."""
 
-    def __init__(self, vllm: Vllm, *, windows: Sequence[int | None] = (None,), **config_kwargs: Any) -> None:
-        """config_kwargs: vllm_config's (the blocks, the budget, the policy, the drafts, async scheduling)."""
+    def __init__(
+        self,
+        vllm: Vllm,
+        *,
+        windows: Sequence[int | None] = (None,),
+        eagle_group_ids: Collection[int] = (),
+        **config_kwargs: Any,
+    ) -> None:
+        """windows and eagle_group_ids: the KV cache groups (Vllm.kv_cache_config). config_kwargs: vllm_config's
+        (the blocks, the budget, the policy, the drafts, async scheduling)."""
         num_blocks, block_size = config_kwargs["num_blocks"], config_kwargs["block_size"]
         self.vllm, self.block_size = vllm, block_size
         config = vllm_config(**config_kwargs)
@@ -314,7 +326,9 @@ class VllmScheduler:
         manager_cls = vllm.modules["vllm.v1.structured_output"].StructuredOutputManager
         self.scheduler = scheduler_cls(
             config,
-            vllm.kv_cache_config(num_blocks, block_size, windows, config.cache_config.prefix_cache_retention_interval),
+            vllm.kv_cache_config(
+                num_blocks, block_size, windows, config.cache_config.prefix_cache_retention_interval, eagle_group_ids
+            ),
             structured_output_manager=manager_cls(),
             block_size=block_size,
             log_stats=True,

@@ -91,6 +91,11 @@ class PagedKVCache:
         return block_size * num_layer_slots(groups or kv_cache_groups(config)) * per_token_per_layer
 
 
-def kv_cache_groups(config: LlamaConfig) -> list[KVCacheGroupSpec]:
-    """The model's KV cache groups: one for a model with one attention type, several for a hybrid."""
-    return get_kv_cache_groups([config.window(i) for i in range(config.num_hidden_layers)])
+def kv_cache_groups(config: LlamaConfig, draft_config: LlamaConfig | None = None) -> list[KVCacheGroupSpec]:
+    """The model's KV cache groups: one for a model with one attention type, several for a hybrid. draft_config:
+    an EAGLE head's, whose layers flag the groups they join (get_kv_cache_groups' draft_windows)."""
+
+    def windows(c: LlamaConfig | None) -> list[int | None]:
+        return [] if c is None else [c.window(i) for i in range(c.num_hidden_layers)]
+
+    return get_kv_cache_groups(windows(config), windows(draft_config))

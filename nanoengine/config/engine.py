@@ -13,6 +13,7 @@ from nanoengine.config.speculative import SpeculativeConfig
 from nanoengine.core.single_type_kv_cache_manager import FullAttentionManager
 from nanoengine.errors import InvalidEngineArgumentError, UnsupportedModelError
 from nanoengine.kv_cache_interface import KVCacheGroupSpec
+from nanoengine.model.llama_eagle import EagleLlamaForCausalLM
 from nanoengine.parts import EngineParts
 
 
@@ -106,8 +107,13 @@ class EngineConfig:
 
     @property
     def kv_cache_groups(self) -> tuple[KVCacheGroupSpec, ...]:
-        """The model's KV cache groups: one for a model with one attention type, several for a hybrid."""
-        return tuple(kv_cache_groups(self.model_config.hf_config))
+        """The model's KV cache groups: one for a model with one attention type, several for a hybrid. With an
+        EAGLE head, the groups its layers join are flagged is_eagle_group (vLLM 0.33's get_global_kv_cache_groups
+        flags them when use_eagle_block_drop()); a head the worker will refuse flags none, which KVCacheCoordinator
+        reads as every group."""
+        head = self.speculative_config.model if self.speculative_config is not None and self.use_eagle else None
+        draft_config = head.config if isinstance(head, EagleLlamaForCausalLM) else None
+        return tuple(kv_cache_groups(self.model_config.hf_config, draft_config))
 
     @property
     def use_eagle(self) -> bool:

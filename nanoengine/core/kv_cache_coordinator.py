@@ -53,16 +53,22 @@ class KVCacheCoordinator:
         max_model_len: int | None = None,
         max_in_flight_tokens: int | None = None,
     ) -> None:
-        """prefix_cache_retention_interval: which sliding blocks are cached (SlidingWindowManager.reachable_block_mask).
+        """use_eagle: a prefix hit drops its last block for an EAGLE drafter, in the groups of eagle_group_ids only.
+        prefix_cache_retention_interval: which sliding blocks are cached (SlidingWindowManager.reachable_block_mask).
         max_model_len and max_in_flight_tokens (default: max_model_len) set each sliding group's admission cap
         (KVCacheGroupSpec.max_admission_blocks_per_request); without max_model_len there is none."""
         self.block_pool = block_pool
         self.block_size = block_size
         self.use_eagle = use_eagle
         self.retention_interval = prefix_cache_retention_interval
+        # The groups whose managers drop EAGLE's block, as vLLM 0.33's drop_eagle_group_ids: those holding the
+        # drafter's layers (KVCacheGroupSpec.is_eagle_group), or every group when none is flagged (vLLM's fallback
+        # for a layout that does not say where the drafter's layers are). Empty without use_eagle.
+        flagged = {group_id for group_id, g in enumerate(groups) if g.is_eagle_group} or set(range(len(groups)))
+        self.eagle_group_ids = flagged if use_eagle else set()
         self.single_type_managers: tuple[SingleTypeKVCacheManager, ...] = tuple(
             (full_attention_manager_cls if g.sliding_window is None else sliding_window_manager_cls)(
-                g, block_pool, block_size, group_id, use_eagle
+                g, block_pool, block_size, group_id, group_id in self.eagle_group_ids
             )
             for group_id, g in enumerate(groups)
         )
@@ -140,10 +146,10 @@ class KVCacheCoordinator:
 
 
 class UnitaryKVCacheCoordinator(KVCacheCoordinator):
-    """One group: its manager's hit is the hit. With use_eagle the manager drops its last hit block within
-    max_length, with no extra block to search, as vLLM 0.33's UnitaryKVCacheCoordinator: a block-aligned prompt,
-    whose last block the last-token rule already gave back, loses one more (a hybrid layout's search margin
-    spares it)."""
+    """One group: its manager's hit is the hit. With use_eagle (the one group is flagged, or none is and the
+    fallback flags it) the manager drops its last hit block within max_length, with no extra block to search, as
+    vLLM 0.33's UnitaryKVCacheCoordinator: a block-aligned prompt, whose last block the last-token rule already
+    gave back, loses one more (a hybrid layout's search margin spares it)."""
 
     def find_longest_cache_hit_and_uncached_prefix(
         self, block_hashes: list[BlockHash], max_length: int, token_ids: Sequence[int] | None = None
@@ -159,10 +165,13 @@ class SpecGroup(NamedTuple):
     """KV cache groups of one spec, searched as one (vLLM 0.33's SpecGroup, kv_cache_coordinator.py): a lookup asks
     the pool for each hash in all of them at once and counts a block only where every one of them has it. Here a
     spec is its window, since one model's groups differ in nothing else (vLLM also compares the manager class and
-    the pool, and keeps use_eagle per spec group; here every group shares the pool and the EAGLE setting)."""
+    the pool; here every group shares the pool). use_eagle: some group of the spec is in eagle_group_ids, so the
+    search goes one block further and every group of the spec drops EAGLE's block (vLLM 0.33 gives the flag to the
+    whole spec group)."""
 
     sliding_window: int | None
     group_ids: list[int]
+    use_eagle: bool
 
 
 class HybridKVCacheCoordinator(KVCacheCoordinator):
@@ -175,12 +184,15 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
     type shortens it: a fixed point. All groups share one block size here, so a hit in whole blocks
     suits every group (vLLM aligns hits to the lcm of the groups' block sizes).
 
-    With use_eagle each type searches one block past the candidate length, up to the request's last full
-    block, and its manager drops the last hit block, as vLLM 0.33's coordinator does: a type never returns
-    more than the candidate, so the fixed point cannot spiral down a block per round (vLLM issue #32802,
-    fixed by PR #33524 and 0.33's eagle_verified), full attention plus a window loses one block, not two, and
-    a block-aligned prompt loses none beyond the one the last-token rule gives back. vLLM skips the drop for a type already checked at the current length;
-    here every round searches the same way, which differs only for two or more sliding types.
+    With use_eagle, only the types holding a group of eagle_group_ids (those with the drafter's layers, or every
+    group as a fallback) search one block past the candidate length, up to the request's last full block, and
+    drop the last hit block, as vLLM 0.33's coordinator does; the others search at the candidate length and drop
+    nothing. A full-attention head on a full + sliding model flags the full group alone, so there only full
+    attention drops. A dropping type never returns more than the candidate, so the fixed point cannot spiral down a
+    block per round (vLLM issue #32802, fixed by PR #33524 and 0.33's eagle_verified), and a block-aligned prompt
+    loses none beyond the one the last-token rule gives back. vLLM skips the drop for a type already checked at the
+    current length; here every round searches the same way, which differs only for two or more sliding types that
+    drop.
     """
 
     def __init__(
@@ -210,9 +222,16 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
         for group_id, g in enumerate(groups):
             by_window.setdefault(g.sliding_window, []).append(group_id)
         self.attention_groups = sorted(
-            (SpecGroup(window, group_ids) for window, group_ids in by_window.items()),
+            (
+                SpecGroup(window, group_ids, not self.eagle_group_ids.isdisjoint(group_ids))
+                for window, group_ids in by_window.items()
+            ),
             key=lambda group: group.sliding_window is not None,
         )
+        for group in self.attention_groups:
+            if group.use_eagle:  # the spec's groups are searched as one, so all of them drop (as in vLLM)
+                for group_id in group.group_ids:
+                    self.single_type_managers[group_id].use_eagle = True
         # With at most one type besides full attention, one round already agrees (the last type searched
         # within everyone else's hit). vLLM stops after one round for full attention plus one other type
         # (is_simple_hybrid); with one sliding type alone its second round confirms the same length.
@@ -227,13 +246,13 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
         searched_full = False
         while True:
             length = hit_length
-            for window, group_ids in self.attention_groups:
+            for window, group_ids, use_eagle in self.attention_groups:
                 if window is None and searched_full:
                     continue  # any prefix of a full-attention hit is a hit: its first search serves
                 # EAGLE's managers drop the last hit block: one block more to search keeps the candidate reachable.
                 # As in vLLM 0.33, that block may be any full block the request has, past max_length too: a
                 # block-aligned prompt, whose last block the last-token rule already gave back, loses no more.
-                limit = min(length + self.block_size, len(block_hashes) * self.block_size) if self.use_eagle else length
+                limit = min(length + self.block_size, len(block_hashes) * self.block_size) if use_eagle else length
                 found = self.single_type_managers[group_ids[0]].find_longest_cache_hit(block_hashes, limit, group_ids)
                 searched_full |= window is None
                 length = len(found[0]) * self.block_size

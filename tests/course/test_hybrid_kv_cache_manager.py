@@ -162,10 +162,11 @@ def test_fixed_point_is_the_longest_hit_every_group_serves(data, n, w1, w2):
 
 
 def test_eagle_costs_one_block_whatever_the_attention_types():
-    """With EAGLE the draft head needs the last hit block's hidden states, so that block is recomputed:
-    full attention drops its last hit; a sliding window asks one block more, then drops it. Each type
-    searches one block past the candidate length (as vLLM does since its issue #32802), so a hybrid loses
-    one block, not one per type, and with two windows the fixed point does not spiral down to 0."""
+    """With EAGLE the head's KV at the last hit position was built with another request's next token, so that
+    block is recomputed: full attention drops its last hit; a sliding window asks one block more, then drops it.
+    These groups carry no is_eagle_group flag, so every group drops (vLLM's fallback), and each type searches one
+    block past the candidate length (as vLLM does since its issue #32802): a hybrid loses one block, not one per
+    type, and with two windows the fixed point does not spiral down to 0."""
     pool = BlockPool(60, enable_caching=True)
     for group_id in range(3):
         cache(pool, group_id, range(8))
@@ -195,7 +196,8 @@ def test_eagle_may_search_every_full_block_of_a_block_aligned_prompt():
 
 def test_eagle_hit_is_one_every_type_serves_one_block_further():
     """Full attention caches blocks 0-7, window 9 all but block 4, window 13 all but block 6. A window
-    needs ceil((W - 1) / 4) cached blocks before a hit's end, one more with EAGLE, which it then drops."""
+    needs ceil((W - 1) / 4) cached blocks before a hit's end, one more with EAGLE, which it then drops (no group
+    is flagged is_eagle_group, so every group drops: vLLM's fallback)."""
     pool = BlockPool(60, enable_caching=True)
     cache(pool, 0, range(8))
     cache(pool, 1, [i for i in range(8) if i != 4])

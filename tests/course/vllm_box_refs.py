@@ -1492,6 +1492,8 @@ R(
         ("vllm/vllm/config/model.py", '    - "auto" will use FP16 precision for FP32 and FP16 models, and BF16'),
         ("vllm/vllm/platforms/cuda.py", "            # Pascal, Volta and Turing NVIDIA GPUs, BF16 is not supported"),
         ("vllm/vllm/config/model.py", "        preferred_dtype = supported_dtypes[0]"),
+        ("vllm/vllm/config/model.py", "    if config_dtype == torch.float32:\n        config_dtype = preferred_dtype"),
+        ("vllm/vllm/platforms/cuda.py", "            return [torch.bfloat16, torch.float16, torch.float32]"),
         ("vllm/vllm/platforms/cuda.py", '                    "Bfloat16 is only supported on GPUs "'),
     ],
     [
@@ -1514,6 +1516,7 @@ R(
     [
         ("vllm/vllm/v1/kv_cache_interface.py", "class KVCacheGroupSpec:"),
         ("vllm/vllm/v1/kv_cache_interface.py", "    layer_names: list[str]"),
+        ("vllm/vllm/v1/kv_cache_interface.py", "    is_eagle_group: bool = False"),
         ("vllm/vllm/v1/kv_cache_interface.py", "class SlidingWindowSpec(AttentionSpec):"),
         ("vllm/vllm/model_executor/models/llama.py", "            per_layer_sliding_window=sliding_window,"),
         (
@@ -1521,7 +1524,10 @@ R(
             '            is_sliding = layer_types[effective_layer_idx] == "sliding_attention"',
         ),
     ],
-    [("nanoengine/kv_cache_interface.py", "class KVCacheGroupSpec:")],
+    [
+        ("nanoengine/kv_cache_interface.py", "class KVCacheGroupSpec:"),
+        ("nanoengine/kv_cache_interface.py", "    is_eagle_group: bool = False"),
+    ],
 )
 R(
     "12",
@@ -1609,6 +1615,16 @@ R(
         ),
         ("vllm/vllm/v1/core/kv_cache_coordinator.py", "            drop_eagle_block=0 in self.drop_eagle_group_ids,"),
         ("vllm/vllm/v1/core/kv_cache_coordinator.py", "                    eagle_margin = eagle_proof_margin("),
+        (
+            "vllm/vllm/v1/core/kv_cache_planning.py",
+            "            group.is_eagle_group = not draft_layer_names.isdisjoint(group.layer_names)",
+        ),
+        ("vllm/vllm/v1/core/kv_cache_coordinator.py", "        if use_eagle and not self.eagle_group_ids:"),
+        (
+            "vllm/vllm/v1/core/kv_cache_coordinator.py",
+            "                drop_eagle_block = use_eagle and idx not in eagle_verified",
+        ),
+        ("vllm/vllm/config/vllm.py", "            return self.num_speculative_tokens"),
     ],
     [
         (
@@ -1617,7 +1633,19 @@ R(
         ),
         (
             "nanoengine/core/kv_cache_coordinator.py",
-            "                limit = min(length + self.block_size, len(block_hashes) * self.block_size) if self.use_eagle else length",
+            "                limit = min(length + self.block_size, len(block_hashes) * self.block_size) if use_eagle else length",
+        ),
+        (
+            "nanoengine/core/kv_cache_coordinator.py",
+            "        flagged = {group_id for group_id, g in enumerate(groups) if g.is_eagle_group} or set(range(len(groups)))",
+        ),
+        (
+            "nanoengine/kv_cache_interface.py",
+            "            groups.append(KVCacheGroupSpec(target, window, is_eagle_group=len(target) < len(dealt)))",
+        ),
+        (
+            "nanoengine/config/engine.py",
+            "        return tuple(kv_cache_groups(self.model_config.hf_config, draft_config))",
         ),
     ],
 )
@@ -1900,6 +1928,10 @@ R(
     [
         ("nanoengine/engine/llm_engine.py", "    def _propose(self, output: ModelRunnerOutput) -> None:"),
         ("nanoengine/engine/llm_engine.py", "        self.scheduler.update_draft_token_ids(drafts)"),
+        (
+            "nanoengine/engine/arg_utils.py",
+            '            unsupported = "speculative_config (the runner does not fill in draft placeholders on the device)"',
+        ),
     ],
 )
 R(
@@ -2007,6 +2039,16 @@ R(
             "vllm/vllm/v1/engine/core.py",
             "        self._process_aborts_queue()\n        engine_core_outputs = self.scheduler.update_from_output(",
         ),
+        (
+            "vllm/vllm/v1/engine/core.py",
+            "        self._process_aborts_queue()\n        engine_core_outputs = self.scheduler.update_from_output(",
+            2,
+        ),
+        (
+            "vllm/vllm/v1/engine/core.py",
+            "            self.step if self.batch_queue is None else self.step_with_batch_queue",
+        ),
+        ("vllm/vllm/config/vllm.py", "            if pp_size <= 1:\n                return 2"),
     ],
     [
         ("nanoengine/engine/async_llm.py", "            self._submit(lambda: self._abort(call.engine_ids))"),

@@ -132,11 +132,14 @@ def test_without_the_block_drop_drafts_after_a_hit_go_wrong(monkeypatch):
 def test_eagle_reaches_the_kv_manager_the_scheduler_and_the_runner():
     llm = tiny_llm()
     assert llm.engine.kv_cache_manager.coordinator.use_eagle
+    # The head's layer joins the target's one group, which EngineConfig flags (vLLM's is_eagle_group).
+    assert [g.is_eagle_group for g in llm.kv_cache_groups] == [True]
     assert llm.engine.scheduler.config.num_lookahead_tokens == K
     assert llm.draft_model is HEAD and llm.engine.runner.cuda_graphs is None
     assert not tiny_llm(
         {"method": "draft_model", "model": TARGET, "num_speculative_tokens": K}
     ).engine.kv_cache_manager.coordinator.use_eagle, "a draft model's KV needs no drop"
+    assert not any(g.is_eagle_group for g in tiny_llm(None).kv_cache_groups)
 
 
 def test_a_full_attention_manager_of_ones_own_is_refused_beside_eagle():

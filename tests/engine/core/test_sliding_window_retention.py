@@ -109,7 +109,7 @@ def test_bad_retention_intervals_are_refused():
 def test_equal_specs_are_one_search():
     """Gemma 3's layout, five sliding layers to one full: five sliding groups of one window, searched as one."""
     kv = KVCacheManager(BS, 40, kv_cache_groups=get_kv_cache_groups([W] * 5 + [None]))
-    assert kv.coordinator.attention_groups == [SpecGroup(None, [0]), SpecGroup(W, [1, 2, 3, 4, 5])]
+    assert kv.coordinator.attention_groups == [SpecGroup(None, [0], False), SpecGroup(W, [1, 2, 3, 4, 5], False)]
 
 
 def test_sub_block_prefix_hits_are_refused():
