@@ -179,11 +179,12 @@ class VictimDesign(EngineScheduler):
         outcome, not by equality with anyone: on the three tight-pool workloads of nanocourse.victims, every plan
         keeps the step's rules (budget, pool, a victim planned for nothing), every request has finished by step
         1.25 x the number of steps vLLM's rule takes for that whole workload (nobody starved), no block is left
-        held, and the tokens computed a second time, summed over the three, are fewer than vLLM's rule recomputes
-        (the notebook's baseline cell prints that sum). Measure yours while you design:
+        held, and the tokens computed a second time, summed over the three, are fewer than `nanocourse.victims.bar()`:
+        what the first idea most designs start from, the fewest computed tokens first, recomputes (it already beats
+        vLLM's rule; the notebook's baseline cell prints all three sums). Measure yours while you design:
         `from nanocourse.victims import measure; measure(VictimDesign)`. A request's blocks hold
         self.kv_cache_manager.block_size tokens each.
-        Read after passing: the notebook's "What vLLM 0.33 chose, and why", and ask what your rule gives up.
+        Read after passing: `reveal("07")` (from nanocourse), and ask what your rule gives up.
         Example: running [a (40 computed), b (8 computed), c (20 computed)]: any one may be returned, and
         self.running then holds the other two in this order.
         """

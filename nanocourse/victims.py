@@ -1,5 +1,6 @@
 """Task 07.10's bench: replay the chapter's tight-pool workloads on a scheduler class, without a model, and
-measure what its victim choice cost.
+measure what its victim choice cost. The bar a design must clear is `bar()`: fewer tokens recomputed than the first
+idea most designs start from, FewestComputedFirst, which already beats vLLM's rule.
 
 A replay is the engine's step loop with the model left out (every request whose tokens are all computed samples
 token 1), so it takes milliseconds and depends on nothing but the scheduler. Each plan is checked as schedule()
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from nanocourse.plan_rules import checked_schedule
 from nanocourse.timeline import split_kinds
 from nanoengine.core import KVCacheManager, get_request_block_hasher
-from nanoengine.core.sched.scheduler import SchedulerConfig
+from nanoengine.core.sched.scheduler import Scheduler, SchedulerConfig
 from nanoengine.request import Request
 from nanoengine.sampling_params import SamplingParams
 from nanoengine.worker.outputs import ModelRunnerOutput
@@ -85,3 +86,19 @@ def replay(scheduler_cls: type, workload: str) -> Replay:
 def measure(scheduler_cls: type) -> list[Replay]:
     """Every workload, replayed on `scheduler_cls`."""
     return [replay(scheduler_cls, name) for name in WORKLOADS]
+
+
+class FewestComputedFirst(Scheduler):
+    """The first idea most victim designs start from, and task 07.10's bar: the running request with the fewest
+    computed tokens loses least, so it is the victim (the earliest admitted on a tie, the stronger of the two tie
+    orders on WORKLOADS). It looks only at what a request has done, never at what it will still claim."""
+
+    def choose_victim(self) -> Request:
+        victim = min(self.running, key=lambda r: r.num_computed_tokens)
+        self.running.remove(victim)
+        return victim
+
+
+def bar() -> int:
+    """Task 07.10's bar: the tokens FewestComputedFirst recomputes over WORKLOADS; a design must recompute fewer."""
+    return sum(r.recomputed for r in measure(FewestComputedFirst))

@@ -116,11 +116,21 @@ class Scheduler(EngineScheduler):
 
 
 class VictimDesign(EngineScheduler):
-    """Task 07.10: one design among many. The oldest running request keeps its first-come promise; of the
-    others, the one with the least computed work loses it, the newest on a tie: it has the least to redo."""
+    """Task 07.10: one design among many, a victim's cost against its gain. Preempting a request costs the tokens
+    it has computed (it redoes them); it gains the room the request would have claimed over the next HORIZON
+    steps had it stayed: its unread prompt at most one chunk cap a step, then one decode token a step. The victim
+    is the running request whose gain exceeds its cost the most, the newest on a tie."""
+
+    HORIZON = 16  # steps ahead that a freed block counts: about how long a victim waits before it is readmitted
 
     def choose_victim(self) -> Request:
-        candidates = self.running[1:] or self.running  # alone, the oldest is the only one there is
-        victim = min(reversed(candidates), key=lambda r: r.num_computed_tokens)
+        cap = self.config.long_prefill_token_threshold or self.config.max_num_batched_tokens
+
+        def claim(r: Request) -> int:
+            prompt = min(max(0, r.num_prompt_tokens - r.num_computed_tokens), cap * self.HORIZON)
+            decode = r.sampling_params.max_tokens - (r.num_tokens - r.num_prompt_tokens)
+            return prompt + min(decode, self.HORIZON - -(-prompt // cap))
+
+        victim = max(reversed(self.running), key=lambda r: claim(r) - r.num_computed_tokens)
         self.running.remove(victim)
         return victim

@@ -211,13 +211,25 @@ BUGS = [
     (
         "07.10",
         "the victim stays in the running list",
-        "key=lambda r: r.num_computed_tokens)\n        self.running.remove(victim)\n",
-        "key=lambda r: r.num_computed_tokens)\n",
+        "claim(r) - r.num_computed_tokens)\n        self.running.remove(victim)\n",
+        "claim(r) - r.num_computed_tokens)\n",
     ),
     (
         "07.10",
         "the oldest running request is the victim (the notebook's experiment): it recomputes more than vLLM's rule",
-        "candidates = self.running[1:] or self.running",
-        "candidates = self.running[:1]",
+        "victim = max(reversed(self.running), key=lambda r: claim(r) - r.num_computed_tokens)",
+        "victim = self.running[0]",
+    ),
+    (
+        "07.10",
+        "the fewest computed tokens first, the newest on a tie: the first idea, which beats vLLM's rule but not the bar",
+        "key=lambda r: claim(r) - r.num_computed_tokens)",
+        "key=lambda r: -r.num_computed_tokens)",
+    ),
+    (
+        "07.10",
+        "the gain alone (the most still to claim), its cost ignored",
+        "key=lambda r: claim(r) - r.num_computed_tokens)",
+        "key=claim)",
     ),
 ]

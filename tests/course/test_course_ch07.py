@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from nanocourse.timeline import StepTimeline, record_run, split_kinds, step_line
-from nanocourse.victims import WORKLOADS, measure
+from nanocourse.victims import WORKLOADS, FewestComputedFirst, bar, measure
 from nanoengine.attention import TorchBackend
 from nanoengine.attention.paged import PagedKVCache
 from nanoengine.config import LlamaConfig
@@ -179,3 +179,11 @@ def test_every_victim_workload_forces_preemption_and_finishes_clean():
     for r in replays:
         assert r.preemptions > 0 and r.recomputed > 0, r
         assert None not in r.finished.values() and r.blocks_held == 0, r
+
+
+def test_the_victim_bar_is_the_first_idea_which_already_beats_vllms_rule():
+    """07.10's bar is what FewestComputedFirst recomputes: lower than vLLM's rule, so beating vLLM's rule alone (as
+    the first idea does) no longer passes."""
+    first_idea = measure(FewestComputedFirst)
+    assert bar() == sum(r.recomputed for r in first_idea) < sum(r.recomputed for r in measure(Scheduler))
+    assert all(None not in r.finished.values() and r.blocks_held == 0 for r in first_idea)
