@@ -281,8 +281,9 @@ class KVCacheManager(EngineKVCacheManager):
         - after every call, request.shared_prefix_boundary is the token position where the longest prefix that
           some attention type has cached past the hit ends, or 0 when there is none or no lookup ran: chapter
           12's sliding groups keep the blocks that end there. With full attention alone it is always 0.
-        (vLLM 0.33: KVCacheManager.get_computed_blocks, which returns that position's share past the hit as a
-        third value for the scheduler to store on the request, and leaves all counting to the scheduler.)
+        (vLLM 0.33: KVCacheManager.get_computed_blocks, which returns that position, the hit plus the part some
+        type has cached past it, as a third value for the scheduler to store on the request, and leaves all
+        counting to the scheduler.)
         Example: block size 4, blocks 0 and 2 of a 13-token request cached, block 1 not: blocks ([block 0],), 4
         tokens. All three cached and 12 tokens: ([block 0, block 1],), 8 tokens, since block 2 holds the last
         token.
