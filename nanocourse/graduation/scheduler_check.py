@@ -142,18 +142,12 @@ def replay(vllm: Vllm, parts: Parts, workload: tuple[dict, list], observe: Calla
     def build(ours: bool) -> Any:
         if not ours:
             theirs[:] = [
-                VllmScheduler(
+                _vllm_scheduler(
                     vllm,
-                    num_blocks=num_blocks,
-                    block_size=BS,
+                    cfg,
+                    num_blocks,
                     windows=[g.sliding_window for g in groups],
                     eagle_group_ids=eagle_group_ids,
-                    max_num_batched_tokens=cfg["budget"],
-                    max_num_seqs=cfg["max_num_seqs"],
-                    policy=cfg["policy"],
-                    long_prefill_token_threshold=cfg["threshold"],
-                    enable_prefix_caching=cfg["caching"],
-                    max_model_len=scheduler_config(cfg).max_model_len,
                     num_speculative_tokens=k,
                     drafter=drafter,
                 )
@@ -205,6 +199,22 @@ def replay(vllm: Vllm, parts: Parts, workload: tuple[dict, list], observe: Calla
             subject=parts.subject,
             observe=observe,
         )
+
+
+def _vllm_scheduler(vllm: Vllm, cfg: dict, num_blocks: int, **kwargs: Any) -> VllmScheduler:
+    """vLLM's Scheduler for a workload's config (scheduler_workloads' keys), on num_blocks blocks."""
+    return VllmScheduler(
+        vllm,
+        num_blocks=num_blocks,
+        block_size=BS,
+        max_num_batched_tokens=cfg["budget"],
+        max_num_seqs=cfg["max_num_seqs"],
+        policy=cfg["policy"],
+        long_prefill_token_threshold=cfg["threshold"],
+        enable_prefix_caching=cfg["caching"],
+        max_model_len=scheduler_config(cfg).max_model_len,
+        **kwargs,
+    )
 
 
 @contextlib.contextmanager
@@ -462,20 +472,7 @@ def replay_async(
         manager = parts.kv_cache_manager_cls(BS, pool, kv_cache_groups=groups, **parts.manager_kwargs)
         sides = {
             "ours": _BatchQueue(scheduler_cls(scheduler_config(cfg), manager)),
-            "vllm": _BatchQueue(
-                VllmScheduler(
-                    vllm,
-                    num_blocks=num_blocks,
-                    block_size=BS,
-                    max_num_batched_tokens=cfg["budget"],
-                    max_num_seqs=cfg["max_num_seqs"],
-                    policy=cfg["policy"],
-                    long_prefill_token_threshold=cfg["threshold"],
-                    enable_prefix_caching=cfg["caching"],
-                    max_model_len=cfg["max_model_len"],
-                    async_scheduling=True,
-                )
-            ),
+            "vllm": _BatchQueue(_vllm_scheduler(vllm, cfg, num_blocks, async_scheduling=True)),
         }
         for op in ops:
             if op[0] == "add":
