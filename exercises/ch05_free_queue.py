@@ -101,7 +101,7 @@ class FreeKVCacheBlockQueue:
 
         Contract: the blocks (outside the queue) follow the old last block in the given order, blocks[-1]
         becoming the new tail; num_free_blocks grows by len(blocks); append_n([]) changes nothing.
-        (vLLM 0.33: FreeKVCacheBlockQueue.append_n; BlockPool.free_blocks puts freed cached blocks here.)
+        (vLLM 0.33: FreeKVCacheBlockQueue.append_n.)
         Example: on [3, 4, 5], append_n([block 0, block 2]) gives [3, 4, 5, 0, 2] with num_free_blocks 5.
         """
         raise NotImplementedError
@@ -111,8 +111,8 @@ class FreeKVCacheBlockQueue:
 
         Contract: the blocks (outside the queue) come before the old head in the given order, so they are
         handed out first, blocks[0] first; num_free_blocks grows by len(blocks); prepend_n([]) changes
-        nothing. (vLLM 0.33: FreeKVCacheBlockQueue.prepend_n; BlockPool.free_blocks uses it for blocks
-        without a hash: their content is worth nothing, so they are reused first.)
+        nothing. (vLLM 0.33: FreeKVCacheBlockQueue.prepend_n. Which freed blocks the pool sends to which end is
+        chapter 06's design problem.)
         Example: on [4, 5], prepend_n([block 3, block 1]) gives [3, 1, 4, 5], and popleft() then returns
         block 3.
         """

@@ -3,8 +3,12 @@
 `FreeQueueLab` runs requests through a real KVCacheManager over a small BlockPool. After each action it
 reads the queue itself to record what the action did: the blocks popped from the head (and the cached
 content that popping evicted), the blocks a prefix hit pulled out of the queue and where they sat, and
-which freed blocks came back at the head or at the tail. `FreeQueueView` puts buttons on it and draws
-the queue. `remove_append_ns` times the operation a hit costs, on the linked queue and on a deque.
+which freed blocks came back at the head or at the tail, each marked by whether it still carries a hash.
+`FreeQueueView` puts buttons on it and draws the queue. `remove_append_ns` times the operation a hit
+costs, on the linked queue and on a deque.
+
+Where freed blocks go is the eviction policy, chapter 06's design problem, so this chapter's pools do not
+use the engine's: `stand_in_pool` puts freed blocks where `to_tail_in_order` says, a stand-in stated as such.
 """
 
 from __future__ import annotations
@@ -19,7 +23,14 @@ from functools import partial
 import ipywidgets as widgets
 
 from nanocourse.live import show_view
-from nanoengine.core import BlockPool, FreeKVCacheBlockQueue, KVCacheBlock, KVCacheManager, get_request_block_hasher
+from nanocourse.lru_view import PlacedFreePool, PlaceFreed
+from nanoengine.core import (
+    FreeBlockQueue,
+    FreeKVCacheBlockQueue,
+    KVCacheBlock,
+    KVCacheManager,
+    get_request_block_hasher,
+)
 from nanoengine.request import Request
 
 # Every chat starts with these 8 tokens: two full 4-token blocks that later chats can hit.
@@ -32,13 +43,34 @@ def starred(blocks: Sequence[KVCacheBlock]) -> str:
     return " ".join(f"{b.block_id}{'*' if b.block_hash is not None else ''}" for b in blocks)
 
 
+def to_tail_in_order(queue: FreeKVCacheBlockQueue, freed: list[KVCacheBlock]) -> None:
+    """Chapter 05's stand-in placement, not the engine's: every freed block to the tail, in the order given
+    (the order its request held them), hashed or not.
+
+    It only keeps the queue whole, so that chapter 05 can show the structure; where freed blocks should
+    go, and in which order, is the eviction policy that chapter 06 designs (tasks 06.2 and 06.8).
+    """
+    queue.append_n(freed)
+
+
+def stand_in_pool(
+    num_blocks: int,
+    block_size: int,
+    free_queue_cls: type[FreeBlockQueue] = FreeKVCacheBlockQueue,
+    place: PlaceFreed = to_tail_in_order,
+) -> PlacedFreePool:
+    """The engine's BlockPool, caching on, with freed blocks placed by `place` (chapter 06's seam)."""
+    return PlacedFreePool(num_blocks, True, place, block_size, free_queue_cls=free_queue_cls)
+
+
 @dataclass(frozen=True, slots=True)
 class Event:
     """What one action did to the free queue, as block ids.
 
     `pulled` holds (block id, its position in the queue before the action) for each prefix hit on a
     free block: touch() removed it from wherever it was. `shared` are hits on blocks a running request
-    already held: their ref count went up and the queue did not change.
+    already held: their ref count went up and the queue did not change. `to_head` and `to_tail` are the
+    freed blocks found at each end afterwards, and `hashed` those of them that still carry a hash.
     """
 
     action: str
@@ -48,7 +80,12 @@ class Event:
     shared: tuple[int, ...] = ()
     to_head: tuple[int, ...] = ()
     to_tail: tuple[int, ...] = ()
+    hashed: frozenset[int] = frozenset()
     refused: bool = False
+
+    def marked(self, ids: Sequence[int]) -> str:
+        """The ids as a list, each followed by * when the block carries a hash, as in the queue line."""
+        return "[" + ", ".join(f"{i}{'*' if i in self.hashed else ''}" for i in ids) + "]"
 
     def describe(self) -> str:
         if self.refused:
@@ -59,21 +96,31 @@ class Event:
             (self.shared, "hit {}, already held: ref_cnt + 1"),
             (self.popped, "popped {} from the head"),
             (self.evicted, "evicting the cached content of {}"),
-            (self.to_head, "{} (no hash) to the head"),
-            (self.to_tail, "{} (hashed) to the tail"),
         )
         parts = [template.format(list(ids)) for ids, template in phrases if ids]
+        parts += [
+            f"freed {self.marked(ids)} to the {end}"
+            for ids, end in ((self.to_head, "head"), (self.to_tail, "tail"))
+            if ids
+        ]
         return f"{self.action}: " + ("; ".join(parts) or "no block changed hands")
 
 
 class FreeQueueLab:
     """A small real pool (block 0 is the null block) and the requests running on it.
 
-    free_queue_cls swaps in another queue class (the chapter's exercise) under the same pool.
+    free_queue_cls swaps in another queue class (the chapter's exercise) under the same pool; place decides
+    where freed blocks go (chapter 05's stand-in unless given).
     """
 
-    def __init__(self, num_blocks: int = 16, block_size: int = 4, free_queue_cls: type = FreeKVCacheBlockQueue) -> None:
-        self.pool = BlockPool(num_blocks, True, block_size, free_queue_cls=free_queue_cls)
+    def __init__(
+        self,
+        num_blocks: int = 16,
+        block_size: int = 4,
+        free_queue_cls: type[FreeBlockQueue] = FreeKVCacheBlockQueue,
+        place: PlaceFreed = to_tail_in_order,
+    ) -> None:
+        self.pool = stand_in_pool(num_blocks, block_size, free_queue_cls, place)
         self.manager = KVCacheManager(block_size, self.pool)
         self.hasher = get_request_block_hasher(block_size)
         self.running: dict[str, Request] = {}  # admission order: the first is the oldest
@@ -112,11 +159,17 @@ class FreeQueueLab:
         """Free a running request; the queue before and after tells where its blocks went."""
         before = {block.block_id for block in self.free_order()}
         self.manager.free(self.running.pop(name))
-        after = [block.block_id for block in self.free_order()]
-        added = [i for i in after if i not in before]
-        num_at_head = next((k for k, i in enumerate(after) if i in before), len(after))
+        after = self.free_order()
+        added = [block.block_id for block in after if block.block_id not in before]
+        num_at_head = next((k for k, block in enumerate(after) if block.block_id in before), len(after))
+        hashed = frozenset(block.block_id for block in after if block.block_hash is not None)
         return self._record(
-            Event(f"free {name}", to_head=tuple(added[:num_at_head]), to_tail=tuple(added[num_at_head:]))
+            Event(
+                f"free {name}",
+                to_head=tuple(added[:num_at_head]),
+                to_tail=tuple(added[num_at_head:]),
+                hashed=hashed & frozenset(added),
+            )
         )
 
     def allocate_request(self, num_tokens: int = 14) -> Event:

@@ -27,6 +27,7 @@ from nanocourse.pool_map import block_owners
 from nanoengine.core import (
     BlockPool,
     BlockRemoved,
+    FreeBlockQueue,
     FreeKVCacheBlockQueue,
     KVCacheBlock,
     KVCacheManager,
@@ -106,8 +107,16 @@ class PlacedFreePool(BlockPool):
     `LLM(block_pool=lambda n, caching: PlacedFreePool(n, caching, place))`.
     """
 
-    def __init__(self, num_gpu_blocks: int, enable_caching: bool, place: PlaceFreed) -> None:
-        super().__init__(num_gpu_blocks, enable_caching)
+    def __init__(
+        self,
+        num_gpu_blocks: int,
+        enable_caching: bool,
+        place: PlaceFreed,
+        hash_block_size: int | None = None,
+        *,
+        free_queue_cls: type[FreeBlockQueue] = FreeKVCacheBlockQueue,
+    ) -> None:
+        super().__init__(num_gpu_blocks, enable_caching, hash_block_size, free_queue_cls=free_queue_cls)
         self.place = place
 
     def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock]) -> None:
