@@ -53,10 +53,10 @@ class Scheduler(EngineScheduler):
             lookahead = self.lookahead(request, n)
             blocks = kv.allocate_slots(request, n, num_lookahead_tokens=lookahead)
             while blocks is None:
-                if len(self.running) == 1 and not (request.spec_token_ids or lookahead):
+                if len(self.running) == 1 and not request.spec_token_ids:
                     self.finish_length_capped(request)  # it alone has outgrown the whole pool
                     break
-                # Else, with drafts or lookahead slots (chapter 13), alone it preempts itself, which drops them.
+                # Else, with drafts (chapter 13), alone it preempts itself, which drops them.
                 victim = self.choose_victim()
                 if victim.request_id in num_scheduled:  # it ran earlier in this step: refund its tokens
                     budget += slots

@@ -146,8 +146,9 @@ KNOWN_DIFFERENCES = {
     "a lone request outgrew the pool": (
         "only where max_model_len is beyond the pool, which vLLM 0.33 refuses to start with "
         "(kv_cache_planning.check_enough_kv_cache_memory): nanoengine ends the request FINISHED_LENGTH_CAPPED, "
-        "where vLLM's scheduler preempts it and it never fits again (with drafts or lookahead slots nanoengine "
-        "preempts it too, which drops them, and ends it only if it then cannot be admitted into an idle pool)"
+        "where vLLM's scheduler preempts it and never completes it (it waits, or is readmitted and preempted at "
+        "the same point for ever); with drafts nanoengine preempts it too, which drops them, and ends it only if "
+        "it then cannot be admitted into an idle pool"
     ),
 }
 

@@ -103,8 +103,8 @@ SCHEDULER_CHECKS: dict[str, dict[str, Any]] = {
     # The course's workloads as they are: max_model_len 8192 on pools of a few blocks, which vLLM would refuse to
     # start with; a request alone in the pool then outgrows it.
     "scheduler, max_model_len beyond the pool": {"oversized": st.just(True)},
-    # A lone request's drafts and lookahead slots can outgrow the pool where its own tokens would not: vLLM's
-    # preemption drops them and readmits it.
+    # A lone request's drafts can outgrow the pool where its own tokens would not: vLLM's preemption drops them and
+    # readmits it. Its lookahead slots, asked for again at admission, it keeps.
     "scheduler, max_model_len beyond the pool, draft-model drafts": {
         "oversized": st.just(True),
         "num_speculative_tokens": st.sampled_from([1, 2, 3]),
@@ -118,8 +118,8 @@ def replay(vllm: Vllm, parts: Parts, workload: tuple[dict, list], observe: Calla
     AssertionError with the story at the first difference. Only configurations vLLM accepts (ON_PURPOSE)."""
     cfg, ops = dict(workload[0]), workload[1]
     capped: list[str] = []  # the requests this side ended for outgrowing the pool (max_model_len beyond it only)
-    # Of those, the ones it ended while running with no drafts and no lookahead slots: a preemption drops nothing
-    # that would let them fit, so vLLM, which preempts them, never runs them again.
+    # Of those, the ones it ended while running with no drafts: a preemption drops nothing that would let them fit
+    # (lookahead slots are asked for again at admission), so vLLM, which preempts them, never completes them.
     capped_bare: list[str] = []
     theirs: list[Any] = []  # vLLM's scheduler, once built
     windows = [cfg["window"]] * cfg["sliding_groups"] + [None] if "window" in cfg else [None]
@@ -170,7 +170,7 @@ def replay(vllm: Vllm, parts: Parts, workload: tuple[dict, list], observe: Calla
 
         def record(request: Any) -> None:
             capped.append(request.request_id)
-            if request.status.name == "RUNNING" and not request.spec_token_ids and not cfg.get("num_lookahead_tokens"):
+            if request.status.name == "RUNNING" and not request.spec_token_ids:
                 capped_bare.append(request.request_id)
             finish_length_capped(request)
 
@@ -178,9 +178,10 @@ def replay(vllm: Vllm, parts: Parts, workload: tuple[dict, list], observe: Calla
         return scheduler
 
     def never_run_again() -> bool:
-        """vLLM holds every request this side capped waiting, and either each was capped bare (capped_bare) or vLLM
-        is stuck: nothing running and a next step that schedules nothing, so it would wait for ever. Called at a
-        difference only, when the comparison is over (it steps vLLM's scheduler)."""
+        """vLLM holds every request this side capped waiting, and either each was capped bare (capped_bare: vLLM
+        readmits it and stops at the same point for ever, or never readmits it) or vLLM is stuck: nothing running
+        and a next step that schedules nothing. Called at a difference only, when the comparison is over (it steps
+        vLLM's scheduler)."""
         side = theirs[0]
         if not set(capped) <= {r.request_id for r in side.waiting}:
             return False
@@ -292,9 +293,9 @@ KNOWN_CASES = {
     "max_model_len beyond the pool: a lone request outgrowing it is capped, where vLLM preempts it": _case(
         {"num_blocks": 3, "budget": 1, "oversized": True}, ("add", 1, 0, 0, 9, False)
     ),
-    # a alone outgrows the pool only by its lookahead slot: vLLM preempts it, which drops its drafts, and b and c
-    # (higher priority) run; nanoengine used to end a.
-    "drafts: a lone request whose lookahead outgrows the pool preempts itself": _case(
+    # a alone outgrows the pool only with its draft: vLLM preempts it, which drops the draft, and b and c (higher
+    # priority) run; nanoengine used to end a.
+    "drafts: a lone request whose drafts outgrow the pool preempts itself": _case(
         {
             "num_blocks": 4,
             "budget": 2,

@@ -154,10 +154,12 @@ class Scheduler:
                 i += 1
                 continue
             while (blocks := kv.allocate_slots(request, n, num_lookahead_tokens=self.lookahead(request, n))) is None:
-                if len(self.running) == 1 and not (request.spec_token_ids or self.lookahead(request, n)):
-                    # Alone, out of blocks, and no drafts or lookahead slots that a preemption would drop: the
-                    # request has outgrown the whole pool. With some, it preempts itself below, as in vLLM 0.33,
-                    # and comes back without them (or, if even that cannot fit, admission ends it).
+                if len(self.running) == 1 and not request.spec_token_ids:
+                    # Alone, out of blocks, and no drafts for a preemption to drop: the request has outgrown the whole
+                    # pool (lookahead slots are asked for again at admission, so dropping nothing, a preemption would
+                    # only repeat this step for ever). With drafts it preempts itself below, as in vLLM 0.33, and
+                    # comes back without them, one token further each time (or, if it cannot be admitted, admission
+                    # ends it).
                     self.finish_length_capped(request)
                     break
                 victim = self.choose_victim()
@@ -216,7 +218,7 @@ class Scheduler:
             ):
                 if not self.running:
                     # The whole pool was there for it: it can never run (a lone request preempted to drop its
-                    # drafts whose own tokens and lookahead still do not fit). vLLM 0.33 would leave it waiting.
+                    # drafts whose own tokens and lookahead slots still do not fit). vLLM 0.33 would leave it waiting.
                     self.finish_length_capped(request)
                     continue
                 break
