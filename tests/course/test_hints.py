@@ -175,9 +175,7 @@ def test_chapter_07s_last_schedule_hint_is_the_worked_solutions_logic():
     import textwrap
 
     source = (ROOT / "solutions" / "ch07_scheduler.py").read_text()
-    schedule = next(
-        n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef) and n.name == "schedule"
-    )
+    schedule = next(n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef) and n.name == "schedule")
     body = textwrap.dedent("\n".join(source.splitlines()[schedule.lineno - 1 : schedule.end_lineno]))
     last = [h for h in chapter_hints("07") if h.title.startswith("07.2 ")][-1]
     missing = [line for line, _ in _solution_lines(body) if line not in _normalise(last.text)]
