@@ -146,7 +146,7 @@ class Scheduler(EngineScheduler):
 
         Examples (block size 4). Some show a situation and ask; the graded task answers, with vLLM's reason.
         Budget 8, a lone 20-token prompt: the steps plan 8, 8 and 4 tokens, then 1 (its first decode).
-        Budget 64, a decoding (1 token) and b waiting with a 150-token prompt that fits: how much does b get this
+        Budget 10, a decoding (1 token) and b waiting with a 20-token prompt that fits: how much does b get this
         step, and in which order do a and b appear? (07.2)
         Preemption, FCFS: running [a, b], both decoding, no block free, a's next position starts a new block, and
         w waiting would fit once b's blocks are free: the step plans {a: 1}, preempted [b]; b is back at the
