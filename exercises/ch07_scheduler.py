@@ -196,7 +196,9 @@ class VictimDesign(EngineScheduler):
         outcome, not by equality with anyone: on the three tight-pool workloads of nanocourse.victims, every plan
         keeps the step's rules (budget, pool, a victim planned for nothing), every request has finished by step
         1.25 x the number of steps vLLM's rule takes for that whole workload (nobody starved), no block is left
-        held, and the tokens computed a second time, summed over the three, are fewer than `nanocourse.victims.bar()`:
+        held; on nanocourse.victims.STARVING, a workload built to starve (a long prompt among a stream of short
+        ones), no request stays from arrival to finish more than 1.25 x the longest any stays under vLLM's rule;
+        and the tokens computed a second time, summed over the three, are fewer than `nanocourse.victims.bar()`:
         what the first idea most designs start from, the fewest computed tokens first, recomputes (it already beats
         vLLM's rule; the notebook's baseline cell prints all three sums). Measure yours while you design:
         `from nanocourse.victims import measure; measure(VictimDesign)`. A request's blocks hold

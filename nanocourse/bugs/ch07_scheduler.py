@@ -246,6 +246,15 @@ BUGS = [
     ),
     (
         "07.10",
+        "the most still to claim (prompt tokens twice): beats the bar, but starves the long prompt it always takes",
+        "key=lambda r: claim(r) - r.num_computed_tokens)",
+        (
+            "key=lambda r: 2 * max(0, r.num_prompt_tokens - r.num_computed_tokens)"
+            " + r.sampling_params.max_tokens - (r.num_tokens - r.num_prompt_tokens))"
+        ),
+    ),
+    (
+        "07.10",
         "the gain alone (the most still to claim), its cost ignored",
         "key=lambda r: claim(r) - r.num_computed_tokens)",
         "key=claim)",

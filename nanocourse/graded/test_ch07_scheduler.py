@@ -19,7 +19,7 @@ from nanocourse.differential import (
 )
 from nanocourse.plan_rules import checked_schedule
 from nanocourse.policies import longest_common_prefix
-from nanocourse.victims import MAX_STEPS, FewestComputedFirst, bar, measure
+from nanocourse.victims import MAX_STEPS, STARVING, FewestComputedFirst, bar, measure, replay
 from nanoengine.core import KVCacheManager
 from nanoengine.core.sched.scheduler import Scheduler, SchedulerConfig
 from nanoengine.request import Request
@@ -49,17 +49,14 @@ def _engine_chunk_plan(num_tokens, budget, threshold=0):
     return chunks
 
 
-class _MostStillToClaim(Scheduler):
+class _LastPartialBlockFirst(Scheduler):
     """Task 07.10 in "nanoengine" mode, where the engine keeps vLLM's rule: a design that passes, the running
-    request with the most tokens still to claim, an unread prompt token counting twice (a prefill claims blocks
-    several tokens a step, a decode one), the newest on a tie."""
+    request with the fewest tokens in its last, partial block (a victim back soon finds its full blocks cached and
+    recomputes little more than those), then the fewest computed, the earliest admitted on a tie."""
 
     def choose_victim(self):
-        def still_to_claim(r):
-            prompt = max(0, r.num_prompt_tokens - r.num_computed_tokens)
-            return 2 * prompt + r.sampling_params.max_tokens - (r.num_tokens - r.num_prompt_tokens)
-
-        victim = max(reversed(self.running), key=still_to_claim)
+        block_size = self.kv_cache_manager.block_size
+        victim = min(self.running, key=lambda r: (r.num_computed_tokens % block_size, r.num_computed_tokens))
         self.running.remove(victim)
         return victim
 
@@ -68,7 +65,7 @@ NANOENGINE = {
     "chunk_size": _engine_chunk_size,
     "chunk_plan": _engine_chunk_plan,
     "Scheduler": Scheduler,
-    "VictimDesign": _MostStillToClaim,
+    "VictimDesign": _LastPartialBlockFirst,
 }
 
 
@@ -730,3 +727,15 @@ def test_victim_design(impl):
         f"{bar()} that 'the fewest computed tokens first' recomputes (vLLM's rule: {sum(t.recomputed for t in vllm)}). "
         f"That rule weighs only what a victim has done; what else decides what a preemption costs? {table}"
     )
+    for name in STARVING:  # built to starve: a rule that takes the same request again and again fails here
+        theirs, mine = replay(Scheduler, name), replay(Checked, name)
+        limit = int(STARVATION_FACTOR * theirs.longest_stay())
+        stays = {rid: (at or MAX_STEPS) - mine.arrived[rid] for rid, at in mine.finished.items()}
+        late = {rid: stay for rid, stay in stays.items() if stay > limit}
+        assert not late, (
+            f"{name!r} (nanocourse.victims.STARVING: a 40-token prompt, r0, among twelve 8-token ones arriving every "
+            f"3 steps): {late} stayed that many steps from arrival to finish, more than {limit}, {STARVATION_FACTOR} "
+            f"times the longest any request stays under vLLM's rule ({theirs.longest_stay()}): a victim order may "
+            f"not starve a request. Which request does yours take at each preemption, and what stops it taking the "
+            f"same one again?"
+        )
