@@ -155,9 +155,18 @@ def test_running_first(impl):
     )
     s.add_request(req("b", 20, first=100))
     so = step(s)
-    assert (got := list(so.num_scheduled_tokens.items())) == [("a", 1), ("b", 9)], (
-        f"Turns and Budget, step 1 (budget 10): a (running, holding a block) needs 1 token and newcomer b 20, so the "
-        f"smallest case: expected the plan [('a', 1), ('b', 9)], got {got}"
+    got = list(so.num_scheduled_tokens.items())
+    turns = [r for r, _ in got]
+    assert "a" in turns and turns.index("a") == 0, (
+        f"Turns, step 1 (budget 10): a runs, holding a block, and needs 1 token; newcomer b needs 20. Yours plans "
+        f'{got}. vLLM 0.33 plans the running requests first, then the newcomers ("First, schedule the RUNNING '
+        f'requests", then "Next, schedule the WAITING requests", scheduler.py): a running request holds KV blocks '
+        f"already, and a step that gives its budget to a newcomer keeps those blocks busy for nothing. Expected "
+        f"[('a', 1), ('b', 9)]"
+    )
+    assert got == [("a", 1), ("b", 9)], (
+        f"Budget, step 1 (budget 10): a (running) takes the 1 token it needs, and newcomer b what is left of the "
+        f"budget, 9 of its 20: expected [('a', 1), ('b', 9)], got {got}"
     )
     assert [d.req_id for d in so.scheduled_new_reqs] == ["b"] and so.scheduled_cached_reqs.req_ids == ["a"], (
         f"Output, step 1: b was admitted this step (new_reqs: what admit() returned) and a was already running, so "
@@ -181,7 +190,8 @@ def test_running_first(impl):
         f"group, vLLM's shape, so ([5],) and ([6, 7],) for this one-group model; make_output got "
         f"{so.scheduled_cached_reqs.new_block_ids}"
     )
-    assert (got := plan(s)) == ([("a", 1), ("b", 2)], []), (
+    got = plan(s)
+    assert got == ([("a", 1), ("b", 2)], []), (
         f"Output, step 3 (budget 10): expected a's decode (1), then the last 2 of b's 20 prompt tokens, got {got}"
     )
 
@@ -336,8 +346,31 @@ def test_preemption(impl):
     s, plans = _two_decoding(impl, "priority", 7)
     assert plans[6] == ([("b", 1)], ["a"]), (
         "Room, step 6 (priority, 6 usable blocks): a needs a 4th block, none is free and a (priority 1) is the worst, "
-        "so a preempts itself; expected b still to run 1 token (under priority the running loop goes on), got "
+        "so a preempts itself; expected b still to run 1 token (under priority the running loop goes on: vLLM 0.33's "
+        '"The requests after it have higher priority and may still fit", `continue`), got '
         f"{plans[6]}"
+    )
+    # Alone: 2 usable blocks, a's 8 tokens fill them; its decode at position 8 needs a third, and nobody else runs.
+    s = make(impl, num_blocks=3)
+    s.add_request(req("a", 8))
+    step(s)
+    s.add_request(req("w", 4, first=100))
+    so = step(s)
+    got = (list(so.num_scheduled_tokens.items()), sorted(so.preempted_req_ids))
+    status = s.requests["a"].status.name if "a" in s.requests else "FINISHED_LENGTH_CAPPED"
+    assert "a" not in so.preempted_req_ids, (
+        "Alone, step 1 (2 usable blocks, a 8-token prompt a alone in running, no drafts): a's decode at position 8 "
+        "needs a third block, and nobody else runs. Yours preempted a; but a comes back with its 9 tokens, which need "
+        "3 blocks of the 2 there are: it would wait for ever, and the requests behind it with it. A lone request "
+        "refused with nothing a preemption drops (no drafts, no lookahead slots) can never fit, so it is ended: "
+        "finish_length_capped (vLLM 0.33 refuses to start with a pool smaller than one max_model_len request, "
+        "kv_cache_planning.check_enough_kv_cache_memory; nanoengine allows small pools and ends the request). "
+        f"Expected a ended (FINISHED_LENGTH_CAPPED) and the plan [('w', 4)]; got (plan, preempted) {got}"
+    )
+    assert got == ([("w", 4)], []) and status == "FINISHED_LENGTH_CAPPED", (
+        "Alone, step 1: a is ended with finish_length_capped (neither planned nor preempted), and ending it is not a "
+        "preemption, so the step admits w into the blocks a freed: expected (plan, preempted) ([('w', 4)], []) with "
+        f"a FINISHED_LENGTH_CAPPED; got {got}, a {status}"
     )
 
 
@@ -366,7 +399,26 @@ def test_admission(impl):
     assert (got := plan(s)) == ([("a", 8)], []), (
         "Admission, step 0 (5 usable blocks, budget 16, a 8 tokens then b 20 waiting): a takes 2 blocks; b's first "
         "chunk of 8 would fit in the 3 left, but its whole 20-token prompt needs 5, so b is not admitted and holds "
-        f"nothing; expected ([('a', 8)], []), got {got}"
+        f"nothing; expected ([('a', 8)], []), got {got}. vLLM 0.33 admits a newcomer only if its whole sequence, cache "
+        "hit included, fits the free blocks now (allocate_slots' full_sequence_must_fit=scheduler_reserve_full_isl, "
+        "True by default): admitted on its first chunk alone, b's later chunks would need blocks a holds, and b would "
+        "be preempted mid-prompt and readmitted over and over"
+    )
+    # Head of the queue: a runs; x (16 tokens, 4 blocks) heads the queue and y (4 tokens, 1 block) follows.
+    s = make(impl, num_blocks=6)
+    s.add_request(req("a", 8))
+    step(s)
+    s.add_request(req("x", 16, first=100))
+    s.add_request(req("y", 4, first=200))
+    so = step(s)
+    got = (list(so.num_scheduled_tokens.items()), [r.request_id for r in s.waiting])
+    assert got == ([("a", 1)], ["x", "y"]) and s.kv_cache_manager.get_block_ids("y") == ([],), (
+        "Head of the queue, step 1 (5 usable blocks, FCFS): a decodes into its third block, 2 are left; x, the "
+        "queue's head, needs 4 for its whole 16-token prompt and is refused; y behind it needs 1. Expected "
+        "(plan, waiting) ([('a', 1)], ['x', 'y']), y holding nothing; got "
+        f"{got}. vLLM 0.33's waiting loop `break`s at the first newcomer it refuses: the queue's order is the "
+        "policy's promise, and were y admitted past it, a stream of short requests could keep a long one waiting "
+        "for ever"
     )
     # Priority: c (priority 0) arrives as a's growth preempts b; c would fit, but nobody is admitted
     # in a preempting step.
@@ -381,8 +433,9 @@ def test_admission(impl):
     admitted = [r.req_id for r in so.scheduled_new_reqs]
     assert got == ([("a", 1)], ["b"]) and admitted == [], (
         "Admission, step 6 (priority, 6 usable blocks): a's next token needs a block, so b (priority 1, arrived "
-        "later) is preempted; c (priority 0) arrived and would fit, but a step that preempted admits nobody (the pool "
-        "just proved too small for what runs). Expected (plan, preempted) ([('a', 1)], ['b']) and nobody admitted; "
+        "later) is preempted; c (priority 0) arrived and would fit, but a step that preempted admits nobody: vLLM "
+        "0.33's `if not preempted_reqs` guards its whole waiting loop, since the pool just proved too small for what "
+        "runs and a newcomer would only set up the next preemption. Expected (plan, preempted) ([('a', 1)], ['b']) and nobody admitted; "
         f"got {got}, admitted {admitted}, waiting {[r.request_id for r in s.waiting]}"
     )
     assert (got := plan(s)) == ([("a", 1), ("c", 3)], []), (
