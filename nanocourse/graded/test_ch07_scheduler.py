@@ -651,6 +651,20 @@ _DRAFTING_REFUND_EXAMPLE = (
     + [("add", 6, 2, 0, 20, False), ("step", 8)],
 )
 
+# A lone request whose lookahead slots outgrow the pool preempts itself (the preemption drops them), not ended.
+_ALONE_LOOKAHEAD_EXAMPLE = (
+    {
+        "num_blocks": 3,
+        "budget": 16,
+        "policy": "fcfs",
+        "caching": False,
+        "threshold": 0,
+        "max_num_seqs": 4,
+        "num_lookahead_tokens": 3,
+    },
+    [("add", 4, 0, 0, 20, False), ("step", 3)],
+)
+
 
 @pytest.mark.task("07.8", "under random workloads your scheduler plans every step as the engine's does")
 @settings(max_examples=1000)
@@ -668,6 +682,7 @@ _DRAFTING_REFUND_EXAMPLE = (
 )
 @example(workload=_CAPPED_EXAMPLE)
 @example(workload=_DRAFTING_REFUND_EXAMPLE)
+@example(workload=_ALONE_LOOKAHEAD_EXAMPLE)
 @example(workload=_LOOKAHEAD_EXAMPLE)
 def test_matches_the_engine(impl, workload):
     """Both schedulers get the same requests on their own KVCacheManager; after each step every plan, block, queue
