@@ -133,9 +133,9 @@ class Scheduler(EngineScheduler):
         - Drafting (chapter 13; with no drafter nothing changes): a draft model adds
           config.max_num_new_slots_for_drafting tokens of its own to the forward pass for each planned request,
           and they count in the Budget above. Question: when is a request not planned for want of them? A
-          newcomer that padded_size pads (chapter 13 says why: 1 + k) is planned exactly that
-          many tokens or not at all, and its spec_token_ids are then that many minus one PLACEHOLDER_TOKEN_ID; when
-          its padded size does not fit, the Head of the queue question decides the ones behind it.
+          newcomer that padded_size pads (chapter 13 says why) is planned exactly that many tokens or not at all,
+          and its spec_token_ids are then that many minus one PLACEHOLDER_TOKEN_ID; when its padded size does not
+          fit, the Head of the queue question decides the ones behind it.
         - Stats: each admitted request's prefix-cache lookup is counted exactly once (admit counts it); the
           lookups of requests left waiting are not counted.
         - Output: num_scheduled maps each planned request id to its tokens, in the order the step planned
