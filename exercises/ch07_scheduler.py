@@ -19,12 +19,16 @@ have (a reference: which of these a step uses, and when, is yours to decide):
 | `self.running` | the running requests, in admission order (a list) |
 | `self.waiting` | a RequestQueue: `peek_request()`, `bool(self.waiting)`; FCFS or priority order already |
 | `self.kv_cache_manager` | chapter 06's `get_computed_blocks` and `allocate_slots`, with the contracts stated there |
+| `get_computed_blocks(r)` | r's hit; counts a lookup in the prefix-cache stats unless given `record_stats=False` |
+| `allocate_slots(r, n, ...)` | n slots past a hit (its tokens and blocks), plus `num_lookahead_tokens` |
+| ... `full_sequence_must_fit` | True: granted only if r's whole sequence, hit included, fits the free blocks now |
 | `self.policy` | `SchedulingPolicy.FCFS` or `SchedulingPolicy.PRIORITY` |
 | `request.status` | `RequestStatus.RUNNING`, `PREEMPTED` (after `preempt`), ... |
 | `preempt(r)` | for r already out of running (choose_victim took it): frees its blocks, resets it, requeues it |
 | `admit(r, n)` | moves the queue's head r (slots allocated, n tokens cached) to running; counts its lookup |
-| `finish_length_capped(r)` | ends a lone running request the whole pool cannot hold: out of running, blocks freed |
+| `finish_length_capped(r)` | ends r, running or waiting (FINISHED_LENGTH_CAPPED): out of its queue, blocks freed |
 | `padded_size(r, num_computed, threshold, ids)` | with drafts, the 1 + k tokens newcomer r is padded to (0: none) |
+| ... its `ids` | the running requests the step planned, not the newcomers it admitted: their kind decides it |
 | `make_output(num_scheduled, new_blocks, new_reqs, preempted)` | packages the step (preempted: the victim Requests) |
 
 A request has `request_id`, `num_tokens`, `num_computed_tokens`, `num_tokens_with_spec` (num_tokens plus its
@@ -79,47 +83,59 @@ class Scheduler(EngineScheduler):
         Scheduler.schedule does (vllm/v1/core/sched/scheduler.py, to read once yours passes), and return it as
         make_output packages it.
 
-        What the plan must satisfy (properties of the step's result; how to reach them is yours):
-        - Budget: the planned tokens sum to at most config.max_num_batched_tokens. A planned request gets what
-          chunk_size (task 07.1) grants its need from the budget left at its turn, under the threshold in force
-          when the step starts (it caps nobody while one request alone runs or waits). A running request needs
-          every token it has not computed, its drafts included (chapter 13 gives it some), but none at position
-          config.max_model_len - 1 or past it; a newcomer needs its tokens past its cache hit.
-        - Turns: a running request holds blocks already, and a step that passes it over wastes them; a
-          newcomer holds none. Whose turn comes first follows from that; the running requests keep their own
-          order, self.running's.
+        What the plan must satisfy (properties of the step's result), and the questions the chapter left to you.
+        The answers are yours; where one differs from vLLM 0.33's, the grader names the decision, vLLM's rule and
+        its reason, on the smallest case it found.
+        - Budget: the planned tokens, plus the drafting slots below, sum to at most config.max_num_batched_tokens,
+          and the total the step reports is exact. A planned request gets what chunk_size (task 07.1) grants its
+          need from the budget left at its turn, under the threshold in force when the step starts (it caps nobody
+          while one request alone runs or waits), and at least 1 token. A running request needs every token it
+          has not computed, its drafts included (chapter 13 gives it some), but none at position
+          config.max_model_len - 1 or past it (the token sampled there would have no position). A running request
+          always has one such token left here: one that reaches max_model_len has finished (vLLM 0.33 passes over
+          one with none, which only async scheduling or pipeline parallelism makes). A newcomer needs its tokens
+          past its cache hit.
+        - Turns (question): in one step, who gets the budget first, the running requests or the newcomers? A
+          running request holds blocks already; a newcomer holds none. The goal: the blocks the pool has given out
+          do work, and no request starves. Among the running requests, self.running's order stands.
         - Memory, all or nothing: a request is planned only together with the KV cache manager's grant of
           slots for exactly its planned tokens (and its lookahead, below); nobody is planned on a refusal.
         - Room: when a running request's grant is refused, room is made by recompute (preempt), with as few
           victims as possible, taken in the order choose_victim() names them; the request itself may come up.
           The plan the step returns holds only requests that still run after it, with the budget it reports
           exact, and a victim never costs the requests behind it their turn.
-        - Alone: a request whose grant is refused while it is the only request in self.running at that moment
-          (nobody else ran, or all the others were preempted earlier in this step), and which asked for no drafts
-          and no lookahead slots, can never fit: nobody is left to preempt, and preempting itself would leave it
-          waiting for blocks that can never be freed. It is ended with finish_length_capped, which takes it out of
-          self.running (status FINISHED_LENGTH_CAPPED, its blocks freed; the next update_from_output reports it
-          finished). It is not planned and is not a victim: it is in neither num_scheduled nor preempted, so ending
-          it does not by itself stop admission. With drafts or lookahead slots (chapter 13) it is its own victim:
-          a preemption drops them, and it may fit without them. A waiting request refused while nothing runs
-          (the whole pool was free for it) can never fit either, and is ended the same way.
-        - Admission: a step that had to make room for a running request admits nobody (the pool just proved too
-          small for what runs; the Alone case excepted). Otherwise the admitted newcomers are the front of the
-          waiting queue, in its order, none skipped (FCFS head-of-line: a request behind one that is not admitted is
-          not admitted either). A newcomer is admitted exactly when, with those before it admitted, budget is left,
-          fewer than config.max_num_seqs requests run, and the KV cache manager grants it its cache hit and slots
-          for its first chunk under chapter 06's whole-sequence gate: its whole sequence (num_tokens), hit included,
-          fits in the free blocks as they are (vLLM 0.33's scheduler_reserve_full_isl, True by default), so a long
-          prompt is not admitted, preempted and readmitted over and over. Nothing changes for a request that is not
+        - Alone (question): a running request's grant is refused and nobody else is left in self.running to
+          preempt. Preempting itself frees its blocks, but will it fit when it comes back? Ask what a preemption
+          drops (chapter 13's drafts and lookahead slots go; its tokens stay). The goal: no request waits for ever
+          for blocks that can never be freed, and none is ended that could still run. A waiting request refused
+          while nothing runs (every block that will ever be free is free) asks the same; there the goal is also
+          that a request which can never fit holds up nobody behind it. finish_length_capped is the tool for a
+          request that can never fit: the request it ends is neither planned nor a victim (it is in neither
+          num_scheduled nor preempted), and the next update_from_output reports it finished.
+        - Admission after a preemption (question): budget and blocks may be left after a step made room for a
+          running request. Does that step admit newcomers? Weigh what the pool has just proved about the requests
+          that run. Ending a request (Alone) is not a preemption, whatever your answer.
+        - Admission: the admitted newcomers come from the front of the waiting queue, in its order. A newcomer is
+          admitted only when budget is left, fewer than config.max_num_seqs requests run, and the KV cache manager
+          grants it its cache hit and slots for its first chunk. Nothing changes for a request that is not
           admitted (no reference, no block, no count).
+        - The gate (question): a newcomer whose first chunk fits the free blocks but whose whole prompt does not.
+          Admit it? Follow it a few steps: where do its later chunks' blocks come from? The goal: a request
+          admitted is not preempted later for want of the blocks its own prompt needs, with nothing reserved for
+          it in the meantime (the pool as it is). allocate_slots' full_sequence_must_fit (chapter 06) is the tool.
+        - Head of the queue (question): when a newcomer is not admitted, does one behind it get a try? The goal:
+          the queue's order is the policy's promise (FCFS: arrival; priority: rank), and a long request is not
+          overtaken for ever by the short ones behind it. (The engine's own waiting loop also passes over a
+          request whose last output is still in flight, async scheduling in chapter 08; yours never meets one.)
         - Lookahead: every grant, to a running request or a newcomer, also holds config.num_lookahead_tokens
           slots past the request's planned tokens (a draft model writes its own KV there, chapter 13), but none
           at position config.max_model_len or past it. With num_lookahead_tokens 0 nothing changes.
-        - Drafting (chapter 13; with no drafter nothing changes): each planned request also spends
-          config.max_num_new_slots_for_drafting budget tokens past its planned ones, and none is planned unless
-          more than those are left. A newcomer that padded_size (given the ids of the running requests planned this
-          step) pads is planned exactly that many tokens or, if they do not fit, nobody more is admitted; its
-          spec_token_ids are then that many minus one PLACEHOLDER_TOKEN_ID.
+        - Drafting (chapter 13; with no drafter nothing changes): a draft model adds
+          config.max_num_new_slots_for_drafting tokens of its own to the forward pass for each planned request,
+          and they count in the Budget above. Question: when is a request not planned for want of them? A
+          newcomer that padded_size pads (chapter 13 says why) is planned exactly that many tokens or not at all,
+          and its spec_token_ids are then that many minus one PLACEHOLDER_TOKEN_ID; when its padded size does not
+          fit, the Head of the queue question decides the ones behind it.
         - Stats: each admitted request's prefix-cache lookup is counted exactly once (admit counts it); the
           lookups of requests left waiting are not counted.
         - Output: num_scheduled maps each planned request id to its tokens, in the order the step planned
@@ -128,28 +144,29 @@ class Scheduler(EngineScheduler):
           given (([],) when a one-group request got no new block; vLLM's scheduler sends None then);
           new_reqs lists admit()'s results in admission order; preempted lists the victims in order.
 
-        Example: budget 64, no threshold, a decoding (1 token) and b waiting with a 150-token prompt that
-        fits: the step plans {a: 1, b: 63}; the next plans {a: 1, b: 63}; then {a: 1, b: 24}.
-        The examples below give a step's input and its result (plan, queues, blocks), not the way there.
-        Preemption, FCFS, block size 4: running [a, b], both decoding, no block free, a's next position starts
-        a new block, and w waiting would fit: the step plans {a: 1}, preempted [b]; afterwards running is [a],
-        waiting is [b, w] (b back at the head, holding no block) and w is not admitted.
+        Examples (block size 4). Some show a situation and ask; the graded task answers, with vLLM's reason.
+        Budget 8, a lone 20-token prompt: the steps plan 8, 8 and 4 tokens, then 1 (its first decode).
+        Budget 10, a decoding (1 token) and b waiting with a 20-token prompt that fits: how much does b get this
+        step, and in which order do a and b appear? (07.2)
+        Preemption, FCFS: running [a, b], both decoding, no block free, a's next position starts a new block, and
+        w waiting would fit once b's blocks are free: the step plans {a: 1}, preempted [b]; b is back at the
+        waiting queue's head, holding no block. Is w admitted? (07.6)
         Priority, budget 3, 7 usable blocks: running [a (priority 1), b, c (priority 0)], a and b decoding,
         each into a new block, c with 2 prompt tokens left, one block free: the step plans {b: 1, c: 2},
         preempted [a]; afterwards running is [b, c], waiting is [a], and a holds no block.
-        Alone: running [a] only, a decoding into a new block, no block free, w waiting with a prompt that fits
-        once a's blocks are free: a is ended (FINISHED_LENGTH_CAPPED, not in running, not in preempted) and
-        the step plans {w: its first chunk}, admitting w.
-        Head-of-line: waiting [x, y] where x's whole prompt does not fit and y's would: the step admits
-        nobody, waiting stays [x, y], and neither holds a block or has its lookup counted.
+        Alone: running [a] only, a decoding into a new block, no block free, no drafts, w waiting with a prompt
+        that fits once a's blocks are free: what becomes of a, and of w? And with drafts for a? (07.5)
+        Head of the queue: waiting [x, y] where x's whole prompt does not fit the free blocks and y's would:
+        which of them does the step admit? (07.6)
         max_model_len 16: a running request with 13 computed tokens and 4 drafts is planned 2 tokens
         (positions 13 and 14).
         Task 07.8 runs your schedule() beside the engine's over random workloads, many with drafts for every
         running request each step, lookahead slots, or a max_model_len small enough to cut them, and compares
-        every step's plan, drafts, blocks, queues and prefix-cache counts: the rules above, and nothing else,
-        decide them all. Every plan is also checked as your schedule() returns it (each scheduled request
-        live and running, at least 1 token and at most its need, a newcomer starting at its cache hit, the
-        budget and max_num_seqs kept), so a broken rule is named there, not steps later.
+        every step's plan, drafts, blocks, queues and prefix-cache counts: the rules above and vLLM's answers to
+        the questions, nothing else, decide them all; its message names the decision where yours first differs.
+        Every plan is also checked as your schedule() returns it (each scheduled request live and running, at
+        least 1 token and at most its need, a newcomer starting at its cache hit, the budget and max_num_seqs
+        kept), so a broken rule is named there, not steps later.
         Stuck? hint("07") lists the hints.
         """
         raise NotImplementedError
@@ -179,7 +196,9 @@ class VictimDesign(EngineScheduler):
         outcome, not by equality with anyone: on the three tight-pool workloads of nanocourse.victims, every plan
         keeps the step's rules (budget, pool, a victim planned for nothing), every request has finished by step
         1.25 x the number of steps vLLM's rule takes for that whole workload (nobody starved), no block is left
-        held, and the tokens computed a second time, summed over the three, are fewer than `nanocourse.victims.bar()`:
+        held; on nanocourse.victims.STARVING, a workload built to starve (a long prompt among a stream of short
+        ones), no request stays from arrival to finish more than 1.25 x the longest any stays under vLLM's rule;
+        and the tokens computed a second time, summed over the three, are fewer than `nanocourse.victims.bar()`:
         what the first idea most designs start from, the fewest computed tokens first, recomputes (it already beats
         vLLM's rule; the notebook's baseline cell prints all three sums). Measure yours while you design:
         `from nanocourse.victims import measure; measure(VictimDesign)`. A request's blocks hold

@@ -34,11 +34,21 @@ WORKLOADS = {
     ),
 }
 
+# Built to starve, and graded for that alone (not in the bar): a long prompt among a stream of short ones. A victim
+# order with no guard against choosing the same request again (the most still to claim, say) takes the long one
+# at every preemption, and it finishes only once the stream stops.
+STARVING = {
+    "a long prompt among short ones": (
+        14,
+        {0: [("r0", 40, 16)], **{1 + 3 * i: [(f"r{i + 1}", 8, 6)] for i in range(12)}},
+    ),
+}
+
 
 @dataclass(frozen=True, slots=True)
 class Replay:
     """One workload's run: steps taken, preemptions, tokens computed a second time, the step each request
-    finished (None: never), and the blocks still held when it ended (0 unless a block leaked)."""
+    arrived and finished (None: never), and the blocks still held when it ended (0 unless a block leaked)."""
 
     workload: str
     steps: int
@@ -46,11 +56,17 @@ class Replay:
     recomputed: int
     finished: dict[str, int | None]
     blocks_held: int
+    arrived: dict[str, int]
+
+    def longest_stay(self) -> int:
+        """The most steps any request spent from its arrival to its finish (MAX_STEPS for one that never did)."""
+        return max((MAX_STEPS if at is None else at) - self.arrived[rid] for rid, at in self.finished.items())
 
 
 def replay(scheduler_cls: type, workload: str) -> Replay:
-    """Run `scheduler_cls` (a subclass of the engine's Scheduler) on one of WORKLOADS, FCFS, prefix caching on."""
-    num_blocks, arrivals = WORKLOADS[workload]
+    """Run `scheduler_cls` (a subclass of the engine's Scheduler) on one of WORKLOADS or STARVING, FCFS, prefix
+    caching on."""
+    num_blocks, arrivals = {**WORKLOADS, **STARVING}[workload]
     s = scheduler_cls(
         SchedulerConfig(max_num_batched_tokens=16, long_prefill_token_threshold=4),
         KVCacheManager(BLOCK_SIZE, num_blocks, True),
@@ -78,9 +94,9 @@ def replay(scheduler_cls: type, workload: str) -> Replay:
         finished.update((r.request_id, step) for r in s.update_from_output(so, ModelRunnerOutput(done)))
         step += 1
     pool = s.kv_cache_manager.block_pool
-    return Replay(
-        workload, step, preemptions, recomputed, finished, pool.num_gpu_blocks - 1 - pool.get_num_free_blocks()
-    )
+    arrived = {rid: at for at, requests in arrivals.items() for rid, _, _ in requests}
+    held = pool.num_gpu_blocks - 1 - pool.get_num_free_blocks()
+    return Replay(workload, step, preemptions, recomputed, finished, held, arrived)
 
 
 def measure(scheduler_cls: type) -> list[Replay]:

@@ -179,6 +179,24 @@ BUGS = [
         "full_sequence_must_fit=True",
     ),
     (
+        "07.8",
+        "the drafting slots are not taken from the budget",
+        "slots = self.config.max_num_new_slots_for_drafting",
+        "slots = 0",
+    ),
+    (
+        "07.8",
+        "a victim planned earlier gives back its tokens but not its drafting slots",
+        "                    budget += slots\n",
+        "",
+    ),
+    (
+        "07.8",
+        "padded_size is given every planned id, the newcomers admitted this step too",
+        "padded = self.padded_size(request, num_hit_tokens, threshold, running_scheduled)",
+        "padded = self.padded_size(request, num_hit_tokens, threshold, list(num_scheduled))",
+    ),
+    (
         "07.9",
         "no lookahead slots reserved",
         "            lookahead = self.lookahead(request, n)\n",
@@ -225,6 +243,15 @@ BUGS = [
         "the fewest computed tokens first, the newest on a tie: the first idea, which beats vLLM's rule but not the bar",
         "key=lambda r: claim(r) - r.num_computed_tokens)",
         "key=lambda r: -r.num_computed_tokens)",
+    ),
+    (
+        "07.10",
+        "the most still to claim (prompt tokens twice): beats the bar, but starves the long prompt it always takes",
+        "key=lambda r: claim(r) - r.num_computed_tokens)",
+        (
+            "key=lambda r: 2 * max(0, r.num_prompt_tokens - r.num_computed_tokens)"
+            " + r.sampling_params.max_tokens - (r.num_tokens - r.num_prompt_tokens))"
+        ),
     ),
     (
         "07.10",

@@ -19,7 +19,7 @@ from nanocourse.differential import (
 )
 from nanocourse.plan_rules import checked_schedule
 from nanocourse.policies import longest_common_prefix
-from nanocourse.victims import MAX_STEPS, FewestComputedFirst, bar, measure
+from nanocourse.victims import MAX_STEPS, STARVING, FewestComputedFirst, bar, measure, replay
 from nanoengine.core import KVCacheManager
 from nanoengine.core.sched.scheduler import Scheduler, SchedulerConfig
 from nanoengine.request import Request
@@ -49,17 +49,14 @@ def _engine_chunk_plan(num_tokens, budget, threshold=0):
     return chunks
 
 
-class _MostStillToClaim(Scheduler):
+class _LastPartialBlockFirst(Scheduler):
     """Task 07.10 in "nanoengine" mode, where the engine keeps vLLM's rule: a design that passes, the running
-    request with the most tokens still to claim, an unread prompt token counting twice (a prefill claims blocks
-    several tokens a step, a decode one), the newest on a tie."""
+    request with the fewest tokens in its last, partial block (a victim back soon finds its full blocks cached and
+    recomputes little more than those), then the fewest computed, the earliest admitted on a tie."""
 
     def choose_victim(self):
-        def still_to_claim(r):
-            prompt = max(0, r.num_prompt_tokens - r.num_computed_tokens)
-            return 2 * prompt + r.sampling_params.max_tokens - (r.num_tokens - r.num_prompt_tokens)
-
-        victim = max(reversed(self.running), key=still_to_claim)
+        block_size = self.kv_cache_manager.block_size
+        victim = min(self.running, key=lambda r: (r.num_computed_tokens % block_size, r.num_computed_tokens))
         self.running.remove(victim)
         return victim
 
@@ -68,7 +65,7 @@ NANOENGINE = {
     "chunk_size": _engine_chunk_size,
     "chunk_plan": _engine_chunk_plan,
     "Scheduler": Scheduler,
-    "VictimDesign": _MostStillToClaim,
+    "VictimDesign": _LastPartialBlockFirst,
 }
 
 
@@ -158,9 +155,18 @@ def test_running_first(impl):
     )
     s.add_request(req("b", 20, first=100))
     so = step(s)
-    assert (got := list(so.num_scheduled_tokens.items())) == [("a", 1), ("b", 9)], (
-        f"Turns and Budget, step 1 (budget 10): a (running, holding a block) needs 1 token and newcomer b 20, so the "
-        f"smallest case: expected the plan [('a', 1), ('b', 9)], got {got}"
+    got = list(so.num_scheduled_tokens.items())
+    turns = [r for r, _ in got]
+    assert "a" in turns and turns.index("a") == 0, (
+        f"Turns, step 1 (budget 10): a runs, holding a block, and needs 1 token; newcomer b needs 20. Yours plans "
+        f'{got}. vLLM 0.33 plans the running requests first, then the newcomers ("First, schedule the RUNNING '
+        f'requests", then "Next, schedule the WAITING requests", scheduler.py): a running request holds KV blocks '
+        f"already, and a step that gives its budget to a newcomer keeps those blocks busy for nothing. Expected "
+        f"[('a', 1), ('b', 9)]"
+    )
+    assert got == [("a", 1), ("b", 9)], (
+        f"Budget, step 1 (budget 10): a (running) takes the 1 token it needs, and newcomer b what is left of the "
+        f"budget, 9 of its 20: expected [('a', 1), ('b', 9)], got {got}"
     )
     assert [d.req_id for d in so.scheduled_new_reqs] == ["b"] and so.scheduled_cached_reqs.req_ids == ["a"], (
         f"Output, step 1: b was admitted this step (new_reqs: what admit() returned) and a was already running, so "
@@ -184,7 +190,8 @@ def test_running_first(impl):
         f"group, vLLM's shape, so ([5],) and ([6, 7],) for this one-group model; make_output got "
         f"{so.scheduled_cached_reqs.new_block_ids}"
     )
-    assert (got := plan(s)) == ([("a", 1), ("b", 2)], []), (
+    got = plan(s)
+    assert got == ([("a", 1), ("b", 2)], []), (
         f"Output, step 3 (budget 10): expected a's decode (1), then the last 2 of b's 20 prompt tokens, got {got}"
     )
 
@@ -339,8 +346,31 @@ def test_preemption(impl):
     s, plans = _two_decoding(impl, "priority", 7)
     assert plans[6] == ([("b", 1)], ["a"]), (
         "Room, step 6 (priority, 6 usable blocks): a needs a 4th block, none is free and a (priority 1) is the worst, "
-        "so a preempts itself; expected b still to run 1 token (under priority the running loop goes on), got "
+        "so a preempts itself; expected b still to run 1 token (under priority the running loop goes on: vLLM 0.33's "
+        '"The requests after it have higher priority and may still fit", `continue`), got '
         f"{plans[6]}"
+    )
+    # Alone: 2 usable blocks, a's 8 tokens fill them; its decode at position 8 needs a third, and nobody else runs.
+    s = make(impl, num_blocks=3)
+    s.add_request(req("a", 8))
+    step(s)
+    s.add_request(req("w", 4, first=100))
+    so = step(s)
+    got = (list(so.num_scheduled_tokens.items()), sorted(so.preempted_req_ids))
+    status = s.requests["a"].status.name if "a" in s.requests else "FINISHED_LENGTH_CAPPED"
+    assert "a" not in so.preempted_req_ids, (
+        "Alone, step 1 (2 usable blocks, a 8-token prompt a alone in running, no drafts): a's decode at position 8 "
+        "needs a third block, and nobody else runs. Yours preempted a; but a comes back with its 9 tokens, which need "
+        "3 blocks of the 2 there are: it would wait for ever, and the requests behind it with it. A lone request "
+        "refused with nothing a preemption drops (no drafts, no lookahead slots) can never fit, so it is ended: "
+        "finish_length_capped (vLLM 0.33 refuses to start with a pool smaller than one max_model_len request, "
+        "kv_cache_planning.check_enough_kv_cache_memory; nanoengine allows small pools and ends the request). "
+        f"Expected a ended (FINISHED_LENGTH_CAPPED) and the plan [('w', 4)]; got (plan, preempted) {got}"
+    )
+    assert got == ([("w", 4)], []) and status == "FINISHED_LENGTH_CAPPED", (
+        "Alone, step 1: a is ended with finish_length_capped (neither planned nor preempted), and ending it is not a "
+        "preemption, so the step admits w into the blocks a freed: expected (plan, preempted) ([('w', 4)], []) with "
+        f"a FINISHED_LENGTH_CAPPED; got {got}, a {status}"
     )
 
 
@@ -369,7 +399,26 @@ def test_admission(impl):
     assert (got := plan(s)) == ([("a", 8)], []), (
         "Admission, step 0 (5 usable blocks, budget 16, a 8 tokens then b 20 waiting): a takes 2 blocks; b's first "
         "chunk of 8 would fit in the 3 left, but its whole 20-token prompt needs 5, so b is not admitted and holds "
-        f"nothing; expected ([('a', 8)], []), got {got}"
+        f"nothing; expected ([('a', 8)], []), got {got}. vLLM 0.33 admits a newcomer only if its whole sequence, cache "
+        "hit included, fits the free blocks now (allocate_slots' full_sequence_must_fit=scheduler_reserve_full_isl, "
+        "True by default): admitted on its first chunk alone, b's later chunks would need blocks a holds, and b would "
+        "be preempted mid-prompt and readmitted over and over"
+    )
+    # Head of the queue: a runs; x (16 tokens, 4 blocks) heads the queue and y (4 tokens, 1 block) follows.
+    s = make(impl, num_blocks=6)
+    s.add_request(req("a", 8))
+    step(s)
+    s.add_request(req("x", 16, first=100))
+    s.add_request(req("y", 4, first=200))
+    so = step(s)
+    got = (list(so.num_scheduled_tokens.items()), [r.request_id for r in s.waiting])
+    assert got == ([("a", 1)], ["x", "y"]) and s.kv_cache_manager.get_block_ids("y") == ([],), (
+        "Head of the queue, step 1 (5 usable blocks, FCFS): a decodes into its third block, 2 are left; x, the "
+        "queue's head, needs 4 for its whole 16-token prompt and is refused; y behind it needs 1. Expected "
+        "(plan, waiting) ([('a', 1)], ['x', 'y']), y holding nothing; got "
+        f"{got}. vLLM 0.33's waiting loop `break`s at the first newcomer it refuses: the queue's order is the "
+        "policy's promise, and were y admitted past it, a stream of short requests could keep a long one waiting "
+        "for ever"
     )
     # Priority: c (priority 0) arrives as a's growth preempts b; c would fit, but nobody is admitted
     # in a preempting step.
@@ -384,8 +433,9 @@ def test_admission(impl):
     admitted = [r.req_id for r in so.scheduled_new_reqs]
     assert got == ([("a", 1)], ["b"]) and admitted == [], (
         "Admission, step 6 (priority, 6 usable blocks): a's next token needs a block, so b (priority 1, arrived "
-        "later) is preempted; c (priority 0) arrived and would fit, but a step that preempted admits nobody (the pool "
-        "just proved too small for what runs). Expected (plan, preempted) ([('a', 1)], ['b']) and nobody admitted; "
+        "later) is preempted; c (priority 0) arrived and would fit, but a step that preempted admits nobody: vLLM "
+        "0.33's `if not preempted_reqs` guards its whole waiting loop, since the pool just proved too small for what "
+        "runs and a newcomer would only set up the next preemption. Expected (plan, preempted) ([('a', 1)], ['b']) and nobody admitted; "
         f"got {got}, admitted {admitted}, waiting {[r.request_id for r in s.waiting]}"
     )
     assert (got := plan(s)) == ([("a", 1), ("c", 3)], []), (
@@ -469,12 +519,161 @@ _LOOKAHEAD_EXAMPLE = (
 )
 
 
+# What 07.8 says when a step parts: the decision behind the first difference, vLLM 0.33's rule and its reason.
+# Every rule is in vllm/v1/core/sched/scheduler.py, Scheduler.schedule, unless named otherwise.
+DECISIONS = {
+    "turns": 'turn order. vLLM 0.33 plans the running requests first, then the newcomers ("First, schedule the '
+    'RUNNING requests"): a running request holds KV blocks already, and a step that passes it over keeps them '
+    "busy for nothing",
+    "admission after a preemption": "admission after a preemption. vLLM 0.33 admits nobody in a step that "
+    "preempted (`if not preempted_reqs` guards the waiting loop): the pool just proved too small for what runs, "
+    "and a newcomer would only set up the next preemption",
+    "gate": "the admission gate. vLLM 0.33 grants a newcomer its first chunk only if its whole sequence, cache hit "
+    "included, fits the free blocks now (allocate_slots' full_sequence_must_fit=self.scheduler_reserve_full_isl, "
+    "True by default): else its later chunks need blocks the others hold, and it is preempted mid-prompt and "
+    "readmitted over and over",
+    "head of the queue": "the head of the queue. vLLM 0.33's waiting loop `break`s at the first newcomer it "
+    "refuses, so nobody behind it is tried: the queue's order is the policy's promise, and a long request at the "
+    "head is not overtaken for ever by short ones",
+    "alone": "the Alone rule. A lone running request refused with no drafts and no lookahead slots can never fit, "
+    "so nanoengine ends it (finish_length_capped; vLLM 0.33 refuses to start with a pool that small, "
+    "kv_cache_planning.check_enough_kv_cache_memory); with drafts or lookahead slots it preempts itself, as vLLM's "
+    "loop does, since the preemption drops them and it may fit without them",
+    "never fits": "ending a request that can never fit. The engine ends one only when its grant is refused with "
+    "nothing left to free: a lone running request with no drafts and no lookahead slots, or a waiting request "
+    "refused while nothing runs (the waiting loop then goes on to the next). Where one side ended a request the "
+    "other ran, compare what the two grants asked for it: its tokens past its cache hit, its padding, its lookahead "
+    "slots",
+    "room": "making room. vLLM 0.33 preempts one victim at a time, in choose_victim's order, and retries the grant "
+    "(`while True:` around allocate_slots) until it is granted or the requester itself is taken; a victim planned "
+    "earlier in the step leaves the plan, gives its tokens back, and the position moves back with it "
+    "(`if victim_index < req_index: req_index -= 1`)",
+    "drafting slots": "the drafting slots. vLLM 0.33 takes max_num_new_slots_for_drafting budget tokens for each "
+    "planned request (`draft_slots`, the draft model's own input), gives them back with a victim's tokens, and "
+    "plans a request only while more than those slots are left (`if input_budget <= draft_slots`)",
+    "padding": "padding. vLLM 0.33 pads a newcomer that joins running decodes to 1 + k tokens, k of them "
+    "placeholders (`pad_spec_decode`); padded_size decides from the running requests the running pass planned, "
+    "not the newcomers admitted this step, and a padded newcomer gets exactly 1 + k tokens or nobody more is "
+    "admitted",
+    "max_model_len": "the max_model_len cap. vLLM 0.33 schedules a running request's tokens and drafts up to "
+    'position max_model_len - 2 and no further ("Make sure the input position does not exceed the max model '
+    'len"): the token sampled after the last one needs a position too',
+    "budget": "the budget. A planned request gets what chunk_size grants its need (drafts included) from the budget "
+    "left at its turn, under the threshold in force when the step started",
+    "lookahead": "the lookahead slots. Every grant, a running request's and a newcomer's, holds "
+    "num_lookahead_tokens slots past its planned tokens, none at max_model_len or past it (a draft model writes its "
+    "own KV there)",
+    "stats": "the prefix-cache lookup count. A lookup is counted once, when the request is admitted (admit counts "
+    "it); a request left waiting is looked up without counting (get_computed_blocks' record_stats=False)",
+}
+
+
+def _recording(cls: type) -> type:
+    """cls, keeping what its last schedule() started from and returned (for 07.8's diagnosis)."""
+
+    class Recording(cls):
+        last: dict | None = None
+
+        def schedule(self):
+            self.last = {
+                "running": [r.request_id for r in self.running],
+                "waiting": [r.request_id for r in self.waiting],
+            }
+            so = super().schedule()
+            self.last.update(so=so, capped=[r.request_id for r in self._capped])
+            return so
+
+    return Recording
+
+
+def _decision(cfg: dict, mine: dict | None, theirs: dict | None, field: str) -> str | None:
+    """The decision (a key of DECISIONS) behind the first step where yours and the engine's part, from what each
+    started with and returned at that step, and the failure's first line (`field`, the observation that differs);
+    None when it cannot tell, or when the plan broke a rule as schedule() returned it (its message names the rule)."""
+    if "breaks a rule" in field or not mine or not theirs or mine.get("so") is None or theirs.get("so") is None:
+        return None
+    ys, es = mine["so"], theirs["so"]
+    running = theirs["running"]  # both agreed on every step before, so both started the same
+    yplan, eplan = list(ys.num_scheduled_tokens.items()), list(es.num_scheduled_tokens.items())
+    ynew, enew = [d.req_id for d in ys.scheduled_new_reqs], [d.req_id for d in es.scheduled_new_reqs]
+    slots, k = cfg.get("max_num_new_slots_for_drafting", 0), cfg.get("num_speculative_tokens", 0)
+    if ys.preempted_req_ids and ynew:
+        return "admission after a preemption"
+    if mine["capped"] != theirs["capped"]:
+        lone = len(running) == 1 and running[0] in {*mine["capped"], *theirs["capped"]}
+        return "alone" if lone else "never fits"
+    if sorted(ys.preempted_req_ids) != sorted(es.preempted_req_ids):
+        return "alone" if len(running) == 1 else "room"
+    yours, engine = dict(yplan), dict(eplan)
+    if es.preempted_req_ids and any(r in running and r not in yours for r in engine):
+        return "room"  # a victim left the plan and someone after it lost the turn
+    order = [r for r, _ in yplan]
+    if any(order.index(n) < order.index(r) for n in ynew if n in order for r in order if r in running):
+        return "turns"
+    if ynew != enew:
+        common = longest_common_prefix(ynew, enew)
+        if common < len(ynew) and common == len(enew):  # yours admitted one the engine did not
+            head = next((r for r in theirs["waiting"] if r not in enew and r not in theirs["capped"]), None)
+            if ynew[common] != head:
+                return "head of the queue"
+        if k and any(n == 1 + k for r, n in (*yplan, *eplan) if r in (*ynew, *enew)):
+            return "padding"
+        return "drafting slots" if slots else "gate"
+    if yplan != eplan:
+        r = next(r for r in (*engine, *yours) if engine.get(r) != yours.get(r))
+        if r in enew and k and engine.get(r) == 1 + k or yours.get(r) == 1 + k and r in ynew and k:
+            return "padding"
+        if slots and sum(yours.values()) != sum(engine.values()):
+            return "drafting slots"
+        if r in running and engine.get(r) is not None and yours.get(r, 0) > engine[r] and "max_model_len" in cfg:
+            return "max_model_len"
+        return "budget"
+    if sorted(ys.scheduled_spec_decode_tokens.items()) != sorted(es.scheduled_spec_decode_tokens.items()):
+        return "padding"
+    # The same plan, and yet the state differs: the field the failure names tells which.
+    if "prefix-cache stats" in field:
+        return "stats"
+    return "lookahead" if "block" in field and cfg.get("num_lookahead_tokens") else None
+
+
+# A victim planned earlier in the step gives back its drafting slot with its tokens: at step 6 c gets 3, not 2.
+_DRAFTING_REFUND_EXAMPLE = (
+    {
+        "num_blocks": 7,
+        "budget": 6,
+        "policy": "priority",
+        "caching": False,
+        "threshold": 0,
+        "max_num_seqs": 4,
+        "max_num_new_slots_for_drafting": 1,
+    },
+    [("add", 5, 0, 1, 20, False), ("step", 1), ("add", 5, 1, 0, 20, False), ("step", 1)]
+    + [("add", 6, 2, 0, 20, False), ("step", 8)],
+)
+
+# A lone request whose lookahead slots outgrow the pool preempts itself (the preemption drops them), not ended.
+_ALONE_LOOKAHEAD_EXAMPLE = (
+    {
+        "num_blocks": 3,
+        "budget": 16,
+        "policy": "fcfs",
+        "caching": False,
+        "threshold": 0,
+        "max_num_seqs": 4,
+        "num_lookahead_tokens": 3,
+    },
+    [("add", 4, 0, 0, 20, False), ("step", 3)],
+)
+
+
 @pytest.mark.task("07.8", "under random workloads your scheduler plans every step as the engine's does")
 @settings(max_examples=1000)
 @given(
     workload=st.one_of(
         scheduler_workloads(
-            num_speculative_tokens=st.sampled_from([0, 0, 2]), num_lookahead_tokens=st.sampled_from([0, 0, 0, 3])
+            num_speculative_tokens=st.sampled_from([0, 0, 2]),
+            num_lookahead_tokens=st.sampled_from([0, 0, 0, 3]),
+            max_num_new_slots_for_drafting=st.sampled_from([0, 0, 1]),
         ),
         capped_workloads(
             num_speculative_tokens=st.sampled_from([1, 2, 3]), num_lookahead_tokens=st.sampled_from([0, 2, 4])
@@ -482,6 +681,8 @@ _LOOKAHEAD_EXAMPLE = (
     )
 )
 @example(workload=_CAPPED_EXAMPLE)
+@example(workload=_DRAFTING_REFUND_EXAMPLE)
+@example(workload=_ALONE_LOOKAHEAD_EXAMPLE)
 @example(workload=_LOOKAHEAD_EXAMPLE)
 def test_matches_the_engine(impl, workload):
     """Both schedulers get the same requests on their own KVCacheManager; after each step every plan, block, queue
@@ -490,12 +691,35 @@ def test_matches_the_engine(impl, workload):
     enough to cut both. Every plan is also checked as your schedule() hands it over (nanocourse.plan_rules)."""
     cfg, ops = workload
 
-    def build(yours: bool) -> Scheduler:
-        return (impl.Scheduler if yours else Scheduler)(
+    pair = {}
+
+    def recorded(yours: bool) -> Scheduler:
+        pair[yours] = _recording(impl.Scheduler if yours else Scheduler)(
             scheduler_config(cfg), KVCacheManager(BS, cfg["num_blocks"], cfg["caching"])
         )
+        return pair[yours]
 
-    replay_workload(build, cfg, ops, BS, f"{cfg['num_blocks'] - 1} usable blocks of {BS} tokens", plan_rules=True)
+    try:
+        replay_workload(
+            recorded, cfg, ops, BS, f"{cfg['num_blocks'] - 1} usable blocks of {BS} tokens", plan_rules=True
+        )
+    except AssertionError as error:
+        decision = _decision(cfg, pair[True].last, pair[False].last, str(error).split("\n")[0])
+        if decision is None:
+            raise
+        detail = ""
+        if decision == "drafting slots":  # the budget each side spent, drafting slots included
+            slots = cfg["max_num_new_slots_for_drafting"]
+            spent = {
+                who: (sum(n := s.last["so"].num_scheduled_tokens.values()), len(n))
+                for who, s in (("yours", pair[True]), ("the engine's", pair[False]))
+            }
+            detail = "; at that step " + " and ".join(
+                f"{who} plans {t} tokens for {m} requests, {t + m * slots} of the budget {cfg['budget']} with their "
+                f"drafting slots"
+                for who, (t, m) in spent.items()
+            )
+        raise AssertionError(f"The decision that differs: {DECISIONS[decision]}{detail}.\n{error}") from None
 
 
 @pytest.mark.task("07.9", "schedule: lookahead slots past the scheduled tokens, never past max_model_len")
@@ -571,3 +795,15 @@ def test_victim_design(impl):
         f"{bar()} that 'the fewest computed tokens first' recomputes (vLLM's rule: {sum(t.recomputed for t in vllm)}). "
         f"That rule weighs only what a victim has done; what else decides what a preemption costs? {table}"
     )
+    for name in STARVING:  # built to starve: a rule that takes the same request again and again fails here
+        theirs, mine = replay(Scheduler, name), replay(Checked, name)
+        limit = int(STARVATION_FACTOR * theirs.longest_stay())
+        stays = {rid: (at or MAX_STEPS) - mine.arrived[rid] for rid, at in mine.finished.items()}
+        late = {rid: stay for rid, stay in stays.items() if stay > limit}
+        assert not late, (
+            f"{name!r} (nanocourse.victims.STARVING: a 40-token prompt, r0, among twelve 8-token ones arriving every "
+            f"3 steps): {late} stayed that many steps from arrival to finish, more than {limit}, {STARVATION_FACTOR} "
+            f"times the longest any request stays under vLLM's rule ({theirs.longest_stay()}): a victim order may "
+            f"not starve a request. Which request does yours take at each preemption, and what stops it taking the "
+            f"same one again?"
+        )

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from nanocourse.timeline import StepTimeline, record_run, split_kinds, step_line
-from nanocourse.victims import WORKLOADS, FewestComputedFirst, bar, measure
+from nanocourse.victims import STARVING, WORKLOADS, FewestComputedFirst, bar, measure, replay
 from nanoengine.attention import TorchBackend
 from nanoengine.attention.paged import PagedKVCache
 from nanoengine.config import LlamaConfig
@@ -187,3 +187,22 @@ def test_the_victim_bar_is_the_first_idea_which_already_beats_vllms_rule():
     first_idea = measure(FewestComputedFirst)
     assert bar() == sum(r.recomputed for r in first_idea) < sum(r.recomputed for r in measure(Scheduler))
     assert all(None not in r.finished.values() and r.blocks_held == 0 for r in first_idea)
+
+
+def test_the_starving_workload_starves_a_rule_with_no_guard():
+    """07.10's STARVING workload is built so that a victim order which takes the same request again and again (the
+    most still to claim) keeps the long prompt away far longer than vLLM's rule keeps anyone, while vLLM's rule and
+    the worked design stay within the grader's 1.25 factor."""
+    from solutions.ch07_scheduler import VictimDesign
+
+    class MostStillToClaim(Scheduler):
+        def choose_victim(self):
+            victim = max(reversed(self.running), key=lambda r: r.num_prompt_tokens - r.num_computed_tokens)
+            self.running.remove(victim)
+            return victim
+
+    (name,) = STARVING
+    vllm = replay(Scheduler, name)
+    assert vllm.preemptions > 0 and None not in vllm.finished.values()
+    assert replay(MostStillToClaim, name).longest_stay() > 1.25 * vllm.longest_stay()
+    assert replay(VictimDesign, name).longest_stay() <= 1.25 * vllm.longest_stay()

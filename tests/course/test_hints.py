@@ -166,3 +166,17 @@ def test_the_list_of_hints_shows_titles_only_however_it_is_displayed(chapter):
     for shown in (str(listing), repr(listing), listing._repr_markdown_()):
         assert all(h.title in shown for h in listing.hints)
         assert not any(h.text in shown for h in listing.hints), "a hint's text is shown only when it is opened"
+
+
+def test_chapter_07s_last_schedule_hint_is_the_worked_solutions_logic():
+    """Hint 07.2's code is the worked schedule(), every non-trivial line of it: a learner who copies it passes 07.8
+    (a hint that drops the Alone rule's drafts condition, or the drafting slots, sends them to a failure)."""
+    import ast
+    import textwrap
+
+    source = (ROOT / "solutions" / "ch07_scheduler.py").read_text()
+    schedule = next(n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef) and n.name == "schedule")
+    body = textwrap.dedent("\n".join(source.splitlines()[schedule.lineno - 1 : schedule.end_lineno]))
+    last = [h for h in chapter_hints("07") if h.title.startswith("07.2 ")][-1]
+    missing = [line for line, _ in _solution_lines(body) if line not in _normalise(last.text)]
+    assert missing == [], "hint 07.2's code lacks these lines of the worked schedule():\n" + "\n".join(missing)
