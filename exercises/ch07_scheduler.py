@@ -106,7 +106,7 @@ class Scheduler(EngineScheduler):
           exact, and a victim never costs the requests behind it their turn.
         - Alone (question): a running request's grant is refused and nobody else is left in self.running to
           preempt. Preempting itself frees its blocks, but will it fit when it comes back? Ask what a preemption
-          drops (chapter 13's drafts and lookahead slots go; its tokens stay). The goal: no request waits for ever
+          drops (chapter 13's drafts go; its tokens stay, and its lookahead slots are asked for again when it comes back). The goal: no request waits for ever
           for blocks that can never be freed, and none is ended that could still run. A waiting request refused
           while nothing runs (every block that will ever be free is free) asks the same; there the goal is also
           that a request which can never fit holds up nobody behind it. finish_length_capped is the tool for a

@@ -121,7 +121,7 @@ BUGS = [
     (
         "07.8",
         "no finish_length_capped: a lone request that outgrows the pool preempts itself forever",
-        "                if len(self.running) == 1 and not (request.spec_token_ids or lookahead):\n                    self.finish_length_capped(request)  # it alone has outgrown the whole pool\n                    break\n",
+        "                if len(self.running) == 1 and not request.spec_token_ids:\n                    self.finish_length_capped(request)  # it alone has outgrown the whole pool\n                    break\n",
         "",
     ),
     (

@@ -651,7 +651,7 @@ _DRAFTING_REFUND_EXAMPLE = (
     + [("add", 6, 2, 0, 20, False), ("step", 8)],
 )
 
-# A lone request whose lookahead slots outgrow the pool preempts itself (the preemption drops them), not ended.
+# A lone request that only its lookahead slots make too big is ended: a preemption would not drop them.
 _ALONE_LOOKAHEAD_EXAMPLE = (
     {
         "num_blocks": 3,
