@@ -32,7 +32,8 @@ have (a reference: which of these a step uses, and when, is yours to decide):
 | `make_output(num_scheduled, new_blocks, new_reqs, preempted)` | packages the step (preempted: the victim Requests) |
 
 A request has `request_id`, `num_tokens`, `num_computed_tokens`, `num_tokens_with_spec` (num_tokens plus its
-drafts, chapter 13), `priority` and `arrival_time`.
+drafts, chapter 13), `num_prompt_tokens`, `sampling_params.max_tokens` (the most tokens it may still sample, with
+those it has), `priority` and `arrival_time`.
 
 get_computed_blocks returns (the hit as a KVCacheBlocks, its length in tokens); allocate_slots returns the new
 blocks as a KVCacheBlocks, or None. A `KVCacheBlocks` (vLLM's name) holds one list of blocks per KV cache group,
@@ -201,7 +202,8 @@ class VictimDesign(EngineScheduler):
         and the tokens computed a second time, summed over the three, are fewer than `nanocourse.victims.bar()`:
         what the first idea most designs start from, the fewest computed tokens first, recomputes (it already beats
         vLLM's rule; the notebook's baseline cell prints all three sums). Measure yours while you design:
-        `from nanocourse.victims import measure; measure(VictimDesign)`. A request's blocks hold
+        `from nanocourse.victims import measure; measure(VictimDesign)` for the three, and
+        `replay(VictimDesign, "a long prompt among short ones").longest_stay()` for STARVING. A request's blocks hold
         self.kv_cache_manager.block_size tokens each.
         Read after passing: `reveal("07")` (from nanocourse), and ask what your rule gives up.
         Example: running [a (40 computed), b (8 computed), c (20 computed)]: any one may be returned, and
