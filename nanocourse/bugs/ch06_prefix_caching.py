@@ -416,6 +416,12 @@ BUGS = [
     ),
     (
         "06.8",
+        "unhashed blocks first, but a freed chain queued root first: the root is evicted before its tail",
+        "    queue.append_n([block for block in reversed(freed) if block.block_hash is not None])  # a chain's root last\n",
+        "    queue.append_n([block for block in freed if block.block_hash is not None])\n",
+    ),
+    (
+        "06.8",
         "blocks without a hash are never queued again (leaked)",
         "    queue.prepend_n([block for block in freed if block.block_hash is None])  # nobody can hit these: first out\n",
         "",
