@@ -224,6 +224,12 @@ BUGS = [
     ),
     (
         "06.3b",
+        "the whole-sequence gate counts the lookahead slots as part of the sequence",
+        "        if full_sequence_must_fit and not fits(request.num_tokens, admission=True):\n",
+        "        if full_sequence_must_fit and not fits(request.num_tokens + num_lookahead_tokens, admission=True):\n",
+    ),
+    (
+        "06.3b",
         "full_sequence_must_fit ignored: the gate admits a prompt whose first chunk fits",
         "        if full_sequence_must_fit and not fits(request.num_tokens, admission=True):\n            return None\n",
         "",
