@@ -256,8 +256,10 @@ class FullAttentionManager(EngineFullAttentionManager):
         chain (chapter 04). Afterwards the request has no entry in req_to_blocks or num_cached_block; freeing a request
         that holds nothing (never admitted, or freed already) changes nothing. (vLLM 0.33:
         SingleTypeKVCacheManager.free.)
+        Here the order must be the engine's, vLLM 0.33's, exactly: design it in 06.8 first, then bring it here;
+        where yours differs, 06.2b's message names vLLM 0.33's rule and its reason.
         Example: a request holding [5, 6, 2] (all hashed, ref_cnt 1) on an empty queue: afterwards all three are
-        free, and of the three block 5 is the last a run of allocations evicts.
+        free, the request has no entry left, and a second free of it changes nothing.
         """
         raise NotImplementedError
 

@@ -460,8 +460,10 @@ def test_free_shared_null_and_double(impl):
     )
     want = [x.block_id for x in table_c[2::-1]]
     assert free_queue_ids(pool)[-3:] == want, (
-        f"free('C') hands C's {id_text(table_c)} to the pool last block first, so its hashed chain joins the "
-        f"tail as {want}, root last (evicted last); got a free queue ending {free_queue_ids(pool)[-3:]}"
+        f"free('C') on C's {id_text(table_c)}: vLLM 0.33's rule, which 06.2b asks for whatever your 06.8 design chose, "
+        f"hands a request's blocks to the pool last block first, so its hashed chain joins the tail as {want}, root "
+        f"last and evicted last: a later prompt hits block i only through blocks 0 .. i - 1, so every hit on the "
+        f"prefix needs the root; got a free queue ending {free_queue_ids(pool)[-3:]}"
     )
     assert "C" not in manager.req_to_blocks and "C" not in manager.num_cached_block, (
         f"after free('C') the manager forgets C: req_to_blocks holds {sorted(manager.req_to_blocks)}, "
