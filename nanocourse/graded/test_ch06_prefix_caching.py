@@ -1221,7 +1221,7 @@ def _checked(place):
     return checked
 
 
-@pytest.mark.task("06.8", "design: place_freed orders the free queue so the chat workload reaches the ceiling")
+@pytest.mark.task("06.8", "design: place_freed orders the free queue so the chat workload reaches its hit-rate goal")
 def test_place_freed_design(impl):
     place = _checked(impl.place_freed)
     designed = lambda n, caching: PlacedFreePool(n, caching, place)
