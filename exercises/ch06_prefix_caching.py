@@ -32,7 +32,8 @@ What you have (a reference: which of these a method uses, and when, is yours to 
   make_block_hash_with_group_id, which turns a block hash and a group id into the key that group's block is
   cached under (group 0's key is the bare hash);
 - in a FullAttentionManager: self.block_pool, self.block_size, self.req_to_blocks[request_id] (the request's
-  blocks in this group, block i holding tokens i * block_size .. (i + 1) * block_size - 1, append-only),
+  blocks in this group, block i holding tokens i * block_size .. (i + 1) * block_size - 1, append-only; a
+  plain dict, not a defaultdict as in vLLM 0.33: a request with no entry raises KeyError on indexing),
   self.num_cached_block[request_id] (how many of them are named in the map; a request has an entry here
   from its admission until free, even while it holds no block), and get_cached_blocks (a block hash and a
   list of group ids: one cached block per group, or None if any group misses);
@@ -162,9 +163,11 @@ class BlockPool(EngineBlockPool):
         - a block that reaches 0 becomes free, and afterwards the queue, head first, still ranks every free
           block from the least likely to be hit again to the most likely. Where each block this call frees
           belongs follows from what it can still serve and when it was last used, beside the blocks already
-          queued (the notebook's design problem measures what a naive order costs). Here the placement must be
-          the engine's, vLLM 0.33's, exactly: 06.2 checks it on fixed cases and 06.7 compares every step with
-          the engine's pool; task 06.8 (place_freed) is where any order that reaches the goal passes.
+          queued. Design that placement first in task 06.8 (place_freed), graded by its outcome only; then bring
+          it here. Here it must be the engine's, vLLM 0.33's, exactly (chapters 07-10 and graduation compare
+          with it): 06.2 checks it on fixed cases and 06.7 compares every step with the engine's pool. Where your
+          design differs, 06.2's message names vLLM 0.33's rule and its reason on the smallest case, so neither
+          the notebook's later sections nor vLLM's code is needed to finish.
           The caller's list is a ranking too, and it must survive:
           of two blocks this call frees that your ranking cannot tell apart, the one listed first leaves the
           pool first. A block listed twice becomes free once, where its last reference is dropped;
@@ -253,8 +256,10 @@ class FullAttentionManager(EngineFullAttentionManager):
         chain (chapter 04). Afterwards the request has no entry in req_to_blocks or num_cached_block; freeing a request
         that holds nothing (never admitted, or freed already) changes nothing. (vLLM 0.33:
         SingleTypeKVCacheManager.free.)
+        Here the order must be the engine's, vLLM 0.33's, exactly: design it in 06.8 first, then bring it here;
+        where yours differs, 06.2b's message names vLLM 0.33's rule and its reason.
         Example: a request holding [5, 6, 2] (all hashed, ref_cnt 1) on an empty queue: afterwards all three are
-        free, and of the three block 5 is the last a run of allocations evicts.
+        free, the request has no entry left, and a second free of it changes nothing.
         """
         raise NotImplementedError
 
@@ -321,8 +326,9 @@ class KVCacheManager(EngineKVCacheManager):
         - blocks a sliding window has left behind (the request can never read them again, once its computed
           and new computed tokens are in) are free blocks for this grant: they can serve the new tokens
           (nothing changes for full attention alone);
-        - with full_sequence_must_fit, only if the request's whole sequence (request.num_tokens tokens, hits
-          counted the same way) would also fit in the free blocks as the call finds them, where a sliding
+        - with full_sequence_must_fit, only if the request's whole sequence (request.num_tokens tokens, no
+          lookahead slots: they are not part of it; hits counted the same way) would also fit in the free blocks
+          as the call finds them, on top of the grant's own rule above (which counts the lookahead), where a sliding
           group needs room for at most its admission cap (chapter 12: the window frees blocks as the prompt's
           chunks advance, so the group never holds more at once). This is the scheduler's admission gate: it
           admits a request only if its whole prompt fits, so that it is not preempted halfway through its
@@ -357,7 +363,8 @@ def eviction_order(pool: EngineBlockPool, num_blocks: int) -> list[int]:
 
 def place_freed(queue: FreeKVCacheBlockQueue, freed: list[KVCacheBlock]) -> None:
     """Task 06.8, an open design: put the blocks a request just freed into the free queue, where they wait to be
-    evicted. Any order that keeps the contract and reaches the goal passes; 06.2 then asks for vLLM 0.33's.
+    evicted. Any order that keeps the contract and reaches the goal passes; 06.2 then asks for vLLM 0.33's, and
+    its messages name vLLM's rules where yours differs.
 
     freed: the blocks whose last reference was just dropped, in the order their request held them (its first
     block first), each at ref_cnt 0, some cached (a hash) and some not. Unlike free_blocks, which receives its
@@ -367,9 +374,10 @@ def place_freed(queue: FreeKVCacheBlockQueue, freed: list[KVCacheBlock]) -> None
     blocks freed before.
     Contract: afterwards the queue holds every block it held and every freed block, each once (a block left out
     is leaked); no block in use and not the null block; no hash changes (eviction stays lazy).
-    Goal: on the chapter's chat workload (chatbot_prompts(300)) with 31 usable blocks of 16 tokens, the
-    ceiling hit rate: every system prompt's first use misses, and nothing else may (the notebook measures
-    0.834; the design problem's naive order gets 0.689). The grader plugs your function into the engine's pool
+    Goal: on the chapter's chat workload (chatbot_prompts(300), blocks of 16 tokens), with 31 usable blocks the
+    ceiling hit rate, every system prompt's first use missing and nothing else (0.834; the design problem's
+    naive order gets 0.686), and with 27 usable blocks, where memory is short enough that system prompts' chains
+    are cut into, at least 0.80 (the naive order: 0.657). The grader plugs your function into the engine's pool
     (PlacedFreePool from nanocourse.lru_view) and also checks greedy tokens equal to the engine's and no leak.
     (vLLM 0.33, after passing: BlockPool.free_blocks and SingleTypeKVCacheManager.free.)
     Example: with the naive order, a 4-block pool whose request A filled all four blocks keeps, after a

@@ -224,6 +224,12 @@ BUGS = [
     ),
     (
         "06.3b",
+        "the whole-sequence gate counts the lookahead slots as part of the sequence",
+        "        if full_sequence_must_fit and not fits(request.num_tokens, admission=True):\n",
+        "        if full_sequence_must_fit and not fits(request.num_tokens + num_lookahead_tokens, admission=True):\n",
+    ),
+    (
+        "06.3b",
         "full_sequence_must_fit ignored: the gate admits a prompt whose first chunk fits",
         "        if full_sequence_must_fit and not fits(request.num_tokens, admission=True):\n            return None\n",
         "",
@@ -413,6 +419,12 @@ BUGS = [
             "    queue.append_n([block for block in reversed(freed) if block.block_hash is not None])  # a chain's root last\n"
         ),
         "    queue.append_n(freed)\n",
+    ),
+    (
+        "06.8",
+        "unhashed blocks first, but a freed chain queued root first: the root is evicted before its tail",
+        "    queue.append_n([block for block in reversed(freed) if block.block_hash is not None])  # a chain's root last\n",
+        "    queue.append_n([block for block in freed if block.block_hash is not None])\n",
     ),
     (
         "06.8",

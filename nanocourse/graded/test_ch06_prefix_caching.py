@@ -385,15 +385,18 @@ def test_free_blocks_order(impl):
         f"({queue}) and {pool.get_num_free_blocks()} free"
     )
     assert queue[0] == ids[3], (
-        f"free_blocks(A's {id_text(table)}, last first): the partial block {ids[3]} has no hash, so it goes to the "
-        f"head, reused first; got a free queue {queue}"
+        f"free_blocks(A's {id_text(table)}, last first), A's partial block {ids[3]} unhashed: vLLM 0.33's rule, which "
+        f"06.2 asks for whatever your 06.8 design chose, puts a block without a hash at the head, reused first, since "
+        f"nobody can ever hit it and each allocation it serves spares a cached block; got a free queue {queue}"
     )
     assert queue[-3:] == ids[2::-1], (
-        f"free_blocks(A's {id_text(table)}, last first): the hashed chain goes to the tail in the given order, "
-        f"{ids[2::-1]}, so its root is evicted last; got a free queue ending {queue[-3:]}"
+        f"free_blocks(A's {id_text(table)}, last first): vLLM 0.33's rule appends hashed blocks to the tail in the "
+        f"order given, {ids[2::-1]}: the caller lists a chain's last block first, so the root, which every later hit "
+        f"on the prefix needs, is evicted last; got a free queue ending {queue[-3:]}"
     )
     assert queue.index(old_block.block_id) < queue.index(ids[2]), (
-        f"block {old_block.block_id}, freed earlier, must stay ahead of A's blocks; got a free queue {queue}"
+        f"block {old_block.block_id}, cached and freed earlier, must stay ahead of A's cached blocks: vLLM 0.33 "
+        f"evicts cached blocks least recently used first (the tail is the most recent); got a free queue {queue}"
     )
     assert pool.get_cached_block(a.block_hashes[0]) is table[0], "freeing keeps the hashes (lazy eviction)"
     # Unhashed blocks go to the head in the order given, so the first given is reused first.
@@ -403,9 +406,9 @@ def test_free_blocks_order(impl):
     mine(impl, pool, "free_blocks", list(given))
     queue = free_queue_ids(pool)
     assert queue[:3] == [b.block_id for b in given], (
-        f"free_blocks({id_text(given)}), none of them hashed, on a pool whose free queue was {queue[3:]}: unhashed "
-        f"blocks go to the head in the order given, so the queue must start {[b.block_id for b in given]}; got "
-        f"{queue}"
+        f"free_blocks({id_text(given)}), none of them hashed, on a pool whose free queue was {queue[3:]}: vLLM 0.33 "
+        f"puts unhashed blocks at the head as one run in the order given (the caller's ranking: the first given is "
+        f"reused first), so the queue must start {[b.block_id for b in given]}; got {queue}"
     )
 
 
@@ -457,8 +460,10 @@ def test_free_shared_null_and_double(impl):
     )
     want = [x.block_id for x in table_c[2::-1]]
     assert free_queue_ids(pool)[-3:] == want, (
-        f"free('C') hands C's {id_text(table_c)} to the pool last block first, so its hashed chain joins the "
-        f"tail as {want}, root last (evicted last); got a free queue ending {free_queue_ids(pool)[-3:]}"
+        f"free('C') on C's {id_text(table_c)}: vLLM 0.33's rule, which 06.2b asks for whatever your 06.8 design chose, "
+        f"hands a request's blocks to the pool last block first, so its hashed chain joins the tail as {want}, root "
+        f"last and evicted last: a later prompt hits block i only through blocks 0 .. i - 1, so every hit on the "
+        f"prefix needs the root; got a free queue ending {free_queue_ids(pool)[-3:]}"
     )
     assert "C" not in manager.req_to_blocks and "C" not in manager.num_cached_block, (
         f"after free('C') the manager forgets C: req_to_blocks holds {sorted(manager.req_to_blocks)}, "
@@ -711,6 +716,27 @@ def test_allocate_all_or_nothing(impl):
         f"allocate_slots(B, 4, 8, A's 2 blocks, full_sequence_must_fit=True) with 1 free block: B's whole 12 tokens "
         f"need 3 blocks, 2 of them hits that A holds (no free block to take), so 1 new block: the gate must count the "
         f"hits as the second check does, and grant 1 new block; got {id_text(got)}"
+    )
+    # Lookahead slots under the gate: the whole-sequence check counts request.num_tokens alone (the lookahead slots
+    # are no part of the sequence), while the grant itself still needs them.
+    kv = KVCacheManager(BS, 3)  # two usable blocks
+    r = request("R", range(8))
+    got = mine(impl, kv, "allocate_slots", r, 4, 0, None, 4, True)
+    assert got is not None and [len(g) for g in got.blocks] == [2], (
+        f"allocate_slots(R, 4, num_lookahead_tokens=4, full_sequence_must_fit=True) for an 8-token R on 2 free blocks: "
+        f"the whole sequence is R's 8 tokens (request.num_tokens; lookahead slots are not counted in it), 2 blocks, "
+        f"and the grant's 4 new + 4 lookahead slots need the same 2: it must return 2 new blocks; got {id_text(got)}"
+    )
+    kv = KVCacheManager(BS, 3)
+    r = request("R", range(8))
+    assert_refused(
+        impl,
+        kv,
+        r,
+        (8, 0, None, 4, True),
+        "allocate_slots(R, 8, num_lookahead_tokens=4, full_sequence_must_fit=True) for an 8-token R on 2 free "
+        "blocks: R's whole 8 tokens fit, but the grant needs slots for 8 new + 4 lookahead tokens, 3 blocks, so it "
+        "must return None and change nothing",
     )
 
     # A sliding window's blocks are given back before the room is counted: on a full pool, the block that has left
@@ -1161,6 +1187,10 @@ def test_matches_the_engine(impl, workload):
 
 # ---- 06.8: an open design, graded by its invariants and its hit rate, not by equality with the engine ----------
 
+# 06.8's bar with 27 usable blocks. Measured (chapter 06's notebook, after its reveal): vLLM 0.33's order 0.814, the
+# same without the reverse free 0.766, every block to the tail 0.657-0.673. Needs unhashed-first and root-last.
+DESIGN_GOAL_27 = 0.80
+
 
 def _checked(place):
     """place_freed, with every contract rule checked at each call: it may only order the free queue."""
@@ -1191,7 +1221,7 @@ def _checked(place):
     return checked
 
 
-@pytest.mark.task("06.8", "design: place_freed orders the free queue so the chat workload reaches the ceiling")
+@pytest.mark.task("06.8", "design: place_freed orders the free queue so the chat workload reaches its hit-rate goal")
 def test_place_freed_design(impl):
     place = _checked(impl.place_freed)
     designed = lambda n, caching: PlacedFreePool(n, caching, place)
@@ -1214,15 +1244,21 @@ def test_place_freed_design(impl):
     named = {(h, b.block_id) for h, b in pool.cached_block_hash_to_block.items()}
     hashed = {(b.block_hash, b.block_id) for b in pool.blocks if b.block_hash is not None}
     assert named == hashed, "a block has a hash iff the pool's map holds it under that hash: a hit is then a prefix"
-    # The measured outcome: the chapter's chat workload, 31 usable blocks of 16 tokens.
+    # The measured outcome: the chapter's chat workload on 31 usable blocks of 16 tokens, where the ceiling needs
+    # the blocks nobody can hit to go first, and on 27, where memory is short enough that the order within a
+    # chain decides too: a freed chain must lose its last blocks before its root.
     chat = chatbot_prompts(300)
     systems = len({tuple(p[:48]) for p in chat})
     ceiling = 48 * (len(chat) - systems) / sum(len(p) for p in chat)
-    got = replay_hit_rate(chat, designed(32, True))
-    vllm = replay_hit_rate(chat, BlockPool(32, True))
-    assert got >= ceiling - 1e-9, (
-        f"on the chapter's chat workload (chatbot_prompts(300): 8 system prompts of 48 tokens, Zipf popularity) "
-        f"with 31 usable blocks of 16 tokens your order's hit rate is {got:.3f}; the goal is the ceiling, "
-        f"{ceiling:.3f} (every system prompt's first use misses, no other use may); vLLM 0.33's order gets "
-        f"{vllm:.3f} in this run. Which freed blocks did your order let go before the system prompts?"
-    )
+    for usable, goal in ((31, ceiling), (27, DESIGN_GOAL_27)):
+        got = replay_hit_rate(chat, designed(usable + 1, True))
+        assert got >= goal - 1e-9, (
+            f"on the chapter's chat workload (chatbot_prompts(300): 8 system prompts of 48 tokens, Zipf popularity) "
+            f"with {usable} usable blocks of 16 tokens your order's hit rate is {got:.3f}; the goal is {goal:.3f} "
+            f"(the ceiling, every system prompt's first use missing and no other, is {ceiling:.3f}). "
+            + (
+                "Which freed blocks did your order let go before the system prompts?"
+                if usable == 31
+                else "With less memory a system prompt's chain is cut into: which of its blocks should go first?"
+            )
+        )
