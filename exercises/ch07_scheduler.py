@@ -32,8 +32,8 @@ have (a reference: which of these a step uses, and when, is yours to decide):
 | `make_output(num_scheduled, new_blocks, new_reqs, preempted)` | packages the step (preempted: the victim Requests) |
 
 A request has `request_id`, `num_tokens`, `num_computed_tokens`, `num_tokens_with_spec` (num_tokens plus its
-drafts, chapter 13), `num_prompt_tokens`, `sampling_params.max_tokens` (the most tokens it may still sample, with
-those it has), `priority` and `arrival_time`.
+drafts, chapter 13), `num_prompt_tokens`, `sampling_params.max_tokens` (the most output tokens in
+all, those already sampled included), `priority` and `arrival_time`.
 
 get_computed_blocks returns (the hit as a KVCacheBlocks, its length in tokens); allocate_slots returns the new
 blocks as a KVCacheBlocks, or None. A `KVCacheBlocks` (vLLM's name) holds one list of blocks per KV cache group,
@@ -135,8 +135,8 @@ class Scheduler(EngineScheduler):
           config.max_num_new_slots_for_drafting tokens of its own to the forward pass for each planned request,
           and they count in the Budget above. Question: when is a request not planned for want of them? A
           newcomer that padded_size pads (chapter 13 says why) is planned exactly that many tokens or not at all,
-          and its spec_token_ids are then that many minus one PLACEHOLDER_TOKEN_ID; when its padded size does not
-          fit, the Head of the queue question decides the ones behind it.
+          and the request it admits gets that many minus one PLACEHOLDER_TOKEN_ID as its spec_token_ids; when its
+          padded size does not fit, the Head of the queue question decides the ones behind it.
         - Stats: each admitted request's prefix-cache lookup is counted exactly once (admit counts it); the
           lookups of requests left waiting are not counted.
         - Output: num_scheduled maps each planned request id to its tokens, in the order the step planned

@@ -535,12 +535,13 @@ DECISIONS = {
     "head of the queue": "the head of the queue. vLLM 0.33's waiting loop `break`s at the first newcomer it "
     "refuses, so nobody behind it is tried: the queue's order is the policy's promise, and a long request at the "
     "head is not overtaken for ever by short ones",
-    "alone": "the Alone rule. A lone running request refused with no drafts and no lookahead slots can never fit, "
-    "so nanoengine ends it (finish_length_capped; vLLM 0.33 refuses to start with a pool that small, "
-    "kv_cache_planning.check_enough_kv_cache_memory); with drafts or lookahead slots it preempts itself, as vLLM's "
-    "loop does, since the preemption drops them and it may fit without them",
+    "alone": "the Alone rule. A lone running request refused that has no drafts can never fit, so nanoengine ends "
+    "it (finish_length_capped; vLLM 0.33 refuses to start with a pool that small, "
+    "kv_cache_planning.check_enough_kv_cache_memory); one that has drafts (num_tokens_with_spec > num_tokens, even "
+    "where the budget left them out of this step) preempts itself, as vLLM's loop does, since the preemption drops "
+    "them and it may fit without them. Lookahead slots do not count: admission asks for them again",
     "never fits": "ending a request that can never fit. The engine ends one only when its grant is refused with "
-    "nothing left to free: a lone running request with no drafts and no lookahead slots, or a waiting request "
+    "nothing left to free: a lone running request with no drafts, or a waiting request "
     "refused while nothing runs (the waiting loop then goes on to the next). Where one side ended a request the "
     "other ran, compare what the two grants asked for it: its tokens past its cache hit, its padding, its lookahead "
     "slots",
@@ -573,14 +574,20 @@ def _recording(cls: type) -> type:
 
     class Recording(cls):
         last: dict | None = None
+        ended: list[str]
+
+        def finish_length_capped(self, request):
+            self.ended.append(request.request_id)
+            super().finish_length_capped(request)
 
         def schedule(self):
             self.last = {
                 "running": [r.request_id for r in self.running],
                 "waiting": [r.request_id for r in self.waiting],
             }
+            self.ended = []
             so = super().schedule()
-            self.last.update(so=so, capped=[r.request_id for r in self._capped])
+            self.last.update(so=so, capped=list(self.ended))
             return so
 
     return Recording
