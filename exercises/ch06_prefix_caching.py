@@ -57,11 +57,11 @@ What you have (a reference: which of these a method uses, and when, is yours to 
     it holds slots for num_tokens tokens, and returns them, one list per group; the pool must hold enough
     free blocks (get_new_blocks raises otherwise);
   - allocate_new_computed_blocks(request_id, hits, num_computed) (num_computed: the request's computed tokens,
-    its hit included): for a request the group does not know yet
-    (no entry in num_cached_block), its block list becomes exactly its hits, each with one more reference
-    (a free one leaves the queue), all counted as named; for a request the group knows, nothing. It is how a
-    group comes to know a request, hits or none: cache_blocks needs that (vLLM 0.33 skips the call when there
-    are no hits and lets cache_blocks register the request; nanoengine's groups register here only);
+    its hit included): for a request the group does not know yet (no entry in num_cached_block), adopts the
+    hits: its block list becomes exactly its hits, each held by the request as its other blocks are (the call
+    does the holding: do it nowhere else), all counted as named; for a request the group knows, nothing. It is
+    how a group comes to know a request, hits or none: cache_blocks needs that (vLLM 0.33 skips the call when
+    there are no hits and lets cache_blocks register the request; nanoengine's groups register here only);
   - cache_blocks(request, num_tokens): names every block that the first num_tokens tokens fill and that is
     not named yet;
   - remove_skipped_blocks(request_id, num_computed): gives back the blocks a sliding window no longer sees
@@ -283,9 +283,11 @@ class KVCacheManager(EngineKVCacheManager):
         - every lookup with caching on and reading allowed, hit or miss, is counted once in the prefix-cache
           stats (record_prefix_cache_stats) when record_stats is true, and not at all when false (a scheduler
           that may hold the request back counts it at admission instead);
-        - after every call, request.shared_prefix_boundary is the token position where the longest prefix that
-          some attention type has cached past the hit ends, or 0 when there is none or no lookup ran: chapter
-          12's sliding groups keep the blocks that end there. With full attention alone it is always 0.
+        - after every call, request.shared_prefix_boundary is the hit tokens + the count of tokens past the hit
+          that one attention type alone has cached (find_longest_cache_hit_and_uncached_prefix's third value)
+          when that count is > 0, else 0; also 0 when no lookup ran. It is where the longest prefix some type has
+          cached ends: chapter 12's sliding groups keep the blocks that end there. With full attention alone it
+          is always 0.
         (vLLM 0.33: KVCacheManager.get_computed_blocks, which returns that position, the hit plus the part some
         type has cached past it, as a third value for the scheduler to store on the request, and leaves all
         counting to the scheduler.)

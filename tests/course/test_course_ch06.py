@@ -1,12 +1,16 @@
 """Chapter 06's LRU view shows the pool's real state at every t, and its policy tools measure the engine."""
 
+import json
 import re
+from pathlib import Path
 
 import pytest
 import torch
 
+from nanocourse.free_policies import POLICIES, free_in_order
 from nanocourse.lru_view import (
     SYSTEM_PROMPT,
+    ForwardFreePool,
     LRUView,
     chatbot_prompts,
     free_queue_ids,
@@ -158,3 +162,22 @@ def test_unhashed_blocks_at_the_head_raise_the_hit_rate():
 def test_replay_refuses_a_pool_too_small_for_a_prompt():
     with pytest.raises(ValueError, match="cannot hold the next prompt"):
         replay_hit_rate(chatbot_prompts(2, question_tokens=120), BlockPool(8, True))
+
+
+def test_free_in_order_shows_what_each_order_leaves_of_a_chain():
+    """The notebook's "Two orders for free": last block first keeps A's root and its child reachable."""
+    assert free_in_order("last block first") == ([4, 3], [1, 2], 8)
+    assert free_in_order("first block first") == ([1, 2], [3, 4], 0), "the survivors are cached but unreachable"
+    with pytest.raises(ValueError, match="order must be one of"):
+        free_in_order("root last")
+
+
+def test_the_policies_keep_their_names_out_of_the_notebook():
+    """The notebook is read top to bottom before tasks 06.2 and 06.8 ask for a free order, so nothing in it, code or
+    prose, locked cells included, may say where vLLM 0.33 puts freed blocks: its policies are A, B and C
+    (nanocourse.free_policies), and reveal("06") maps them."""
+    assert [POLICIES[name] for name in ("policy A", "policy B", "policy C")] == [BlockPool, old_pool, ForwardFreePool]
+    notebook = Path(__file__).resolve().parents[2] / "notebooks" / "06_prefix_caching.ipynb"
+    text = "\n".join("".join(cell["source"]) for cell in json.loads(notebook.read_text())["cells"])
+    giveaways = ["unhashed", "prepend", "reverse", "old_pool", "ForwardFreePool", "last first", "a free without"]
+    assert not [word for word in giveaways if word in text]
