@@ -362,7 +362,7 @@ def test_preemption(impl):
         "Alone, step 1 (2 usable blocks, a 8-token prompt a alone in running, no drafts): a's decode at position 8 "
         "needs a third block, and nobody else runs. Yours preempted a; but a comes back with its 9 tokens, which need "
         "3 blocks of the 2 there are: it would wait for ever, and the requests behind it with it. A lone request "
-        "refused with nothing a preemption drops (no drafts, no lookahead slots) can never fit, so it is ended: "
+        "refused with nothing a preemption drops (it has no drafts) can never fit, so it is ended: "
         "finish_length_capped (vLLM 0.33 refuses to start with a pool smaller than one max_model_len request, "
         "kv_cache_planning.check_enough_kv_cache_memory; nanoengine allows small pools and ends the request). "
         f"Expected a ended (FINISHED_LENGTH_CAPPED) and the plan [('w', 4)]; got (plan, preempted) {got}"

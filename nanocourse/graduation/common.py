@@ -147,8 +147,9 @@ KNOWN_DIFFERENCES = {
         "only where max_model_len is beyond the pool, which vLLM 0.33 refuses to start with "
         "(kv_cache_planning.check_enough_kv_cache_memory): nanoengine ends the request FINISHED_LENGTH_CAPPED, "
         "where vLLM's scheduler preempts it and never completes it (it waits, or is readmitted and preempted at "
-        "the same point for ever); with drafts nanoengine preempts it too, which drops them, and ends it only if "
-        "it then cannot be admitted into an idle pool"
+        "the same point for ever); with drafts nanoengine preempts it too, which drops them, and ends it when it "
+        "then cannot be admitted into an idle pool (a prefix hit can pad it back to 1 + k, and then vLLM leaves "
+        "it waiting), or when it outgrows the pool again without drafts"
     ),
 }
 
