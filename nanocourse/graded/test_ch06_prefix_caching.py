@@ -16,7 +16,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 
 from nanocourse.differential import replay_workload, scheduler_config, scheduler_workloads
 from nanocourse.lru_view import PlacedFreePool, chatbot_prompts, free_queue_ids, replay_hit_rate
@@ -1164,9 +1164,17 @@ def test_serves_the_engine(impl):
 # ---- 06.7: your pool and managers beside the engine's, over random workloads ----------------------------------
 
 
+# A request asking for prompt logprobs after its prefix is cached: it must not read the cache (no hit).
+_SKIP_READING_EXAMPLE = (
+    {"num_blocks": 12, "budget": 16, "policy": "fcfs", "caching": True, "threshold": 0, "max_num_seqs": 4},
+    [("add", 9, 0, 0, 2, False), ("step", 3), ("add", 9, 0, 0, 2, True)],
+)
+
+
 @pytest.mark.task("06.7", "under random workloads your pool and managers hold, hit, free and evict as the engine's")
 @settings(max_examples=600)
 @given(workload=scheduler_workloads())
+@example(workload=_SKIP_READING_EXAMPLE)
 def test_matches_the_engine(impl, workload):
     """The engine's scheduler drives your BlockPool, FullAttentionManager and KVCacheManager and, beside them, the
     engine's own; after each step every plan, block id, the free queue's order and the prefix-cache counts must
