@@ -134,7 +134,8 @@ class KnownDifference(Exception):
 KNOWN_DIFFERENCES = {
     "vLLM's own assert": (
         "with long_prefill_token_threshold < 1 + k, vLLM 0.33 pads a new one-token request to 1 + k, cuts it to the "
-        "threshold and fails `assert num_new_tokens == 1 + self.num_spec_tokens` (scheduler.py:1579); nanoengine "
+        "threshold and fails `assert num_new_tokens == 1 + self.num_spec_tokens` (scheduler.py:1579), or, where "
+        "the step's budget cannot hold 1 + k, leaves it waiting (a stall when it is the queue's head); nanoengine "
         'leaves such a request unpadded, as the open upstream fix does (vllm-project/vllm#54028, "Skip spec '
         'padding below prefill threshold")'
     ),

@@ -121,6 +121,8 @@ def replay(vllm: Vllm, parts: Parts, workload: tuple[dict, list], observe: Calla
     # Of those, the ones it ended while running with no drafts: a preemption drops nothing that would let them fit
     # (lookahead slots are asked for again at admission), so vLLM, which preempts them, never completes them.
     capped_bare: list[str] = []
+    # The requests this side left unpadded only for a threshold below 1 + k, which vLLM pads (its own assert).
+    padded_below_threshold: list[str] = []
     theirs: list[Any] = []  # vLLM's scheduler, once built
     windows = [cfg["window"]] * cfg["sliding_groups"] + [None] if "window" in cfg else [None]
     k, drafter = cfg.get("num_speculative_tokens", 0), cfg.get("drafter")
@@ -175,6 +177,16 @@ def replay(vllm: Vllm, parts: Parts, workload: tuple[dict, list], observe: Calla
             finish_length_capped(request)
 
         scheduler.finish_length_capped = record
+        padded_size = scheduler.padded_size
+
+        def padding(request: Any, num_computed_tokens: int, threshold: int, running_scheduled: Any) -> int:
+            running_scheduled = list(running_scheduled)
+            size = padded_size(request, num_computed_tokens, threshold, running_scheduled)
+            if not size and threshold > 0 and padded_size(request, num_computed_tokens, 0, running_scheduled):
+                padded_below_threshold.append(request.request_id)
+            return size
+
+        scheduler.padded_size = padding
         return scheduler
 
     def never_run_again() -> bool:
@@ -190,7 +202,7 @@ def replay(vllm: Vllm, parts: Parts, workload: tuple[dict, list], observe: Calla
             return True
         return not side.running and set(side.schedule().original.num_scheduled_tokens) <= set(capped_bare)
 
-    with vllm.modules.active(), _known_after_cap(capped, never_run_again):
+    with vllm.modules.active(), _known_differences(capped, never_run_again, padded_below_threshold):
         replay_workload(
             build,
             cfg,
@@ -220,13 +232,18 @@ def _vllm_scheduler(vllm: Vllm, cfg: dict, num_blocks: int, **kwargs: Any) -> Vl
 
 
 @contextlib.contextmanager
-def _known_after_cap(capped: list[str], never_run_again: Callable[[], bool]) -> Iterator[None]:
-    """A difference once this side has ended requests for outgrowing the pool is that known difference only if vLLM
-    would never run them again; one that vLLM readmits (it preempted itself to drop its drafts) is a real
-    difference."""
+def _known_differences(
+    capped: list[str], never_run_again: Callable[[], bool], padded_below_threshold: list[str]
+) -> Iterator[None]:
+    """A difference once this side has left a request unpadded that vLLM pads below its threshold is vLLM's own
+    assert: vLLM then fails the assert, or leaves the request waiting where the budget cannot hold 1 + k. One once
+    this side has ended requests for outgrowing the pool is that known difference only if vLLM would never run
+    them again; one that vLLM readmits (it preempted itself to drop its drafts) is a real difference."""
     try:
         yield
     except AssertionError as error:
+        if padded_below_threshold:
+            raise KnownDifference("vLLM's own assert") from error
         if capped and never_run_again():
             raise KnownDifference("a lone request outgrew the pool") from error
         raise
@@ -324,6 +341,19 @@ KNOWN_CASES = {
         ("step", 1),
         ("add", 1, 1, 0, 6, False),
         ("step", 1),
+    ),
+    "drafts: a threshold below 1 + k pads a readmission the budget cannot hold (vLLM's own assert)": _case(
+        {
+            "num_blocks": 5,
+            "budget": 4,
+            "caching": True,
+            "threshold": 3,
+            "num_speculative_tokens": 3,
+            "drafter": "draft_model",
+            "oversized": True,
+        },
+        ("add", 11, 0, 0, 3, False),
+        ("add", 1, 0, 0, 1, False),
     ),
     "drafts: proposed after a prefill chunk, they are dropped": _case(
         {"num_blocks": 3, "budget": 3, "num_speculative_tokens": 1, "drafter": "ngram"}, ("add", 4, 0, 0, 1, False)

@@ -320,6 +320,10 @@ def test_the_known_cases_replay(vllm):
     for name, case in (
         ("drafts: a threshold below 1 + k cuts a padded request (vLLM's own assert)", "vLLM's own assert"),
         (
+            "drafts: a threshold below 1 + k pads a readmission the budget cannot hold (vLLM's own assert)",
+            "vLLM's own assert",
+        ),
+        (
             "max_model_len beyond the pool: a lone request outgrowing it is capped, where vLLM preempts it",
             "a lone request outgrew the pool",
         ),
