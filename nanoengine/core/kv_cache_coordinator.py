@@ -61,11 +61,7 @@ class KVCacheCoordinator:
         self.block_size = block_size
         self.use_eagle = use_eagle
         self.retention_interval = prefix_cache_retention_interval
-        # The groups whose managers drop EAGLE's block, as vLLM 0.33's drop_eagle_group_ids: those holding the
-        # drafter's layers (KVCacheGroupSpec.is_eagle_group), or every group when none is flagged (vLLM's fallback
-        # for a layout that does not say where the drafter's layers are). Empty without use_eagle.
-        flagged = {group_id for group_id, g in enumerate(groups) if g.is_eagle_group} or set(range(len(groups)))
-        self.eagle_group_ids = flagged if use_eagle else set()
+        self.eagle_group_ids = self.drop_eagle_group_ids(groups) if use_eagle else set()
         self.single_type_managers: tuple[SingleTypeKVCacheManager, ...] = tuple(
             (full_attention_manager_cls if g.sliding_window is None else sliding_window_manager_cls)(
                 g, block_pool, block_size, group_id, group_id in self.eagle_group_ids
@@ -79,6 +75,12 @@ class KVCacheCoordinator:
                     manager.max_admission_blocks_per_request = g.max_admission_blocks_per_request(
                         block_size, in_flight, max_model_len
                     )
+
+    def drop_eagle_group_ids(self, groups: Sequence[KVCacheGroupSpec]) -> set[int]:
+        """The groups whose managers drop EAGLE's block, as vLLM 0.33's drop_eagle_group_ids: those holding the
+        drafter's layers (KVCacheGroupSpec.is_eagle_group), or every group when none is flagged (vLLM's fallback
+        for a layout that does not say where the drafter's layers are)."""
+        return {group_id for group_id, g in enumerate(groups) if g.is_eagle_group} or set(range(len(groups)))
 
     def get_num_blocks_to_allocate(
         self,
@@ -161,6 +163,14 @@ class UnitaryKVCacheCoordinator(KVCacheCoordinator):
         return hits, len(hits[0]) * self.block_size, 0  # one group: no other group to lag behind it
 
 
+def _groups_by_window(groups: Sequence[KVCacheGroupSpec]) -> dict[int | None, list[int]]:
+    """The group ids of each spec (a window), in the order first seen."""
+    by_window: dict[int | None, list[int]] = {}
+    for group_id, g in enumerate(groups):
+        by_window.setdefault(g.sliding_window, []).append(group_id)
+    return by_window
+
+
 class SpecGroup(NamedTuple):
     """KV cache groups of one spec, searched as one (vLLM 0.33's SpecGroup, kv_cache_coordinator.py): a lookup asks
     the pool for each hash in all of them at once and counts a block only where every one of them has it. Here a
@@ -218,24 +228,23 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
             max_model_len,
             max_in_flight_tokens,
         )
-        by_window: dict[int | None, list[int]] = {}
-        for group_id, g in enumerate(groups):
-            by_window.setdefault(g.sliding_window, []).append(group_id)
         self.attention_groups = sorted(
             (
                 SpecGroup(window, group_ids, not self.eagle_group_ids.isdisjoint(group_ids))
-                for window, group_ids in by_window.items()
+                for window, group_ids in _groups_by_window(groups).items()
             ),
             key=lambda group: group.sliding_window is not None,
         )
-        for group in self.attention_groups:
-            if group.use_eagle:  # the spec's groups are searched as one, so all of them drop (as in vLLM)
-                for group_id in group.group_ids:
-                    self.single_type_managers[group_id].use_eagle = True
         # With at most one type besides full attention, one round already agrees (the last type searched
         # within everyone else's hit). vLLM stops after one round for full attention plus one other type
         # (is_simple_hybrid); with one sliding type alone its second round confirms the same length.
         self.one_pass = sum(g.sliding_window is not None for g in self.attention_groups) <= 1
+
+    def drop_eagle_group_ids(self, groups: Sequence[KVCacheGroupSpec]) -> set[int]:
+        """The flagged groups (KVCacheCoordinator's), each with every group of its spec: a spec's groups are
+        searched as one, so all of them drop (vLLM 0.33 gives the flag to the whole SpecGroup)."""
+        flagged = super().drop_eagle_group_ids(groups)
+        return {i for ids in _groups_by_window(groups).values() if not flagged.isdisjoint(ids) for i in ids}
 
     def find_longest_cache_hit_and_uncached_prefix(
         self, block_hashes: list[BlockHash], max_length: int, token_ids: Sequence[int] | None = None
