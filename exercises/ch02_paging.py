@@ -55,9 +55,9 @@ def gather_kv(cache: torch.Tensor, block_table: torch.Tensor, seq_len: int) -> t
     keeps its last block whole). Only the first num_blocks_needed(seq_len, block_size) table entries may
     be read: the padding and the blocks past them may hold anything (NaN in the grader). The cache is not
     changed. On the engine's paged cache, layer by layer, the result equals the contiguous cache's K and V.
-    (vLLM 0.33 has no such step in its serving path: its kernels read the blocks in place. The closest op
-    is `cp_gather_cache` in vllm/_custom_ops.py, which gathers a batch's blocks into one contiguous buffer
-    for MLA's chunked prefill; the engine's TorchBackend gathers like this every step.)
+    (vLLM 0.33's standard attention kernels have no such step: they read the blocks in place. Only MLA's
+    chunked prefill gathers, with `cp_gather_cache` in vllm/_custom_ops.py, which copies a batch's blocks into
+    one contiguous buffer; the engine's TorchBackend gathers like this every step.)
     Example: cache[b, o, 0, 0] == 2 * b + o for 6 blocks of 2 tokens, one head of dim 1:
     gather_kv(cache, tensor([4, 1, 0, 0], dtype=torch.int32), 3) has shape [3, 1, 1] and values 8, 9, 2
     (block 4 whole, then block 1's first token).

@@ -1637,7 +1637,7 @@ R(
         ),
         (
             "nanoengine/core/kv_cache_coordinator.py",
-            "        flagged = {group_id for group_id, g in enumerate(groups) if g.is_eagle_group} or set(range(len(groups)))",
+            "        return {group_id for group_id, g in enumerate(groups) if g.is_eagle_group} or set(range(len(groups)))",
         ),
         (
             "nanoengine/kv_cache_interface.py",
@@ -2048,7 +2048,7 @@ R(
             "vllm/vllm/v1/engine/core.py",
             "            self.step if self.batch_queue is None else self.step_with_batch_queue",
         ),
-        ("vllm/vllm/config/vllm.py", "            if pp_size <= 1:\n                return 2"),
+        ("vllm/vllm/config/vllm.py", "            if self.use_v2_model_runner:\n                return pp_size + 1"),
     ],
     [
         ("nanoengine/engine/async_llm.py", "            self._submit(lambda: self._abort(call.engine_ids))"),
