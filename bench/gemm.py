@@ -1,6 +1,7 @@
 """Why nanoengine's Linear does not call F.linear on an x86 CPU: the fp32 GEMMs of SmolLM2, timed both ways.
 
-    python bench/gemm.py        # writes bench/results/gemm_cpu.json
+    python bench/gemm.py          # writes bench/results/gemm_cpu.json
+    python bench/gemm.py --int4   # writes bench/results/gemm_int4_cpu.json
 
 For each projection shape of one SmolLM2 layer (and the vocabulary projection) and a batch of
 1, 32 and 620 tokens (one decode, a cached-prompt step, a whole chatbot prompt), it times:
@@ -8,10 +9,14 @@ For each projection shape of one SmolLM2 layer (and the vocabulary projection) a
   - nanoengine's Linear, which calls oneDNN with the weight packed once into its blocked layout.
 Both are fp32 and agree to summation order; the table also prints their largest difference.
 Times are medians of 30 runs after 5 warm-ups, in the same process, with torch's default threads.
+
+--int4 times instead, in bf16, each projection of a layer with Q4_1-form weights at 1 to 32 rows: the dense
+Linear against torch's 4-bit kernel (Q4GroupLinear's two paths), which sets Q4GroupLinear.MAX_ROWS.
 """
 
 from __future__ import annotations
 
+import argparse
 import functools
 import json
 import statistics
@@ -28,9 +33,10 @@ sys.path.insert(0, str(ROOT))
 from tqdm import tqdm
 
 from bench.machine import machine_info
-from nanoengine.model.llama import ONEDNN_LINEAR, Linear
+from nanoengine.model.llama import ONEDNN_LINEAR, Linear, Q4GroupLinear, q4_groups
 
 RESULTS = ROOT / "bench" / "results" / "gemm_cpu.json"
+INT4_RESULTS = ROOT / "bench" / "results" / "gemm_int4_cpu.json"
 # (name, out_features, in_features) for SmolLM2-135M: hidden 576, 9 + 2 * 3 heads of 64, MLP 1536.
 SHAPES = [
     ("qkv_proj", 960, 576),
@@ -40,6 +46,7 @@ SHAPES = [
     ("lm_head", 49152, 576),
 ]
 BATCHES = [1, 32, 620]
+INT4_BATCHES = [1, 2, 4, 8, 16, 32]
 
 
 def median_us(fn, runs: int = 30, warmup: int = 5) -> float:
@@ -51,6 +58,57 @@ def median_us(fn, runs: int = 30, warmup: int = 5) -> float:
         fn()
         times.append(time.perf_counter() - start)
     return 1e6 * statistics.median(times)
+
+
+def q4_1_linear(n: int, k: int, gen: torch.Generator) -> Q4GroupLinear:
+    """A bf16 Q4GroupLinear whose weight has a GGUF's Q4_1 form: each group of 32 a minimum plus 0..15 steps."""
+    groups = (n, k // Q4GroupLinear.GROUP)
+    q = torch.randint(0, 16, (*groups, Q4GroupLinear.GROUP), generator=gen)
+    q[..., 0], q[..., 1] = 0, 15  # Q4_1 holds each group's minimum and maximum
+    step = (0.001 + 0.002 * torch.rand(groups, generator=gen)).half().float()
+    low = (-8 * step).half().float()
+    layer = Linear(k, n, bias=False).requires_grad_(False)
+    layer.weight.copy_((low[..., None] + step[..., None] * q).reshape(n, k))
+    found = q4_groups(layer.weight)
+    assert found is not None
+    return Q4GroupLinear(layer, *found).to(torch.bfloat16)
+
+
+def main_int4() -> dict:
+    gen = torch.Generator().manual_seed(0)
+    rows = []
+    with tqdm(total=(len(SHAPES) - 1) * len(INT4_BATCHES), desc="int4 shapes", unit="shape") as bar:
+        for name, n, k in SHAPES[:-1]:  # lm_head is the tied embedding, Q8_0 in the GGUF: it stays dense
+            layer = q4_1_linear(n, k, gen)
+            for m in INT4_BATCHES:
+                x = torch.randn(m, k, generator=gen).to(torch.bfloat16)
+                dense = median_us(functools.partial(layer.dense, x))
+                int4 = median_us(
+                    functools.partial(
+                        torch.ops.aten._weight_int4pack_mm_for_cpu,
+                        x,
+                        layer.weight_int4,
+                        layer.GROUP,
+                        layer.scales_and_zeros,
+                    )
+                )
+                rows.append({"name": name, "m": m, "n": n, "k": k, "dense_bf16_us": dense, "int4_us": int4})
+                rows[-1]["int4_speedup"] = dense / int4
+                bar.update(1)
+    report = {
+        "machine": {**machine_info(), "torch": torch.__version__, "threads": torch.get_num_threads()},
+        "rows": rows,
+        "max_rows_int4_faster_everywhere": max(
+            (m for m in INT4_BATCHES if all(r["int4_speedup"] > 1 for r in rows if r["m"] <= m)), default=0
+        ),
+    }
+    print(f"\n{'projection':14}{'tokens':>7}{'dense bf16':>12}{'4-bit':>9}{'speed-up':>10}")
+    for r in rows:
+        print(f"{r['name']:14}{r['m']:>7}{r['dense_bf16_us']:>10.0f}us{r['int4_us']:>7.0f}us{r['int4_speedup']:>9.2f}x")
+    print(f"4-bit faster for every projection up to {report['max_rows_int4_faster_everywhere']} rows")
+    INT4_RESULTS.write_text(json.dumps(report, indent=2))
+    print(f"wrote {INT4_RESULTS.relative_to(ROOT)}")
+    return report
 
 
 def main() -> dict:
@@ -100,4 +158,6 @@ def main() -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    parser = argparse.ArgumentParser(prog="python bench/gemm.py", description=__doc__.split("\n")[0])
+    parser.add_argument("--int4", action="store_true", help="bf16 dense against the 4-bit kernel (Q4GroupLinear)")
+    main_int4() if parser.parse_args().int4 else main()

@@ -32,6 +32,7 @@ VARIANTS = {
     "bf16": {"dtype": "bfloat16"},
     "int8_weights_fp32": {"dtype": "float32", "quantization": "int8_per_channel_weight_only"},
     "int8_weights_bf16": {"dtype": "bfloat16", "quantization": "int8_per_channel_weight_only"},
+    "q4_1_weights_bf16": {"dtype": "bfloat16", "quantization": "q4_1"},
 }
 
 

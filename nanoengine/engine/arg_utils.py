@@ -244,8 +244,16 @@ class EngineArgs:
             dtype = named or default_dtype(device)  # None and "auto" take the device's default
             if self.quantization is not None and device.type != "cpu":
                 raise InvalidEngineArgumentError(
-                    f"quantization={self.quantization!r} runs on the CPU only (torch's int8 weight-only kernel); "
+                    f"quantization={self.quantization!r} runs on the CPU only (torch's CPU kernels); "
                     f"this engine runs on {device}. Leave quantization=None there.",
+                    parameter="quantization",
+                    value=self.quantization,
+                )
+            if self.quantization == "q4_1" and dtype is not torch.bfloat16:
+                # Its 4-bit kernel is exact in fp32 too, but slower there than the dense fp32 GEMM.
+                raise InvalidEngineArgumentError(
+                    f"quantization='q4_1' computes with bf16 activations, where torch's 4-bit kernel is fast; this "
+                    f"engine's dtype is {dtype}. Pass dtype='bfloat16' with it.",
                     parameter="quantization",
                     value=self.quantization,
                 )

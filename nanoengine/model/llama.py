@@ -85,9 +85,10 @@ class Int8WeightOnlyLinear(nn.Module):
         return torch.ops.aten._weight_int8pack_mm(x, self.weight_int8, self.scales)
 
 
-def quantize_int8_weight_only_(model: nn.Module) -> nn.Module:
+def quantize_int8_weight_only_(model: nn.Module, dtype: torch.dtype) -> nn.Module:
     """Replace every Linear of model (the projections and lm_head; not the embedding) by its int8 weight-only
-    form, in place. A tied lm_head gets its own int8 copy; the embedding keeps the model's dtype."""
+    form, in place, and return it in dtype. A tied lm_head gets its own int8 copy; the embedding keeps dtype."""
+    model.to(dtype)
     for parent in list(model.modules()):
         for name, child in parent.named_children():
             if isinstance(child, nn.Linear):
@@ -95,9 +96,63 @@ def quantize_int8_weight_only_(model: nn.Module) -> nn.Module:
     return model
 
 
-# LLM(quantization=...)'s values, each vLLM 0.33's online-quantization shorthand of the same meaning, and what
-# applies it to a loaded model.
-QUANTIZATION_METHODS = {"int8_per_channel_weight_only": quantize_int8_weight_only_}
+def q4_groups(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """(q [N, K] in 0..15, step and minimum [N, K / 32]) with weight == minimum + step * q in every group of 32
+    along K (a GGUF's Q4_1 form, which holds the minimum and the maximum at q 0 and 15), to fp32 rounding; None
+    where the weight has another form."""
+    n, k = weight.shape
+    if k % Q4GroupLinear.GROUP:
+        return None
+    groups = weight.detach().float().reshape(n, k // Q4GroupLinear.GROUP, Q4GroupLinear.GROUP)
+    low, high = groups.amin(-1), groups.amax(-1)
+    step = (high - low) / 15
+    q = torch.round((groups - low[..., None]) / torch.where(step > 0, step, 1)[..., None])
+    if (q * step[..., None] + low[..., None] - groups).abs().amax() > 1e-6 * groups.abs().amax():
+        return None
+    return q.to(torch.int32).reshape(n, k), step, low
+
+
+class Q4GroupLinear(nn.Module):
+    """A bias-free Linear whose weight is 4-bit groups of 32 (q4_groups), kept twice: packed for a step of a few
+    rows, which reading the weight bounds, through torch's own aten._weight_int4pack_mm_for_cpu (the kernel
+    torchao's int4 CPU layout calls); and as the dense Linear for more rows, where oneDNN's GEMM is faster
+    (bench/gemm.py --int4). Both compute the same weights; only the rounding of the activations' products differs.
+
+    Invariant: weight_int4 packs q [N, K]; scales_and_zeros [K / 32, N, 2] holds (step, minimum + 8 * step) of
+    each group, as the kernel computes a weight as (q - 8) * step + (minimum + 8 * step).
+    """
+
+    GROUP = 32
+    MAX_ROWS = 4  # the most rows the 4-bit kernel serves (python bench/gemm.py --int4)
+
+    def __init__(self, linear: nn.Linear, q: torch.Tensor, step: torch.Tensor, low: torch.Tensor):
+        super().__init__()
+        self.dense = linear
+        self.register_buffer("weight_int4", torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1))
+        self.register_buffer("scales_and_zeros", torch.stack([step.T, (low + 8 * step).T], -1).contiguous())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[0] > self.MAX_ROWS:
+            return self.dense(x)
+        return torch.ops.aten._weight_int4pack_mm_for_cpu(x, self.weight_int4, self.GROUP, self.scales_and_zeros)
+
+
+def quantize_q4_1_(model: nn.Module, dtype: torch.dtype) -> nn.Module:
+    """Keep every projection whose fp32 weight has Q4_1's form (q4_groups; every 4-bit projection of a GGUF, which
+    the loader dequantized exactly) in 4 bits too, in place, and return model in dtype. Weights of another form
+    (the embedding, a tied lm_head, Q8_0 or F16 tensors) stay dense."""
+    for parent in list(model.modules()):
+        for name, child in parent.named_children():
+            if isinstance(child, nn.Linear) and (groups := q4_groups(child.weight)) is not None:
+                setattr(parent, name, Q4GroupLinear(child, *groups))
+    return model.to(dtype)
+
+
+# LLM(quantization=...)'s values and what applies each to a model loaded in fp32, returning it in LLM's dtype.
+# "int8_per_channel_weight_only" is vLLM 0.33's online shorthand, which vLLM applies to MoE layers only (its linear
+# field is unset) and nanoengine, with no MoE, to every Linear. "q4_1" (llama.cpp's name for the format) has no
+# counterpart in 0.33, which no longer loads GGUF files and whose 4-bit weight kernels are for GPUs.
+QUANTIZATION_METHODS = {"q4_1": quantize_q4_1_, "int8_per_channel_weight_only": quantize_int8_weight_only_}
 
 
 class RMSNorm(nn.Module):

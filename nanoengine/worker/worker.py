@@ -46,9 +46,11 @@ def load_model(
     (None: not at all), shared with every engine that loaded it so."""
     model = _MODELS.get((folder, device, dtype, quantization))
     if model is None:
-        model = LlamaForCausalLM.from_state_dict(config, read_weights(folder), device, dtype)
-        if quantization is not None:
-            QUANTIZATION_METHODS[quantization](model)
+        if quantization is None:
+            model = LlamaForCausalLM.from_state_dict(config, read_weights(folder), device, dtype)
+        else:  # from fp32, where a GGUF's 4-bit groups are still exact
+            model = LlamaForCausalLM.from_state_dict(config, read_weights(folder), device, torch.float32)
+            model = QUANTIZATION_METHODS[quantization](model, dtype)
         _MODELS[folder, device, dtype, quantization] = model
     return model
 

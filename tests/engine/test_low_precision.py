@@ -1,6 +1,8 @@
-"""Lower-precision weights on the CPU: dtype by vLLM's names, and quantization="int8_per_channel_weight_only"
-(int8 weights with one scale per output row, activations in the model's dtype), with the errors that name them."""
+"""Lower-precision weights on the CPU: dtype by vLLM's names, quantization="int8_per_channel_weight_only"
+(int8 weights with one scale per output row, activations in the model's dtype) and quantization="q4_1" (a GGUF's
+4-bit projections kept in 4 bits), with the errors that name them."""
 
+import gguf
 import pytest
 import torch
 from tiny_gguf import hf_state_dict, tiny_vocab, write_tiny_llama_gguf
@@ -10,7 +12,13 @@ from nanoengine.config import LlamaConfig
 from nanoengine.entrypoints.llm import LLM
 from nanoengine.errors import InvalidEngineArgumentError
 from nanoengine.model import LlamaForCausalLM
-from nanoengine.model.llama import Int8WeightOnlyLinear, Linear, quantize_int8_weight_only_
+from nanoengine.model.llama import (
+    Int8WeightOnlyLinear,
+    Linear,
+    Q4GroupLinear,
+    q4_groups,
+    quantize_int8_weight_only_,
+)
 
 INT8 = "int8_per_channel_weight_only"
 
@@ -42,7 +50,7 @@ def test_int8_rows_round_to_the_nearest_step_of_their_own_scale():
 
 
 def test_quantize_replaces_every_linear_and_keeps_the_embedding():
-    model = quantize_int8_weight_only_(LlamaForCausalLM.random(LlamaConfig.tiny()))
+    model = quantize_int8_weight_only_(LlamaForCausalLM.random(LlamaConfig.tiny()), torch.float32)
     assert not any(isinstance(m, Linear) for m in model.modules())
     assert isinstance(model.lm_head, Int8WeightOnlyLinear)
     assert model.model.embed_tokens.weight.dtype is torch.float32
@@ -74,9 +82,62 @@ def test_an_engine_in_lower_precision_stays_close_to_fp32(tiny, kwargs, dtype, a
         ({"dtype": torch.int8}, "dtype"),
         ({"quantization": "awq"}, "quantization"),
         ({"quantization": INT8, "model": LlamaForCausalLM.random(LlamaConfig.tiny())}, "quantization"),
+        ({"quantization": "q4_1"}, "quantization"),  # its kernel is fast with bf16 activations only
+        ({"quantization": "q4_1", "dtype": "float32"}, "quantization"),
     ],
 )
 def test_bad_dtype_or_quantization_is_refused_by_name(kwargs, parameter):
     with pytest.raises(InvalidEngineArgumentError) as info:
         LLM(progress=False, **kwargs)
     assert info.value.parameter == parameter
+
+
+def _q4_1(w: torch.Tensor) -> torch.Tensor:
+    """w through llama.cpp's Q4_1 (gguf-py's quantizer) and back: what the loader reads from a Q4_1 tensor."""
+    q4_1 = gguf.GGMLQuantizationType.Q4_1
+    return torch.from_numpy(gguf.quants.dequantize(gguf.quants.quantize(w.float().numpy(), q4_1), q4_1).copy())
+
+
+def test_q4_groups_recover_a_ggufs_q4_1_weight_exactly_and_refuse_any_other():
+    torch.manual_seed(0)
+    w = _q4_1(torch.randn(80, 64))
+    q, step, low = q4_groups(w)
+    assert q.dtype is torch.int32 and q.min() == 0 and q.max() == 15
+    rebuilt = low[..., None] + step[..., None] * q.reshape(80, 2, 32)
+    torch.testing.assert_close(rebuilt.reshape(80, 64), w, rtol=0, atol=1e-6)
+    assert q4_groups(torch.randn(80, 64)) is None  # a dense weight is not quantized behind its back
+    assert q4_groups(_q4_1(torch.randn(80, 64))[:, :48]) is None  # groups of 32 must tile K
+
+
+@pytest.mark.parametrize("rows", [1, Q4GroupLinear.MAX_ROWS, Q4GroupLinear.MAX_ROWS + 1, 40])
+def test_both_paths_of_a_q4_linear_compute_the_gguf_weights(rows):
+    """Few rows go through the 4-bit kernel, more through the dense Linear; in fp32 both are x @ w.T."""
+    torch.manual_seed(1)
+    w = _q4_1(torch.randn(80, 64))
+    linear = Linear(64, 80, bias=False).requires_grad_(False)
+    linear.weight.copy_(w)
+    layer = Q4GroupLinear(linear, *q4_groups(w))
+    x = torch.randn(rows, 64)
+    torch.testing.assert_close(layer(x), x @ w.T, rtol=0, atol=1e-4)
+
+
+def test_an_engine_with_q4_1_keeps_the_ggufs_4bit_projections_and_stays_close(tmp_path, monkeypatch):
+    """hidden 64, so every projection has groups of 32 along its inputs; lm_head (the embedding's) is not Q4_1."""
+    monkeypatch.setenv("NANOENGINE_CACHE", str(tmp_path / "cache"))
+    config = LlamaConfig.tiny(
+        vocab_size=len(tiny_vocab()), hidden_size=64, intermediate_size=128, num_attention_heads=8
+    )
+    weights = {
+        name: _q4_1(w) if name.endswith("proj.weight") else w
+        for name, w in hf_state_dict(LlamaForCausalLM.random(config, seed=3)).items()
+    }
+    path = write_tiny_llama_gguf(tmp_path / "q4.gguf", config, weights)
+    reference = LlamaForCausalLM.from_state_dict(config, weights)
+    llm = LLM(model=path, device="cpu", dtype="bfloat16", quantization="q4_1", progress=False)
+    kept = [name for name, m in llm.model.named_modules() if isinstance(m, Q4GroupLinear)]
+    assert len(kept) == 4 * config.num_hidden_layers and "lm_head" not in kept, kept
+    ids = llm.tokenizer.encode("the cat sat on the mat")
+    for rows in (ids[:1], ids):  # one row through the 4-bit kernel, the prompt through the dense path
+        torch.testing.assert_close(
+            _logits(llm.model, rows, torch.bfloat16), _logits(reference, rows), rtol=0, atol=0.05
+        )
