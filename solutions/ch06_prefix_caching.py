@@ -118,7 +118,7 @@ class KVCacheManager(EngineKVCacheManager):
         if not self.enable_caching or request.skip_reading_prefix_cache:
             return self.empty_kv_cache_blocks, 0
         # The last token is computed again for its logits, so the hit stops one token short.
-        max_length = (request.num_tokens - 1) // self.block_size * self.block_size
+        max_length = request.num_tokens - 1
         hits, num_hit_tokens, num_uncached = self.coordinator.find_longest_cache_hit_and_uncached_prefix(
             request.block_hashes, max_length
         )

@@ -224,7 +224,7 @@ class KVCacheManager:
         request.shared_prefix_boundary = 0
         if not self.prefix_cache_lookup_enabled(request):
             return self.empty_kv_cache_blocks, 0
-        max_length = (request.num_tokens - 1) // self.block_size * self.block_size
+        max_length = request.num_tokens - 1
         tokens = {"token_ids": request.all_token_ids} if self._check_tokens else {}
         hits, num_hit_tokens, num_uncached = self.coordinator.find_longest_cache_hit_and_uncached_prefix(
             request.block_hashes, max_length, **tokens
