@@ -424,10 +424,14 @@ def test_free_shared_null_and_double(impl):
     pool = kv.block_pool
     mine(impl, pool, "free_blocks", reversed(table_a))
     assert [x.ref_cnt for x in table_a] == [1, 1, 0], "B still holds the first two blocks"
-    assert free_queue_ids(pool)[0] == table_a[2].block_id and table_a[0].block_id not in free_queue_ids(pool), (
+    queue = free_queue_ids(pool)
+    assert not {b.block_id for b in table_a[:2]} & set(queue), (
         f"only a block whose ref_cnt reaches 0 is free: B still holds A's {id_text(table_a[:2])}, so they stay "
-        f"out of the queue, and A's unhashed last block {table_a[2].block_id} goes to its head; "
-        f"the free queue (head to tail) is {short(free_queue_ids(pool))}"
+        f"out of the queue; yours queued them: the free queue (head to tail) is {short(queue)}"
+    )
+    assert queue[0] == table_a[2].block_id, (
+        f"A's last block {table_a[2].block_id} has no hash, so it goes to the free queue's head (06.2's rule, "
+        f"vLLM 0.33's: nobody can hit it, so it is reused first); the free queue (head to tail) is {short(queue)}"
     )
     before = pool_state(pool)
     with must_raise(
@@ -648,8 +652,10 @@ def assert_refused(impl, kv, req, args, rule: str) -> None:
     before = manager_state(kv)
     got = mine(impl, kv, "allocate_slots", req, *args)
     after = manager_state(kv)
-    assert got is None and after == before, (
-        f"{rule}; got {id_text(got)}{'' if after == before else '; ' + manager_diff(before, after)}"
+    if got is not None:
+        raise AssertionError(f"{rule}; yours granted it, returning {id_text(got)}")
+    assert after == before, f"{rule}; yours returned None (right), but the refusal changed something: " + manager_diff(
+        before, after
     )
 
 
