@@ -156,10 +156,12 @@ class TorchBackend:
     supports_cuda_graphs = False  # the gather's shapes follow each step's seq_lens
 
     def store_kvcache(self, k, v, k_cache, v_cache, slot_mapping):
-        valid = slot_mapping >= 0
-        slots = slot_mapping[valid]
-        k_cache.view(-1, *k_cache.shape[2:])[slots] = k[valid].to(k_cache.dtype)
-        v_cache.view(-1, *v_cache.shape[2:])[slots] = v[valid].to(v_cache.dtype)
+        if bool((slot_mapping < 0).any()):  # padding (a CUDA graph's), never written
+            valid = slot_mapping >= 0
+            slot_mapping, k, v = slot_mapping[valid], k[valid], v[valid]
+        # index_copy_ writes the rows in place; a masked index_put costs a mask and a nonzero per tensor.
+        k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, slot_mapping, k.to(k_cache.dtype))
+        v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slot_mapping, v.to(v_cache.dtype))
 
     def decode(
         self, q, k_cache, v_cache, block_tables, seq_lens, scale, num_common_prefix_blocks=0, sliding_window=None
