@@ -6,13 +6,13 @@ BUGS = [
     (
         "06.1",
         "no num_tokens - 1 rule: a block-aligned prompt would skip its last token",
-        "max_length = (request.num_tokens - 1) // self.block_size * self.block_size",
-        "max_length = request.num_tokens // self.block_size * self.block_size",
+        "max_length = request.num_tokens - 1",
+        "max_length = request.num_tokens",
     ),
     (
         "06.1",
         "max_length passed in blocks, not tokens",
-        "max_length = (request.num_tokens - 1) // self.block_size * self.block_size",
+        "max_length = request.num_tokens - 1",
         "max_length = (request.num_tokens - 1) // self.block_size",
     ),
     (
@@ -348,8 +348,8 @@ BUGS = [
     (
         "06.6",
         "no num_tokens - 1 rule: the engine is left with nothing to compute",
-        "max_length = (request.num_tokens - 1) // self.block_size * self.block_size",
-        "max_length = request.num_tokens // self.block_size * self.block_size",
+        "max_length = request.num_tokens - 1",
+        "max_length = request.num_tokens",
     ),
     (
         "06.6",
