@@ -205,11 +205,12 @@ class LlamaAttention(nn.Module):
         self.o_proj = Linear(self.q_size, config.hidden_size, bias=False)
 
     def forward(self, rope: tuple[torch.Tensor, torch.Tensor], x: torch.Tensor, attn: AttentionContext) -> torch.Tensor:
-        t = x.shape[0]
-        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q = apply_rotary(q.view(t, self.num_heads, self.head_dim), *rope)
-        k = apply_rotary(k.view(t, self.num_kv_heads, self.head_dim), *rope)
-        o = attn(self.layer_idx, q, k, v.reshape(t, self.num_kv_heads, self.head_dim))
+        t, qk_size = x.shape[0], self.q_size + self.kv_size
+        qkv = self.qkv_proj(x)
+        # Q's and K's heads rotate by the same rows: one pass over both halves the step's small ops.
+        qk = apply_rotary(qkv[:, :qk_size].view(t, -1, self.head_dim), *rope)
+        q, k = qk.split([self.num_heads, self.num_kv_heads], dim=1)
+        o = attn(self.layer_idx, q, k, qkv[:, qk_size:].reshape(t, self.num_kv_heads, self.head_dim))
         return self.o_proj(o.reshape(t, self.q_size))
 
 
