@@ -103,7 +103,7 @@ R(
             "nanoengine/model/llama.py",
             "    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: AttentionContext)",
         ),
-        ("nanoengine/model/llama.py", "        o = attn(self.layer_idx, q, k, v.reshape"),
+        ("nanoengine/model/llama.py", "        o = attn(self.layer_idx, q, k, qkv[:, qk_size:].reshape"),
     ],
 )
 R(
@@ -115,7 +115,7 @@ R(
         ("vllm/vllm/model_executor/layers/linear.py", "        return output, output_bias"),
     ],
     [
-        ("nanoengine/model/llama.py", "        q, k, v = self.qkv_proj(x).split"),
+        ("nanoengine/model/llama.py", "        qkv = self.qkv_proj(x)"),
         ("nanoengine/model/llama.py", "class Linear(nn.Linear):"),
     ],
 )
