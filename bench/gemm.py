@@ -24,6 +24,7 @@ import sys
 import time
 from pathlib import Path
 
+import gguf
 import torch
 import torch.nn.functional as F
 
@@ -61,14 +62,12 @@ def median_us(fn, runs: int = 30, warmup: int = 5) -> float:
 
 
 def q4_1_linear(n: int, k: int, gen: torch.Generator) -> Q4GroupLinear:
-    """A bf16 Q4GroupLinear whose weight has a GGUF's Q4_1 form: each group of 32 a minimum plus 0..15 steps."""
-    groups = (n, k // Q4GroupLinear.GROUP)
-    q = torch.randint(0, 16, (*groups, Q4GroupLinear.GROUP), generator=gen)
-    q[..., 0], q[..., 1] = 0, 15  # Q4_1 holds each group's minimum and maximum
-    step = (0.001 + 0.002 * torch.rand(groups, generator=gen)).half().float()
-    low = (-8 * step).half().float()
+    """A bf16 Q4GroupLinear of a random weight through llama.cpp's Q4_1 (gguf-py's quantizer), as the loader
+    reads a GGUF's 4-bit projection."""
+    q4_1 = gguf.GGMLQuantizationType.Q4_1
+    weight = gguf.quants.quantize((0.02 * torch.randn(n, k, generator=gen)).numpy(), q4_1)
     layer = Linear(k, n, bias=False).requires_grad_(False)
-    layer.weight.copy_((low[..., None] + step[..., None] * q).reshape(n, k))
+    layer.weight.copy_(torch.from_numpy(gguf.quants.dequantize(weight, q4_1).copy()))
     found = q4_groups(layer.weight)
     assert found is not None
     return Q4GroupLinear(layer, *found).to(torch.bfloat16)
@@ -83,15 +82,7 @@ def main_int4() -> dict:
             for m in INT4_BATCHES:
                 x = torch.randn(m, k, generator=gen).to(torch.bfloat16)
                 dense = median_us(functools.partial(layer.dense, x))
-                int4 = median_us(
-                    functools.partial(
-                        torch.ops.aten._weight_int4pack_mm_for_cpu,
-                        x,
-                        layer.weight_int4,
-                        layer.GROUP,
-                        layer.scales_and_zeros,
-                    )
-                )
+                int4 = median_us(functools.partial(layer.forward_4bit, x))
                 rows.append({"name": name, "m": m, "n": n, "k": k, "dense_bf16_us": dense, "int4_us": int4})
                 rows[-1]["int4_speedup"] = dense / int4
                 bar.update(1)

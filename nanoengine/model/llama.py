@@ -132,8 +132,9 @@ class Q4GroupLinear(nn.Module):
         self.register_buffer("scales_and_zeros", torch.stack([step.T, (low + 8 * step).T], -1).contiguous())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.shape[0] > self.MAX_ROWS:
-            return self.dense(x)
+        return self.dense(x) if x.shape[0] > self.MAX_ROWS else self.forward_4bit(x)
+
+    def forward_4bit(self, x: torch.Tensor) -> torch.Tensor:
         return torch.ops.aten._weight_int4pack_mm_for_cpu(x, self.weight_int4, self.GROUP, self.scales_and_zeros)
 
 

@@ -46,10 +46,10 @@ def load_model(
     (None: not at all), shared with every engine that loaded it so."""
     model = _MODELS.get((folder, device, dtype, quantization))
     if model is None:
-        if quantization is None:
-            model = LlamaForCausalLM.from_state_dict(config, read_weights(folder), device, dtype)
-        else:  # from fp32, where a GGUF's 4-bit groups are still exact
-            model = LlamaForCausalLM.from_state_dict(config, read_weights(folder), device, torch.float32)
+        # A quantization method starts from fp32, where a GGUF's 4-bit groups are still exact.
+        load_dtype = dtype if quantization is None else torch.float32
+        model = LlamaForCausalLM.from_state_dict(config, read_weights(folder), device, load_dtype)
+        if quantization is not None:
             model = QUANTIZATION_METHODS[quantization](model, dtype)
         _MODELS[folder, device, dtype, quantization] = model
     return model
