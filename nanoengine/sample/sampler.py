@@ -22,7 +22,9 @@ def sample(logits: torch.Tensor, params: list[SamplingParams], generators: list[
 def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     """The distribution a sampled row draws from: logits [V] tempered, then truncated by min_p, top-k and top-p
     (vLLM's order: min_p is its argmax-invariant logits processor, run after temperature and before top-k/top-p)."""
-    logits = logits / params.temperature
+    # A penalty or temperature near 0 can push logits to +inf, where softmax gives NaN: the largest finite value
+    # keeps the limit (a uniform draw among the tokens that grew without bound).
+    logits = (logits / params.temperature).clamp(max=torch.finfo(logits.dtype).max)
     if params.min_p > 0.0:
         # vLLM's MinPLogitsProcessor: drop the tokens less likely than min_p times the likeliest one.
         probs = logits.softmax(-1)
