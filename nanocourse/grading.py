@@ -9,6 +9,7 @@
 Each graded test carries a stable task id (`@pytest.mark.task("04.1", "title")`). The tests run in
 a fresh Python process, so edits to exercises/ are always picked up without restarting the kernel.
 NANOENGINE_IMPL picks what is graded: "exercises" (yours, the default), "solutions" or "nanoengine".
+Grading your exercises records which tasks your code tried (nanocourse.attempts): that opens their later hints.
 This module is also the pytest plugin that records the results.
 """
 
@@ -31,6 +32,7 @@ from pathlib import Path
 
 import pytest
 
+from nanocourse.attempts import record_attempts
 from nanocourse.checkout import use_checkout
 
 # The graded suites ship inside the package. They grade the `exercises` (or `solutions`) folder of the checkout
@@ -41,6 +43,8 @@ ROOT = use_checkout()
 IMPLS = ("exercises", "solutions", "nanoengine")  # or a folder holding chapter modules
 MAX_MESSAGE_LINES = 40
 MAX_LINE_CHARS = 1000
+NOT_IMPLEMENTED = "not implemented yet (the stub still raises NotImplementedError)"
+DID_NOT_RUN = "did not run"
 
 
 @dataclass(slots=True)
@@ -138,6 +142,12 @@ def seeded_bugs(module: str) -> list[tuple[str, str, str, str]]:
     return runpy.run_path(str(BUGS / f"{module}.py"))["BUGS"]
 
 
+def tried_tasks(results: list[TaskResult]) -> list[str]:
+    """The tasks a grading run tried with real code: a pass, or a failure other than the stub's
+    NotImplementedError (a task that did not run, after a stop at the first failure, is untried)."""
+    return sorted({r.task for r in results if r.passed or r.message not in (NOT_IMPLEMENTED, DID_NOT_RUN)})
+
+
 def grade(chapter: str, impl: str = "exercises", first: bool = False) -> Scorecard:
     """Run chapter `chapter`'s graded tests against `impl`, in one process however many chapters: "04", "02,04",
     or "all"; the result displays as a scorecard. first: stop at the first task that fails (pytest -x); the tasks
@@ -169,6 +179,8 @@ def grade(chapter: str, impl: str = "exercises", first: bool = False) -> Scoreca
             raise RuntimeError(f"the graded tests did not run:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
         data = json.loads(report.read_text())
         results = [TaskResult(**r) for r in data["results"]]
+        if impl == "exercises":  # the learner's own code: what it tried opens those tasks' later hints
+            record_attempts(tried_tasks(results))
         return Scorecard(chapter, impl, results, data["skipped"], data.get("notes"))
 
 
@@ -249,7 +261,7 @@ def pytest_collection_modifyitems(config, items):
         if marker is not None:
             variant = item.callspec.params.get("variant", "") if hasattr(item, "callspec") else ""
             config._graded[item.nodeid] = TaskResult(
-                *marker.args, passed=False, message="did not run", variant=variant or ""
+                *marker.args, passed=False, message=DID_NOT_RUN, variant=variant or ""
             )
 
 
@@ -322,7 +334,7 @@ def _short(report) -> str:
     text = crash.message if crash is not None else str(report.longrepr)
     text = text.removeprefix(f"{__name__}.")  # TaskTimeLimit: ..., not its module's path
     if "NotImplementedError" in text:
-        return "not implemented yet (the stub still raises NotImplementedError)"
+        return NOT_IMPLEMENTED
     lines = text.strip().splitlines() or ["failed"]
     if location := getattr(report, "learner_location", ""):  # it came out of the learner's code: say where
         lines[0] = f"{lines[0]}, raised in {location}"

@@ -180,3 +180,76 @@ def test_chapter_07s_last_schedule_hint_is_the_worked_solutions_logic():
     last = [h for h in chapter_hints("07") if h.title.startswith("07.2 ")][-1]
     missing = [line for line, _ in _solution_lines(body) if line not in _normalise(last.text)]
     assert missing == [], "hint 07.2's code lacks these lines of the worked schedule():\n" + "\n".join(missing)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The ladder keeps the stubs' order: design, grade, then read vLLM. An exercise's "read vLLM" and code hints, and
+# its last one, open once a grade of the learner's own code has tried every task the hint names.
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_every_gated_hint_names_graded_tasks(chapter):
+    """A hint whose title names vLLM or code is for an exercise, and its title names tasks the grader has: else
+    its gate could never open (or would never close)."""
+    from nanocourse.grading import chapter_tasks
+    from nanocourse.hints import GATED_RUNG, TITLE
+
+    graded = {task for task, _ in chapter_tasks(chapter)}
+    for h in chapter_hints(chapter):
+        if GATED_RUNG.search(h.title):
+            assert TITLE.match(h.title), (
+                f"hint {chapter}.{h.number} ({h.title!r}) names no task: '<ids> <subject>: ...'"
+            )
+            assert h.gated, f"hint {chapter}.{h.number} ({h.title!r}) names vLLM or code yet is not gated"
+        unknown = [task for task in h.tasks if task not in graded]
+        assert unknown == [], f"hint {chapter}.{h.number} ({h.title!r}) names {unknown}, which no grader has"
+    last = {exercise: h for h in chapter_hints(chapter) if (exercise := _exercise(h.title))}
+    assert all(h.gated for h in last.values()), "an exercise's last hint, the one that may hold code, is gated"
+
+
+def test_a_read_vllm_hint_opens_after_a_try_of_its_tasks(tmp_path, monkeypatch):
+    from nanocourse.attempts import attempts, record_attempts
+    from nanocourse.hints import LockedHint
+
+    monkeypatch.setenv("NANOCOURSE_PROGRESS", str(tmp_path / "progress.json"))
+    hints = chapter_hints("06")
+    question = next(h for h in hints if h.title.startswith("06.2 free_blocks:"))
+    read = next(h for h in hints if h.title == "06.2 free_blocks: read vLLM")
+    both = next(h for h in hints if h.title.startswith("06.1, 06.5 ") and h.gated)
+    assert not question.gated and hint("06", question.number) == question, "a question rung is always open"
+    locked = hint("06", read.number)
+    assert isinstance(locked, LockedHint) and read.text not in str(locked) + locked._repr_markdown_()
+    assert "06.2" in str(locked) and "make grade CH=06" in str(locked)
+    assert f'hint("06", {read.number}, stuck=True)'.replace('"', "'") in str(locked)
+    assert "(locked: grade 06.2 first)" in str(hint("06"))
+    assert hint("06", read.number, stuck=True) == read, "stuck=True opens it: a choice, never an accident"
+    record_attempts(["06.2", "06.1"])
+    assert attempts() == {"06.1": 1, "06.2": 1}
+    assert hint("06", read.number) == read and "locked: grade 06.2 first" not in str(hint("06"))
+    assert isinstance(hint("06", both.number), LockedHint), "a hint for 06.1 and 06.5 waits for both"
+    assert list(hint("06", both.number).untried) == ["06.5"]
+    record_attempts(["06.5", "06.2"])
+    assert hint("06", both.number) == both and attempts()["06.2"] == 2
+
+
+def test_grading_records_only_tasks_tried_with_real_code():
+    from nanocourse.grading import DID_NOT_RUN, NOT_IMPLEMENTED, TaskResult, tried_tasks
+
+    results = [
+        TaskResult("06.1", "a", True, ""),
+        TaskResult("06.2", "b", False, "06.2: a double free must change nothing"),
+        TaskResult("06.3", "c", False, NOT_IMPLEMENTED),
+        TaskResult("06.4", "d", False, DID_NOT_RUN),
+        TaskResult("06.2", "b", True, ""),
+    ]
+    assert tried_tasks(results) == ["06.1", "06.2"]
+
+
+def test_a_progress_file_the_course_did_not_write_says_what_to_do(tmp_path, monkeypatch):
+    from nanocourse.attempts import attempts
+
+    path = tmp_path / "progress.json"
+    path.write_text("[1, 2]")
+    monkeypatch.setenv("NANOCOURSE_PROGRESS", str(path))
+    with pytest.raises(ValueError, match="not the course's progress record; delete it"):
+        attempts()
