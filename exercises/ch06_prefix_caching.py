@@ -14,13 +14,15 @@ coordinator are there; you write the operations the chapter is about. Once chapt
 every request from your three classes:
 `LLM(block_pool=BlockPool, full_attention_manager_cls=FullAttentionManager, kv_cache_manager_cls=KVCacheManager)`.
 
-Work in this order: the chapter and the contract, your own design, the grade; only then vLLM 0.33's
-function, named in each task, read beside yours. Where the two differ is the lesson (what vLLM adds, what
+Work in this order: task 06.8 first (place_freed, at the top of this file: the open design, graded by its
+outcome), then the classes; for each, the chapter and the contract, your own design, the grade; only then vLLM
+0.33's function, named in each task, read beside yours. Where the two differ is the lesson (what vLLM adds, what
 nanoengine leaves out); reading vLLM's first turns the task into copying.
 
 Check your work with:   make grade CH=06
 Stuck? In the notebook, `from nanocourse import hint; hint("06")` lists this chapter's hints, from a nudge to
-close-to-code; open them one at a time with hint("06", n).
+close-to-code; open them one at a time with hint("06", n). A task's "read vLLM" and code hints open once you
+have graded it with your own code.
 
 What you have (a reference: which of these a method uses, and when, is yours to decide):
 - a block (KVCacheBlock): block_id, ref_cnt, block_hash (None or bytes; set it once, reset_hash() to
@@ -39,33 +41,32 @@ What you have (a reference: which of these a method uses, and when, is yours to 
   list of group ids: one cached block per group, or None if any group misses);
 - in the KVCacheManager: self.block_pool, self.block_size, self.enable_caching, self.empty_kv_cache_blocks (no
   block in any group), record_prefix_cache_stats (a request and its hit tokens: counts one lookup), and
-  self.coordinator, whose methods each act on every group in turn. Three of them are questions and change
-  nothing:
+  self.coordinator, whose methods act on every group. Each is described by what holds after it, not by how it
+  is used. Three are questions and change nothing:
 
-  - find_longest_cache_hit(hashes, max_length): (one hit list per group, hit tokens), the longest hit of
-    whole blocks, at most max_length tokens (any max_length: a hit is whole blocks, so it may end short of it),
-    that every group can serve;
-  - find_longest_cache_hit_and_uncached_prefix(hashes, max_length): the same hit and length, and how many
-    tokens past the hit one attention type alone has cached (0 with one group);
+  - find_longest_cache_hit(hashes, max_length) -> (one hit list per group, hit tokens): the longest prefix of
+    whole blocks, at most max_length tokens long (any max_length: it may end short of it), that every group
+    serves;
+  - find_longest_cache_hit_and_uncached_prefix(hashes, max_length): the same two, and how many tokens past the
+    hit some attention type alone has cached (0 with one group);
   - get_num_blocks_to_allocate(request_id, num_tokens, hits, num_computed, apply_admission_cap=False): the free
-    blocks, summed over the groups, that holding slots for num_tokens tokens with these hits would take (task
-    06.3c's count), each sliding group's capped at its admission cap when apply_admission_cap is true;
+    blocks, over all groups, that the request would take from the pool to hold slots for num_tokens tokens with
+    these hits (task 06.3c's count; with apply_admission_cap, a sliding group counts at most its admission cap).
 
-  the other four change the request's blocks, each in its own way:
+  Four change the request's blocks:
 
-  - allocate_new_blocks(request_id, num_tokens): appends new blocks from the pool to the request's list until
-    it holds slots for num_tokens tokens, and returns them, one list per group; the pool must hold enough
-    free blocks (get_new_blocks raises otherwise);
+  - allocate_new_blocks(request_id, num_tokens) -> the new blocks, one list per group: afterwards the request
+    holds slots for num_tokens tokens in every group, its new blocks taken from the pool (ref_cnt 1, no hash).
+    The pool must hold that many free blocks (get_new_blocks raises otherwise);
   - allocate_new_computed_blocks(request_id, hits, num_computed) (num_computed: the request's computed tokens,
-    its hit included): for a request the group does not know yet (no entry in num_cached_block), adopts the
-    hits: its block list becomes exactly its hits, each held by the request as its other blocks are (the call
-    does the holding: do it nowhere else), all counted as named; for a request the group knows, nothing. It is
-    how a group comes to know a request, hits or none: cache_blocks needs that (vLLM 0.33 skips the call when
-    there are no hits and lets cache_blocks register the request; nanoengine's groups register here only);
-  - cache_blocks(request, num_tokens): names every block that the first num_tokens tokens fill and that is
-    not named yet;
-  - remove_skipped_blocks(request_id, num_computed): gives back the blocks a sliding window no longer sees
-    (none for full attention), so they are free again.
+    its hit included): afterwards the group knows the request (an entry in num_cached_block). A request it did
+    not know holds exactly its hits, each with one reference more, held by the request as its other blocks
+    are, and counted as named; a request it knew is as it was. A group knows a request from this call on, and
+    only from it, hits or none (vLLM 0.33 also lets cache_blocks register a request; nanoengine does not);
+  - cache_blocks(request, num_tokens): afterwards every block the first num_tokens tokens fill is named in the
+    map; the group must know the request;
+  - remove_skipped_blocks(request_id, num_computed): afterwards the request holds no block a sliding window can
+    never read again, once its first num_computed tokens are computed: those are free (none for full attention).
 - a request: request_id, num_tokens, num_computed_tokens, block_hashes (one per full block),
   skip_reading_prefix_cache.
 
@@ -91,6 +92,35 @@ from nanoengine.core import KVCacheManager as EngineKVCacheManager
 from nanoengine.request import Request
 
 
+def place_freed(queue: FreeKVCacheBlockQueue, freed: list[KVCacheBlock]) -> None:
+    """Task 06.8, the open design, and the first task: put the blocks a request just freed into the free
+    queue, where they wait to be evicted. Graded by its outcome, not by equality with vLLM; 06.2 and 06.2b then
+    ask for vLLM 0.33's order, and their messages name vLLM's rules where yours differs.
+
+    freed: the blocks whose last reference was just dropped, in the order their request held them (its first
+    block first), each at ref_cnt 0, some cached (a hash) and some not. Unlike free_blocks, which receives its
+    caller's ranking (FullAttentionManager.free's order), place_freed always gets the request's own order: any
+    reordering is yours. queue: the pool's free queue, which get_new_blocks empties from its head (your chapter
+    05 queue: popleft_n, remove, append_n, prepend_n, get_all_free_blocks, num_free_blocks); it already holds the
+    blocks freed before.
+    Contract, after the call: the queue holds every block it held and every freed block, each once (a block left
+    out is leaked); no block in use and not the null block; no hash has changed (eviction stays lazy).
+    Goal: on the chapter's chat workload (chatbot_prompts(300), blocks of 16 tokens), with 31 usable blocks the
+    ceiling hit rate, every system prompt's first use missing and nothing else (0.834; the design problem's
+    naive order gets 0.686), and with 27 usable blocks, where memory is short enough that system prompts' chains
+    are cut into, at least 0.80 (the naive order: 0.657). The grader plugs your function into the engine's pool
+    (PlacedFreePool from nanocourse.lru_view) and also checks greedy tokens equal to the engine's and no leak.
+    What the bar separates: the 27-block goal lies between vLLM 0.33's order (0.814) and the best measured order
+    that keeps only one of vLLM's two placement rules (0.766). So the design is finding those rules from the
+    workload and the queue picture; the orders measured to pass all keep both, and differ from vLLM's only where
+    its rules leave the order open.
+    (vLLM 0.33, after passing: BlockPool.free_blocks and SingleTypeKVCacheManager.free.)
+    Example: with the naive order, a 4-block pool whose request A filled all four blocks keeps, after a
+    two-block request, two of A's blocks cached, and A's prompt still reuses 0 tokens.
+    """
+    raise NotImplementedError
+
+
 class BlockPool(EngineBlockPool):
     """Find, touch, cache, free and evict, for every KV cache group of a model (they share one pool).
 
@@ -105,12 +135,12 @@ class BlockPool(EngineBlockPool):
     ) -> KVCacheBlock | None:
         """Task 06.1: the block group kv_cache_group_id has cached under block_hash, or None.
 
-        Contract: the same tokens have one hash in every group, but each group's block holds other layers'
-        KV, so a group finds only blocks cached for that group, under that group's key for block_hash (group 0:
-        the bare hash). A lookup only:
-        no ref_cnt, queue or map changes, since the request may be left waiting. token_ids matter only to a
-        pool that checks hash collisions (the engine's, with check_hash_collisions=True); yours leaves that out,
-        and LLM never passes them to a custom pool.
+        Contract: the result is a block this group cached for block_hash (its map key in group g is
+        make_block_hash_with_group_id(block_hash, g); group 0's is the bare hash), or None when the group has
+        none: the same tokens have one hash in every group, but each group's block holds other layers' KV, so
+        another group's block is never an answer. A question only: no ref_cnt, queue or map changes, since the
+        request may be left waiting. token_ids matter only to a pool that checks hash collisions (the engine's,
+        with check_hash_collisions=True); yours leaves that out, and LLM never passes them to a custom pool.
         (vLLM 0.33: BlockPool.get_cached_block, which takes a list of group ids and returns one block per group.)
         Example: after block 3 was cached under h for group 0, get_cached_block(h) is block 3 and its ref_cnt is
         as before; get_cached_block(h, kv_cache_group_id=1) is None; so is get_cached_block(an unknown hash).
@@ -120,11 +150,11 @@ class BlockPool(EngineBlockPool):
     def touch(self, blocks: Iterable[KVCacheBlock]) -> None:
         """Task 06.5: take one reference on each block, as a request that reuses them (a cache hit) does.
 
-        Contract: each non-null block's ref_cnt grows by 1; a block that was free (ref_cnt 0, cached, in the
-        queue) leaves the queue, so it cannot be evicted while in use, and the others keep their order; the
-        null block is left alone. (vLLM 0.33: BlockPool.touch.)
-        Example: free queue [4, 7, 9] with block 7 cached and free: touch([block 7]) leaves [4, 9] and block 7
-        at ref_cnt 1; touching it again makes ref_cnt 2 and the queue stays [4, 9].
+        Contract, after the call: each non-null block has one reference more; the pool's invariants (the class
+        docstring) hold, so no block in use can be evicted; the free blocks not touched keep their order; the null
+        block is as it was. (vLLM 0.33: BlockPool.touch.)
+        Example: free queue [4, 7, 9] with block 7 cached and free: after touch([block 7]) the queue is [4, 9]
+        and block 7 is at ref_cnt 1; touching it again makes ref_cnt 2 and the queue stays [4, 9].
         """
         raise NotImplementedError
 
@@ -140,55 +170,50 @@ class BlockPool(EngineBlockPool):
         """Task 06.5: name blocks[num_cached_blocks:num_full_blocks] of group kv_cache_group_id by the
         request's hashes.
 
-        Contract: afterwards block i of that range has as its hash group kv_cache_group_id's key for
-        request.block_hashes[i], and get_cached_block(request.block_hashes[i], kv_cache_group_id=that group)
-        finds a block holding it, so a
-        later request with the same prefix hits in that group, and in no other; the first num_cached_blocks are
-        named already and stay as they are (a sliding group's null entries are always among them: the range
-        never holds the null block); nothing else changes (no ref_cnt, no queue).
-        (vLLM 0.33: BlockPool.cache_full_blocks.)
-        Example: a request holding blocks [5, 6, 2] with 2 full blocks and num_cached_blocks 1: block 6 gets
-        block_hashes[1] (group 0); blocks 5 and 2 are untouched. The same call with kv_cache_group_id=1 names
-        block 6 by group 1's key for block_hashes[1], which group 0's lookups do not find.
+        Contract, after the call: for each i in that range, get_cached_block(request.block_hashes[i],
+        kv_cache_group_id=that group) finds a block holding block i's tokens, so a later request with the same
+        prefix hits in that group, and in no other; the pool's invariants hold (a block has a hash iff the map
+        holds it under that hash); the first num_cached_blocks are named already and stay as they are (a sliding
+        group's null entries are always among them: the range never holds the null block); no ref_cnt or queue
+        changes. (vLLM 0.33: BlockPool.cache_full_blocks.)
+        Example: a request holding blocks [5, 6, 2] with 2 full blocks and num_cached_blocks 1: afterwards block
+        6's hash is group 0's key for block_hashes[1] and get_cached_block(block_hashes[1]) is block 6; blocks 5
+        and 2 are untouched. With kv_cache_group_id=1, block 6 is found by get_cached_block(block_hashes[1],
+        kv_cache_group_id=1) and not by group 0's lookup.
         """
         raise NotImplementedError
 
     def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock]) -> None:
         """Task 06.2: drop one reference on each block. The caller lists the blocks from the least likely to be
-        hit again to the most likely (FullAttentionManager.free, task 06.2b, decides that order for a request).
+        hit again to the most likely (FullAttentionManager.free, task 06.2b, ranks a request's blocks).
 
-        Contract:
-        - every non-null block's ref_cnt drops by 1 (a block listed twice, by 2); the null block is skipped;
-          a block still referenced stays out of the queue;
-        - a block that reaches 0 becomes free, and afterwards the queue, head first, still ranks every free
-          block from the least likely to be hit again to the most likely. Where each block this call frees
-          belongs follows from what it can still serve and when it was last used, beside the blocks already
-          queued. Design that placement first in task 06.8 (place_freed), graded by its outcome only; then bring
-          it here. Here it must be the engine's, vLLM 0.33's, exactly (chapters 07-10 and graduation compare
-          with it): 06.2 checks it on fixed cases and 06.7 compares every step with the engine's pool. Where your
-          design differs, 06.2's message names vLLM 0.33's rule and its reason on the smallest case, so neither
-          the notebook's later sections nor vLLM's code is needed to finish.
-          The caller's list is a ranking too, and it must survive:
-          of two blocks this call frees that your ranking cannot tell apart, the one listed first leaves the
-          pool first. A block listed twice becomes free once, where its last reference is dropped;
-        - a block that would drop below 0 (a double free) raises ValueError and nothing changes at all.
-        ordered_blocks may be any iterable, an iterator included. (vLLM 0.33: BlockPool.free_blocks, which
-        does not check for a double free.)
-        Example: blocks 3 and 1 at ref_cnt 1, block 2 at ref_cnt 2: free_blocks([block 3, block 2, block 1])
-        frees blocks 3 and 1 and leaves block 2 at ref_cnt 1, out of the queue. free_blocks([block 2, block 3])
-        then raises ValueError (block 3 is free already), and block 2 keeps its reference. Where in the queue
-        blocks 3 and 1 went depends on their hashes: that is the design the notebook's design problem asks for.
+        Contract, after the call:
+        - each non-null block has as many references fewer as it is listed; the null block is as it was; a block
+          still referenced is out of the queue;
+        - a block whose references reached 0 is free, and the queue, head first, still ranks every free block from
+          the least likely to be hit again to the most likely, the way vLLM 0.33 ranks them (chapters 07-10 and
+          graduation compare with it). That ranking is the design of task 06.8, done first; 06.2 checks yours on
+          fixed cases and, where it differs, its message names vLLM 0.33's rule and its reason on the smallest case;
+        - the caller's ranking survives: of two blocks freed here that the queue's ranking cannot tell apart, the
+          one listed first leaves the pool first; a block listed twice is placed by its last listing.
+        After a refusal: a block that would drop below 0 (a double free) makes the call raise ValueError, and
+        nothing has changed. ordered_blocks may be any iterable, an iterator included. (vLLM 0.33:
+        BlockPool.free_blocks, which does not check for a double free.)
+        Example: blocks 3 and 1 at ref_cnt 1, block 2 at ref_cnt 2: after free_blocks([block 3, block 2, block 1])
+        blocks 3 and 1 are free and block 2 is at ref_cnt 1, out of the queue. free_blocks([block 2, block 3])
+        then raises ValueError (block 3 is free already), and block 2 is still at ref_cnt 1. Where in the queue
+        blocks 3 and 1 wait depends on their hashes: that is 06.8's question.
         """
         raise NotImplementedError
 
     def get_new_blocks(self, num_blocks: int) -> list[KVCacheBlock]:
         """Task 06.4b: hand out the num_blocks blocks at the head of the free queue, each at ref_cnt 1.
 
-        Contract: the blocks come out in queue order, head first; each has ref_cnt 1 and no hash. Eviction is
-        lazy and happens here: a handed-out block that still had a hash leaves the map now, and only now (until
-        this moment a freed cached block stayed findable). A negative num_blocks, or more than the free queue
-        holds (get_num_free_blocks()), raises ValueError and changes nothing. (vLLM 0.33:
-        BlockPool.get_new_blocks with _maybe_evict_cached_block.)
+        Contract, after the call: the result is the queue's first num_blocks blocks, head first, and they are no
+        longer in it; each has ref_cnt 1 and no hash, and the map holds none of them; every other cached block is
+        still findable (eviction is lazy: a freed cached block is lost here, and only here). After a refusal: a
+        negative num_blocks, or more than the free queue holds (get_num_free_blocks()), raises ValueError and
+        nothing has changed. (vLLM 0.33: BlockPool.get_new_blocks with _maybe_evict_cached_block.)
         Example: queue [2, 8, 3] with block 3 cached under h: get_new_blocks(2) returns [block 2, block 8] and
         h still finds block 3; get_new_blocks(1) then returns block 3, and h finds nothing.
         """
@@ -207,9 +232,9 @@ class FullAttentionManager(EngineFullAttentionManager):
         can serve: one list of blocks per group id, in group_ids' order, all of one length.
 
         Contract:
-        - block i is in the hit only if it is cached in every listed group and so are blocks 0 .. i - 1: every
-          hash after a miss chains through the missing block, so no later block can serve this prefix;
-        - the hit is the longest such run of whole blocks at most max_length tokens long (max_length may fall
+        - the hit is a prefix of the request: blocks 0, 1, ..., n - 1, each cached in every listed group (a
+          block's hash chains through every block before it, so a block after a miss serves no prefix);
+        - it is the longest such prefix of whole blocks at most max_length tokens long (max_length may fall
           inside a block);
         - list k holds group group_ids[k]'s own cached blocks (the pool's objects); nothing changes (no
           ref_cnt, queue or map).
@@ -220,7 +245,7 @@ class FullAttentionManager(EngineFullAttentionManager):
         Example: block size 4, blocks 0, 1 and 3 of a request cached in group 0, block 2 not:
         find_longest_cache_hit(hashes, 16, [0]) is ([c0, c1],). With block 0 cached in group 1 too but block 1
         not: find_longest_cache_hit(hashes, 16, [0, 1]) is ([c0], [d0]).
-        find_longest_cache_hit(hashes, 4, [0]) is ([c0],).
+        find_longest_cache_hit(hashes, 7, [0]) is ([c0],).
         """
         raise NotImplementedError
 
@@ -236,9 +261,8 @@ class FullAttentionManager(EngineFullAttentionManager):
         - the request keeps every block it holds (self.req_to_blocks); a request this group does not know yet (not
           in self.num_cached_block) holds all of new_computed_blocks first, whatever num_tokens is, while a
           request it knows gains no hit; it gains no new block it would not need to reach num_tokens slots;
-        - the count is exactly the blocks the free queue would lose to reach that state, no more and no fewer: a
-          block leaves the queue exactly when it was in it (every new block; a hit only at ref_cnt 0, since a
-          hit another request holds is out of the queue already); what the request holds now costs nothing.
+        - the count is exactly the blocks the free queue would lose to reach that state, no more and no fewer
+          (the pool's invariants say which blocks are in it).
         num_computed_tokens matters only where a window skips tokens (chapter 12); full attention skips none.
         (vLLM 0.33: SingleTypeKVCacheManager.get_num_blocks_to_allocate.)
         Example: block size 4, blocks A0, A1, A2 cached, A0 held by a running X (3 blocks, 10 tokens), A1 and
@@ -249,15 +273,13 @@ class FullAttentionManager(EngineFullAttentionManager):
     def free(self, request_id: str) -> None:
         """Task 06.2b: release every block the request holds in this group and forget the request.
 
-        Contract: each block the request holds gets one reference back, all in one release (one free_blocks
-        call; a release the pool refuses, a double free, changes nothing, the request's entries included),
-        listed so that the eviction order the pool builds from them matches how likely each block is to be hit
-        again; which of a request's blocks a later prompt is likeliest to hit follows from how block hashes
-        chain (chapter 04). Afterwards the request has no entry in req_to_blocks or num_cached_block; freeing a request
-        that holds nothing (never admitted, or freed already) changes nothing. (vLLM 0.33:
-        SingleTypeKVCacheManager.free.)
-        Here the order must be the engine's, vLLM 0.33's, exactly: design it in 06.8 first, then bring it here;
-        where yours differs, 06.2b's message names vLLM 0.33's rule and its reason.
+        Contract, after the call: each block the request held has one reference fewer, all given back in one
+        release (one free_blocks call, so a release the pool refuses, a double free, changes nothing, the
+        request's entries included); the eviction order the pool builds from them matches how likely each block
+        is to be hit again, which follows from how block hashes chain (chapter 04), as vLLM 0.33's order does
+        (06.8's design, done first; 06.2b's message names vLLM 0.33's rule and its reason where yours differs);
+        the request has no entry in req_to_blocks or num_cached_block. Freeing a request that holds nothing
+        (never admitted, or freed already) changes nothing. (vLLM 0.33: SingleTypeKVCacheManager.free.)
         Example: a request holding [5, 6, 2] (all hashed, ref_cnt 1) on an empty queue: afterwards all three are
         free, the request has no entry left, and a second free of it changes nothing.
         """
@@ -275,22 +297,18 @@ class KVCacheManager(EngineKVCacheManager):
         - the hit is whole blocks that every KV cache group can serve (one list per group, as KVCacheBlocks),
           by each group's own rule (the coordinator knows them), and the longest such hit that leaves the
           request's last token uncomputed (the notebook asks why);
-        - nothing changes: no ref_cnt, queue or map (the request may be left waiting);
-        - no hit (empty_kv_cache_blocks and 0 tokens) with prefix caching off (self.enable_caching False), nor
-          for a request that skips reading the cache (request.skip_reading_prefix_cache: it wants prompt
-          logprobs, which need every position), and then nothing is counted;
-        - a miss is an empty list per group (empty_kv_cache_blocks will do) and 0 tokens;
-        - every lookup with caching on and reading allowed, hit or miss, is counted once in the prefix-cache
-          stats (record_prefix_cache_stats) when record_stats is true, and not at all when false (a scheduler
+        - a miss, and every answer with prefix caching off (self.enable_caching False) or for a request that
+          skips reading the cache (request.skip_reading_prefix_cache: it wants prompt logprobs, which need
+          every position), is an empty list per group (empty_kv_cache_blocks) and 0 tokens;
+        - the prefix-cache stats count each lookup that could hit (caching on, reading allowed), hit or miss,
+          once when record_stats is true (record_prefix_cache_stats counts one), and nothing else (a scheduler
           that may hold the request back counts it at admission instead);
-        - after every call, request.shared_prefix_boundary is the hit tokens + the count of tokens past the hit
-          that one attention type alone has cached (find_longest_cache_hit_and_uncached_prefix's third value)
-          when that count is > 0, else 0; also 0 when no lookup ran. It is where the longest prefix some type has
-          cached ends: chapter 12's sliding groups keep the blocks that end there. With full attention alone it
-          is always 0.
-        (vLLM 0.33: KVCacheManager.get_computed_blocks, which returns that position, the hit plus the part some
-        type has cached past it, as a third value for the scheduler to store on the request, and leaves all
-        counting to the scheduler.)
+        - afterwards nothing changes (no ref_cnt, queue or map: the request may be left waiting), except
+          request.shared_prefix_boundary: where the longest prefix that some attention type has cached ends, when
+          that is past the hit; else 0 (also when no lookup could hit). Chapter 12's sliding groups keep the
+          blocks that end there; with full attention alone it is always 0.
+        (vLLM 0.33: KVCacheManager.get_computed_blocks, which returns that position as a third value for the
+        scheduler to store on the request, and leaves all counting to the scheduler.)
         Example: block size 4, blocks 0 and 2 of a 13-token request cached, block 1 not: blocks ([block 0],), 4
         tokens. All three cached and 12 tokens: ([block 0, block 1],), 8 tokens, since block 2 holds the last
         token.
@@ -310,42 +328,40 @@ class KVCacheManager(EngineKVCacheManager):
         blocks (KVCacheBlocks, one list per group), or None when the pool cannot give them.
 
         The request's tokens: | computed | new computed (the cache hit) | new | lookahead |.
-        Contract, what holds after a grant (a KVCacheBlocks returned):
-        - the request: in every group it has a slot for each of those tokens, lookahead included, and holds no
-          block those tokens leave empty (nor fewer entries than it held); a request admitted by this call holds
-          its hits first (new_computed_blocks.blocks[g] in group g, in order), then its new blocks; the return
-          value holds the new blocks alone;
-        - the hits: each is in use, with exactly one more reference than before the call, out of the free
-          queue, and still the cached block it was, findable under its hash (no new block evicted it).
-          get_computed_blocks took no reference, and a reference taken twice keeps a block out of the queue
-          after the request frees it;
-        - the cache map: with caching on, every block that the computed, new computed and new tokens fill (not
-          the lookahead slots, never past request.num_tokens) is named in it; with caching off none is.
-        When a grant happens:
-        - all or nothing: exactly when the free blocks the grant consumes in all groups together are at most
-          the pool's free blocks; a hit on a free cached block (ref_cnt 0) consumes one, as a new block does,
-          and a hit another request holds consumes none;
-        - blocks a sliding window has left behind (the request can never read them again, once its computed
-          and new computed tokens are in) are free blocks for this grant: they can serve the new tokens
-          (nothing changes for full attention alone);
-        - with full_sequence_must_fit, only if the request's whole sequence (request.num_tokens tokens, no
-          lookahead slots: they are not part of it; hits counted the same way) would also fit in the free blocks
-          as the call finds them, on top of the grant's own rule above (which counts the lookahead), where a sliding
-          group needs room for at most its admission cap (chapter 12: the window frees blocks as the prompt's
-          chunks advance, so the group never holds more at once). This is the scheduler's admission gate: it
-          admits a request only if its whole prompt fits, so that it is not preempted halfway through its
-          prefill and readmitted over and over.
-        What a refusal (None) leaves: the request and the pool as the call found them (no new reference, no
-        block out of the queue, nothing named, no block table grown), except that blocks a sliding window had
-        left behind may be back in the queue (they are never read again); when the whole sequence does not
-        fit under full_sequence_must_fit, there is no such exception.
+        After a grant (a KVCacheBlocks returned):
+        - slots: in every group the request has a slot for each of those tokens, lookahead included, and holds no
+          block they leave empty (nor fewer entries than it held); a request admitted by this call holds its hits
+          first (new_computed_blocks.blocks[g] in group g, in order), then its new blocks; the return value holds
+          the new blocks alone;
+        - hits: each is held by the request with exactly one reference more than before the call, is out of the
+          free queue, and is still the cached block it was, findable under its hash;
+        - names: with caching on, every block that the request's computed, new computed and new tokens fill is
+          named in the map (a lookahead slot holds no token yet, and no slot past request.num_tokens does); with
+          caching off, none is.
+        A grant happens exactly when:
+        - all or nothing: the free blocks the grant consumes, over all groups, are at most the pool's free
+          blocks (task 06.3c's count: a hit on a free cached block consumes one, as a new block does; a hit
+          another request holds consumes none); blocks a sliding window has left behind (the request can never
+          read them again once its computed and new computed tokens are in) count as free for this grant (none
+          with full attention alone);
+        - and, with full_sequence_must_fit, the request's whole sequence (request.num_tokens tokens; lookahead
+          slots are not part of it; hits counted the same way) would also fit in the free blocks as the call
+          finds them, a sliding group needing at most its admission cap (chapter 12: the window frees blocks as
+          the prompt's chunks advance). This is the scheduler's admission gate: it admits a request only if its
+          whole prompt fits, so that it is not preempted halfway through its prefill over and over.
+        After a refusal (None): the request and the pool are as the call found them (no new reference, no block
+        out of the queue, nothing named, no block table grown), with one exception when the whole-sequence rule
+        held: blocks a sliding window had left behind may be back in the queue (they are never read again).
         The table in the notebook's box describes the engine's allocate_slots, whose argument checks
-        (_check_allocation) are not part of this task.
-        (vLLM 0.33: KVCacheManager.allocate_slots.)
-        Example: block size 4, a new 10-token request r with a 4-token hit on a free cached block. With 5 free
-        blocks, allocate_slots(r, 6, 4, hit) returns KVCacheBlocks(([new, new],)): r holds [hit, new, new], and 2
-        blocks are named. With 2 free blocks the same call returns None. Still with 2 free blocks,
-        allocate_slots(r, 2, 4, hit) grants 1 new block, but with full_sequence_must_fit=True it returns None.
+        (_check_allocation) are not part of this task. (vLLM 0.33: KVCacheManager.allocate_slots.)
+        Examples, block size 4, a new 10-token request r with a 4-token hit on a free cached block:
+        - 5 free blocks (the hit among them): allocate_slots(r, 6, 4, hit) returns KVCacheBlocks(([new, new],));
+          r holds [hit, new, new], the hit at ref_cnt 1, 2 blocks named, 2 blocks left free;
+        - 2 free blocks: the same call returns None (it would consume 3), and r and the pool are unchanged;
+        - 2 free blocks: allocate_slots(r, 2, 4, hit) grants 1 new block (2 consumed); with
+          full_sequence_must_fit=True it returns None, since the 10-token sequence would consume 3;
+        - the hit held by a running request instead, 2 free blocks: allocate_slots(r, 6, 4, hit) grants 2 new
+          blocks, and the hit's ref_cnt goes from 1 to 2.
         """
         raise NotImplementedError
 
@@ -354,35 +370,10 @@ def eviction_order(pool: EngineBlockPool, num_blocks: int) -> list[int]:
     """Task 06.4: the ids of the cached blocks pool.get_new_blocks(num_blocks) would evict, in eviction order,
     without changing the pool.
 
-    Contract: exactly the blocks that get_new_blocks(num_blocks) (task 06.4b) would hand out and that still
-    have a hash, in the order it would hand them out; a handed-out block without a hash evicts nothing; the pool
-    is left as it was; a negative num_blocks, or fewer than num_blocks free blocks, raises ValueError (as
-    get_new_blocks does).
-    Example: queue [2, 8, 3, 1] with blocks 3 and 1 hashed: eviction_order(pool, 3) == [3].
-    """
-    raise NotImplementedError
-
-
-def place_freed(queue: FreeKVCacheBlockQueue, freed: list[KVCacheBlock]) -> None:
-    """Task 06.8, an open design: put the blocks a request just freed into the free queue, where they wait to be
-    evicted. Any order that keeps the contract and reaches the goal passes; 06.2 then asks for vLLM 0.33's, and
-    its messages name vLLM's rules where yours differs.
-
-    freed: the blocks whose last reference was just dropped, in the order their request held them (its first
-    block first), each at ref_cnt 0, some cached (a hash) and some not. Unlike free_blocks, which receives its
-    caller's ranking (FullAttentionManager.free's order), place_freed always gets the request's own order: any
-    reordering is yours. queue: the pool's free queue, which get_new_blocks empties from its head (your chapter
-    05 queue: popleft_n, remove, append_n, prepend_n, get_all_free_blocks, num_free_blocks); it already holds the
-    blocks freed before.
-    Contract: afterwards the queue holds every block it held and every freed block, each once (a block left out
-    is leaked); no block in use and not the null block; no hash changes (eviction stays lazy).
-    Goal: on the chapter's chat workload (chatbot_prompts(300), blocks of 16 tokens), with 31 usable blocks the
-    ceiling hit rate, every system prompt's first use missing and nothing else (0.834; the design problem's
-    naive order gets 0.686), and with 27 usable blocks, where memory is short enough that system prompts' chains
-    are cut into, at least 0.80 (the naive order: 0.657). The grader plugs your function into the engine's pool
-    (PlacedFreePool from nanocourse.lru_view) and also checks greedy tokens equal to the engine's and no leak.
-    (vLLM 0.33, after passing: BlockPool.free_blocks and SingleTypeKVCacheManager.free.)
-    Example: with the naive order, a 4-block pool whose request A filled all four blocks keeps, after a
-    two-block request, two of A's blocks cached, and A's prompt still reuses 0 tokens.
+    Contract: the result is what get_new_blocks(num_blocks) (task 06.4b) would cost the cache: the ids of the
+    blocks it would hand out that still have a hash, in the order it would hand them out; afterwards the pool is
+    as it was. A negative num_blocks, or more than the free blocks, raises ValueError (as get_new_blocks does).
+    Example: queue [2, 8, 3, 1] with blocks 3 and 1 hashed: eviction_order(pool, 3) == [3];
+    eviction_order(pool, 2) == []; eviction_order(pool, 5) raises ValueError.
     """
     raise NotImplementedError
