@@ -110,10 +110,10 @@ def place_freed(queue: FreeKVCacheBlockQueue, freed: list[KVCacheBlock]) -> None
     naive order gets 0.686), and with 27 usable blocks, where memory is short enough that system prompts' chains
     are cut into, at least 0.80 (the naive order: 0.657). The grader plugs your function into the engine's pool
     (PlacedFreePool from nanocourse.lru_view) and also checks greedy tokens equal to the engine's and no leak.
-    What the bar separates: the 27-block goal lies between vLLM 0.33's order (0.814) and the best measured order
-    that keeps only one of vLLM's two placement rules (0.766). So the design is finding those rules from the
-    workload and the queue picture; the orders measured to pass all keep both, and differ from vLLM's only where
-    its rules leave the order open.
+    What the goals separate: vLLM 0.33's order meets both (0.834 and 0.814); an order keeping only one of its two
+    placement rules misses one goal (measured: 0.766 at 27 blocks for one rule alone, 0.698 at 31 for the other).
+    So not any order passes: the design is finding those two rules from the workload and the queue picture, and
+    the orders measured to pass all keep both, differing from vLLM's only where its rules leave the order open.
     (vLLM 0.33, after passing: BlockPool.free_blocks and SingleTypeKVCacheManager.free.)
     Example: with the naive order, a 4-block pool whose request A filled all four blocks keeps, after a
     two-block request, two of A's blocks cached, and A's prompt still reuses 0 tokens.
