@@ -354,7 +354,7 @@ class KVCacheManager(EngineKVCacheManager):
         held: blocks a sliding window had left behind may be back in the queue (they are never read again).
         The table in the notebook's box describes the engine's allocate_slots, whose argument checks
         (_check_allocation) are not part of this task. (vLLM 0.33: KVCacheManager.allocate_slots.)
-        Examples, block size 4, a new 10-token request r with a 4-token hit on a free cached block:
+        Example: block size 4, a new 10-token request r with a 4-token hit on a free cached block:
         - 5 free blocks (the hit among them): allocate_slots(r, 6, 4, hit) returns KVCacheBlocks(([new, new],));
           r holds [hit, new, new], the hit at ref_cnt 1, 2 blocks named, 2 blocks left free;
         - 2 free blocks: the same call returns None (it would consume 3), and r and the pool are unchanged;
