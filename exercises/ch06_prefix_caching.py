@@ -57,7 +57,7 @@ What you have (a reference: which of these a method uses, and when, is yours to 
 
   - allocate_new_blocks(request_id, num_tokens) -> the new blocks, one list per group: afterwards the request
     holds slots for num_tokens tokens in every group, its new blocks taken from the pool (ref_cnt 1, no hash).
-    The pool must hold that many free blocks (get_new_blocks raises otherwise);
+    The pool must hold enough free blocks (get_new_blocks raises otherwise);
   - allocate_new_computed_blocks(request_id, hits, num_computed) (num_computed: the request's computed tokens,
     its hit included): afterwards the group knows the request (an entry in num_cached_block). A request it did
     not know holds exactly its hits, each with one reference more, held by the request as its other blocks
@@ -66,7 +66,8 @@ What you have (a reference: which of these a method uses, and when, is yours to 
   - cache_blocks(request, num_tokens): afterwards every block the first num_tokens tokens fill is named in the
     map; the group must know the request;
   - remove_skipped_blocks(request_id, num_computed): afterwards the request holds no block a sliding window can
-    never read again, once its first num_computed tokens are computed: those are free (none for full attention).
+    never read again, once its first num_computed tokens are computed: each such block has one reference fewer
+    and its table slot holds the null block (none for full attention).
 - a request: request_id, num_tokens, num_computed_tokens, block_hashes (one per full block),
   skip_reading_prefix_cache.
 
