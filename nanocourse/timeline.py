@@ -257,7 +257,6 @@ def step_detail(r: StepRecord) -> list[str]:
         lines.append(
             "preempted (blocks freed, back to the waiting queue's front): "
             + " ".join(f"r{p}" for p in r.preempted)
-            + "; no admissions this step"
         )
     if r.finished:
         lines.append("finished: " + " ".join(f"r{f}" for f in r.finished))
