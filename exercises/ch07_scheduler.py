@@ -62,7 +62,7 @@ def chunk_size(num_needed: int, budget: int, threshold: int = 0) -> int:
     take a whole step from the requests beside it. Within those limits nothing is held back: a step that could have
     given more leaves its pass emptier than it had to be. A spent budget (0; a step never passes less) grants 0.
     It mirrors how vLLM 0.33's Scheduler.schedule sizes each request's `num_new_tokens`, to read after passing.
-    Examples, in numbers: chunk_size(150, 64) == 64 (the budget limits); chunk_size(150, 64, 24) == 24 (the
+    Example: chunk_size(150, 64) == 64 (the budget limits); chunk_size(150, 64, 24) == 24 (the
     threshold limits harder); chunk_size(5, 64, 16) == 5 (the need limits); chunk_size(30, 10, 16) == 10.
     """
     raise NotImplementedError
@@ -75,7 +75,7 @@ def chunk_plan(num_tokens: int, budget: int, threshold: int = 0) -> list[int]:
     What must hold: the chunks add up to num_tokens exactly, and each is what the step it stands for grants
     the tokens still to compute then (task 07.1's chunk_size, the whole budget left). A budget that can never
     finish a prompt is refused: budget below 1 raises ValueError naming it, rather than planning for ever.
-    Examples, in numbers: chunk_plan(150, 64) == [64, 64, 22]; chunk_plan(150, 64, 24) == [24] * 6 + [6];
+    Example: chunk_plan(150, 64) == [64, 64, 22]; chunk_plan(150, 64, 24) == [24] * 6 + [6];
     chunk_plan(100, 32, 50) == [32, 32, 32, 4] (a threshold above the budget never binds).
     """
     raise NotImplementedError
@@ -93,10 +93,12 @@ class Scheduler(EngineScheduler):
         The answers are yours; where one differs from vLLM 0.33's, the grader names the decision, vLLM's rule and
         its reason, on the smallest case it found.
         - Budget: the planned tokens, plus the drafting slots below, sum to at most config.max_num_batched_tokens,
-          and the total the step reports is exact. A planned request gets what chunk_size (task 07.1) grants its
-          need from the budget left at its turn, under the threshold in force when the step starts (it caps nobody
-          while one request alone runs or waits), and at least 1 token. A running request needs every token it
-          has not computed, its drafts included (chapter 13 gives it some), but none at position
+          and the total the step reports is exact. Each planned request's share keeps task 07.1's properties
+          against what is left at its turn: its need, the budget the requests planned before it left, and the
+          threshold in force when the step starts (which caps nobody while one request alone runs or waits); and
+          it is at least 1 token. (Budget 10, no threshold, two requests needing 1 and 20 tokens: the one planned
+          first takes all it needs up to 10, the other at most what that leaves.) A running request needs every
+          token it has not computed, its drafts included (chapter 13 gives it some), but none at position
           config.max_model_len - 1 or past it (the token sampled there would have no position). A running request
           always has one such token left here: one that reaches max_model_len has finished (vLLM 0.33 passes over
           one with none, which only async scheduling or pipeline parallelism makes). A newcomer needs its tokens
@@ -112,12 +114,13 @@ class Scheduler(EngineScheduler):
           exact, and a victim never costs the requests behind it their turn.
         - Alone (question): a running request's grant is refused and nobody else is left in self.running to
           preempt. Preempting itself frees its blocks, but will it fit when it comes back? Ask what a preemption
-          drops (chapter 13's drafts go; its tokens stay, and its lookahead slots are asked for again when it comes back). The goal: no request waits for ever
-          for blocks that can never be freed, and none is ended that could still run. A waiting request refused
-          while nothing runs (every block that will ever be free is free) asks the same; there the goal is also
-          that a request which can never fit holds up nobody behind it. finish_length_capped is the tool for a
-          request that can never fit: the request it ends is neither planned nor a victim (it is in neither
-          num_scheduled nor preempted), and the next update_from_output reports it finished.
+          drops (chapter 13's drafts go; its tokens stay, and its lookahead slots are asked for again when it
+          comes back). The goal: no request waits for ever for blocks that can never be freed, and none is ended
+          that could still run. A waiting request refused while nothing runs (every block that will ever be free
+          is free) asks the same; there the goal is also that a request which can never fit holds up nobody
+          behind it. finish_length_capped is the tool for a request that can never fit: the request it ends is
+          neither planned nor a victim (it is in neither num_scheduled nor preempted), and the next
+          update_from_output reports it finished.
         - Admission after a preemption (question): budget and blocks may be left after a step made room for a
           running request. Does that step admit newcomers? Weigh what the pool has just proved about the requests
           that run. Ending a request (Alone) is not a preemption, whatever your answer.
@@ -139,9 +142,11 @@ class Scheduler(EngineScheduler):
         - Drafting (chapter 13; with no drafter nothing changes): a draft model adds
           config.max_num_new_slots_for_drafting tokens of its own to the forward pass for each planned request,
           and they count in the Budget above. Question: when is a request not planned for want of them? A
-          newcomer that padded_size pads (chapter 13 says why) is planned exactly that many tokens or not at all,
-          and the request it admits gets that many minus one PLACEHOLDER_TOKEN_ID as its spec_token_ids; when its
-          padded size does not fit, the Head of the queue question decides the ones behind it.
+          newcomer that padded_size pads (chapter 13 says why) is planned its padded size exactly or nothing,
+          and leaves the step looking like a request verifying drafts: num_tokens_with_spec covers every planned
+          token, the ones past its own being PLACEHOLDER_TOKEN_ID (a 1-token newcomer padded to 3 leaves with
+          spec_token_ids [PLACEHOLDER_TOKEN_ID] * 2); when its padded size does not fit, the Head of the queue
+          question decides the ones behind it.
         - Stats: each admitted request's prefix-cache lookup is counted exactly once (admit counts it); the
           lookups of requests left waiting are not counted.
         - Output: num_scheduled maps each planned request id to its tokens, in the order the step planned
@@ -189,7 +194,7 @@ class Scheduler(EngineScheduler):
           arrival is worse; between two equal in both, the one earlier in self.running is the victim.
         Afterwards the victim is no longer in self.running and the others keep their order. It mirrors the
         "Preempt the lowest-priority request" lines of vLLM 0.33's Scheduler.schedule, to read after passing.
-        Examples, in numbers (self.running is in admission order): running [a (arrived 1.0), b (2.0)], FCFS: b.
+        Example (self.running is in admission order): running [a (arrived 1.0), b (2.0)], FCFS: b.
         Running [old (arrived 1.0), x (5.0), y (3.0, readmitted after x was admitted)]: FCFS takes y, priority
         (all priorities 0) takes x. Running [a (priority 0, arrived 2.0), b (priority 1, arrived 0.5)], priority:
         b; afterwards self.running is [a].
