@@ -876,17 +876,18 @@ def test_victim_design(impl):
         )
         assert mine.blocks_held == 0, f"{mine.workload!r}: {mine.blocks_held} blocks still held after every request"
     recomputed, theirs_in_all = sum(m.recomputed for m in yours), sum(t.recomputed for t in vllm)
-    first_idea = sum(r.recomputed for r in measure(FewestComputedFirst))
-    worst = sorted(zip(yours, vllm), key=lambda pair: pair[1].recomputed - pair[0].recomputed)[:3]
-    assert recomputed < bar(), (
-        f"tokens computed a second time over the {len(yours)} workloads of nanocourse.victims.WORKLOADS: yours "
-        f"{recomputed} ({recomputed / theirs_in_all:.2f} of vLLM's rule's {theirs_in_all}); the bar is fewer than "
-        f"{bar()} ({BAR_FRACTION} of vLLM's rule). The fewest computed tokens first recomputes {first_idea} "
-        f"({first_idea / theirs_in_all:.2f}): a rule that weighs only what a victim has done or holds does not beat "
-        f"vLLM's. What else decides what a preemption costs the step after it, and the ones after that? Where yours "
-        f"loses most to vLLM's rule: "
-        + ", ".join(f"{m.workload!r} {m.recomputed} against {t.recomputed}" for m, t in worst)
-    )
+    if recomputed >= bar():  # the first idea and the worst workloads are measured only for the message
+        first_idea = sum(r.recomputed for r in measure(FewestComputedFirst))
+        worst = sorted(zip(yours, vllm), key=lambda pair: pair[1].recomputed - pair[0].recomputed)[:3]
+        pytest.fail(
+            f"tokens computed a second time over the {len(yours)} workloads of nanocourse.victims.WORKLOADS: yours "
+            f"{recomputed} ({recomputed / theirs_in_all:.2f} of vLLM's rule's {theirs_in_all}); the bar is fewer "
+            f"than {bar()} ({BAR_FRACTION} of vLLM's rule). The fewest computed tokens first recomputes {first_idea} "
+            f"({first_idea / theirs_in_all:.2f}): a rule that weighs only what a victim has done or holds does not "
+            f"beat vLLM's. What else decides what a preemption costs the step after it, and the ones after that? "
+            f"Where yours loses most to vLLM's rule: "
+            + ", ".join(f"{m.workload!r} {m.recomputed} against {t.recomputed}" for m, t in worst)
+        )
     for name in STARVING:  # built to starve: a rule that takes the same request again and again fails here
         theirs, mine = replay(Scheduler, name), replay(Checked, name)
         limit = int(STARVATION_FACTOR * theirs.longest_stay())
