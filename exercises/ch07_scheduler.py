@@ -221,10 +221,11 @@ class VictimDesign(EngineScheduler):
         - the tokens computed a second time, summed over the 43, are fewer than `nanocourse.victims.bar()`,
           0.95 of what vLLM's rule (the newest admitted first) recomputes there.
         What the bar separates, measured: rules that weigh only what a victim has done or holds (the fewest
-        computed tokens first, the fewest tokens in its last partial block, the most blocks, the oldest) recompute
-        as much as vLLM's rule or more, 1.01 to 1.60 of it; rules that also weigh what a victim would still claim
-        from the pool came out at 0.83 to 0.94. The bar lies between, with a few percent to spare on either side:
-        a thought-through rule can still land near it, so measure while you design:
+        computed tokens first, the fewest full blocks, the fewest tokens in the last partial block, the most
+        blocks, the oldest admitted) recompute as much as vLLM's rule or more, 1.01 to 1.60 of it; the designs
+        measured that pass came out at 0.83 to 0.94 (nanocourse.victims' docstring names them: read it once yours
+        passes). The bar lies between, a few percent from either side: a thought-through rule can still land
+        near it, so measure while you design:
         `from nanocourse.victims import measure; sum(r.recomputed for r in measure(VictimDesign))`, and
         `replay(VictimDesign, "a long prompt among short ones").longest_stay()` for STARVING. A request's blocks
         hold self.kv_cache_manager.block_size tokens each.
