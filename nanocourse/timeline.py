@@ -255,9 +255,7 @@ def step_detail(r: StepRecord) -> list[str]:
         )
     if r.preempted:
         lines.append(
-            "preempted (blocks freed, back to the waiting queue's front): "
-            + " ".join(f"r{p}" for p in r.preempted)
-            + "; no admissions this step"
+            "preempted (blocks freed, back to the waiting queue's front): " + " ".join(f"r{p}" for p in r.preempted)
         )
     if r.finished:
         lines.append("finished: " + " ".join(f"r{f}" for f in r.finished))

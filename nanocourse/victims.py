@@ -1,6 +1,15 @@
-"""Task 07.10's bench: replay the chapter's tight-pool workloads on a scheduler class, without a model, and
-measure what its victim choice cost. The bar a design must clear is `bar()`: fewer tokens recomputed than the first
-idea most designs start from, FewestComputedFirst, which already beats vLLM's rule.
+"""Task 07.10's bench: replay tight-pool workloads on a scheduler class, without a model, and measure what its
+victim choice cost. The bar a design must clear is `bar()`: BAR_FRACTION of the tokens vLLM's rule (the newest
+admitted first) recomputes over WORKLOADS.
+
+Measured over WORKLOADS, as a fraction of what vLLM's rule recomputes: rules that look only at what a victim has
+done or holds recompute as much or more (the fewest full blocks first 1.01, the fewest computed 1.03, the fewest
+tokens in the last partial block 1.04, the most blocks 1.51, the oldest admitted 1.60); rules that also weigh what
+a victim would still claim from the pool recompute less (its claim less its computed tokens 0.83, the worked
+solution's horizon-capped claim less its computed tokens 0.83, its claim per computed token 0.85; the same with
+the earliest arrival always spared, 0.92 to 0.94). The bar, 0.95, lies between the two groups. On 40 other seeds
+the groups stay apart (1.01 to 1.60 against 0.85 to 0.92), but the spared-earliest variants come out at 0.94 to
+0.97: a margin of a few percent, not a law.
 
 A replay is the engine's step loop with the model left out (every request whose tokens are all computed samples
 token 1), so it takes milliseconds and depends on nothing but the scheduler. Each plan is checked as schedule()
@@ -9,6 +18,7 @@ hands it over (nanocourse.plan_rules): the budget, the pool never over-committed
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 
 from nanocourse.plan_rules import checked_schedule
@@ -20,11 +30,30 @@ from nanoengine.sampling_params import SamplingParams
 from nanoengine.worker.outputs import ModelRunnerOutput
 
 BLOCK_SIZE = 4
-MAX_STEPS = 400  # the longest workload takes about 50 steps; a run still going at 400 is starving someone
+MAX_STEPS = 400  # the longest workload takes about 160 steps; a run still going at 400 is starving someone
+
+BAR_FRACTION = 0.95  # of vLLM's recompute; see the module docstring for what lies on either side
+
+
+def mixed_workload(seed: int) -> tuple[int, dict[int, list[tuple[str, int, int]]]]:
+    """A random tight-pool workload: 4 to 7 requests (prompts of 6 to 40 tokens, 2 to 48 output tokens) arriving
+    0 to 5 steps apart, in a pool with room for the longest request plus 2 to 10 blocks, so that every one can run
+    alone and most runs must preempt."""
+    rng = random.Random(seed)
+    arrivals: dict[int, list[tuple[str, int, int]]] = {}
+    step = longest = 0
+    for i in range(rng.randint(4, 7)):
+        prompt, output = rng.randint(6, 40), rng.randint(2, 48)
+        arrivals.setdefault(step, []).append((f"r{i}", prompt, output))
+        longest = max(longest, prompt + output)
+        step += rng.choice([0, 0, 1, 2, 3, 5])
+    room = -(-longest // BLOCK_SIZE) + 2
+    return rng.randint(room, room + 8) + 1, arrivals
+
 
 # name -> (usable blocks + 1, {step: [(request id, prompt tokens, output tokens)]}): pools too small for
 # everything at once, prompts that share no block, budget 16 and threshold 4 (the notebook's tight run, scaled
-# down to blocks of 4).
+# down to blocks of 4); three written by hand, then 40 drawn by mixed_workload.
 WORKLOADS = {
     "four prompts at once": (24, {0: [("r0", 26, 20), ("r1", 27, 20), ("r2", 26, 20), ("r3", 27, 8)]}),
     "two late arrivals": (21, {0: [("r0", 40, 12), ("r1", 12, 30)], 3: [("r2", 30, 10), ("r3", 20, 16)]}),
@@ -32,6 +61,7 @@ WORKLOADS = {
         20,
         {0: [("r0", 30, 16), ("r1", 8, 24)], 2: [("r2", 24, 12)], 5: [("r3", 16, 20), ("r4", 10, 8)]},
     ),
+    **{f"mixed {seed}": mixed_workload(seed) for seed in range(40)},
 }
 
 # Built to starve, and graded for that alone (not in the bar): a long prompt among a stream of short ones. A victim
@@ -105,9 +135,9 @@ def measure(scheduler_cls: type) -> list[Replay]:
 
 
 class FewestComputedFirst(Scheduler):
-    """The first idea most victim designs start from, and task 07.10's bar: the running request with the fewest
-    computed tokens loses least, so it is the victim (the earliest admitted on a tie, the stronger of the two tie
-    orders on WORKLOADS). It looks only at what a request has done, never at what it will still claim."""
+    """The first idea most victim designs start from: the running request with the fewest computed tokens loses
+    least, so it is the victim (the earliest admitted on a tie). It looks only at what a request has done, never at
+    what it will still claim, and recomputes more than vLLM's rule over WORKLOADS."""
 
     def choose_victim(self) -> Request:
         victim = min(self.running, key=lambda r: r.num_computed_tokens)
@@ -116,5 +146,6 @@ class FewestComputedFirst(Scheduler):
 
 
 def bar() -> int:
-    """Task 07.10's bar: the tokens FewestComputedFirst recomputes over WORKLOADS; a design must recompute fewer."""
-    return sum(r.recomputed for r in measure(FewestComputedFirst))
+    """Task 07.10's bar: BAR_FRACTION of the tokens vLLM's rule recomputes over WORKLOADS, rounded down; a design
+    must recompute fewer."""
+    return int(BAR_FRACTION * sum(r.recomputed for r in measure(Scheduler)))

@@ -234,19 +234,19 @@ BUGS = [
     ),
     (
         "07.10",
-        "the oldest running request is the victim (the notebook's experiment): it recomputes more than vLLM's rule",
+        "the oldest running request is the victim (the notebook's experiment): it starves a newer one",
         "victim = max(reversed(self.running), key=lambda r: claim(r) - r.num_computed_tokens)",
         "victim = self.running[0]",
     ),
     (
         "07.10",
-        "the fewest computed tokens first, the newest on a tie: the first idea, which beats vLLM's rule but not the bar",
+        "the fewest computed tokens first, the newest on a tie: the first idea, which recomputes more than vLLM's rule",
         "key=lambda r: claim(r) - r.num_computed_tokens)",
         "key=lambda r: -r.num_computed_tokens)",
     ),
     (
         "07.10",
-        "the most still to claim (prompt tokens twice): beats the bar, but starves the long prompt it always takes",
+        "the most still to claim (prompt tokens twice): under the bar, but it starves the long prompt it always takes",
         "key=lambda r: claim(r) - r.num_computed_tokens)",
         (
             "key=lambda r: 2 * max(0, r.num_prompt_tokens - r.num_computed_tokens)"
