@@ -142,7 +142,8 @@ def gather_kv(cache: torch.Tensor, block_table: torch.Tensor, seq_len: int) -> t
     """One request's first seq_len tokens, made contiguous: [seq_len, Hkv, D]."""
     block_size = cache.shape[1]
     num_blocks = -(-seq_len // block_size)
-    return cache[block_table[:num_blocks].long()].flatten(0, 1)[:seq_len]
+    # index_select copies whole blocks; indexing with cache[...] goes element by element, 2-3x slower on CPU.
+    return cache.index_select(0, block_table[:num_blocks].long()).flatten(0, 1)[:seq_len]
 
 
 class TorchBackend:
@@ -192,7 +193,7 @@ class TorchBackend:
         b, hq, d = q.shape
         hkv = k_cache.shape[2]
         prefix = block_tables[0, :num_prefix_blocks].long()
-        pk, pv = (c[prefix].flatten(0, 1).transpose(0, 1) for c in (k_cache, v_cache))  # [Hkv, P, D]
+        pk, pv = (c.index_select(0, prefix).flatten(0, 1).transpose(0, 1) for c in (k_cache, v_cache))  # [Hkv, P, D]
         # All B*G queries of one KV head against its prefix keys in one matmul.
         qg = q.view(b, hkv, hq // hkv, d)
         o1, lse1 = _attend(qg.transpose(0, 1).reshape(hkv, -1, d), pk, pv, None, scale)
@@ -243,14 +244,18 @@ def gather_padded(k_cache, v_cache, block_tables, seq_lens):
     max_len = int(seq_lens.max())
     tables = block_tables[:, : -(-max_len // block_size)].long()
     mask = torch.arange(max_len, device=seq_lens.device)[None, :] < seq_lens[:, None]
-    keys = k_cache[tables].flatten(1, 2)[:, :max_len]
-    values = v_cache[tables].flatten(1, 2)[:, :max_len]
+    keys, values = (_gather_blocks(c, tables)[:, :max_len] for c in (k_cache, v_cache))
     # Zero each row's padding so stale or NaN contents of unused slots cannot leak through 0 * NaN;
     # slicing the tails is far cheaper than a masked pass over the whole copy.
     for b, n in enumerate(seq_lens.tolist()):
         keys[b, n:] = 0
         values[b, n:] = 0
     return keys, values, mask
+
+
+def _gather_blocks(cache: torch.Tensor, tables: torch.Tensor) -> torch.Tensor:
+    """cache's blocks at tables [B, N] (int64) as [B, N * block_size, Hkv, D], one index_select for all rows."""
+    return cache.index_select(0, tables.flatten()).view(*tables.shape, *cache.shape[1:]).flatten(1, 2)
 
 
 def _attend(q, k, v, mask, scale):
