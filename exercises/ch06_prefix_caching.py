@@ -28,7 +28,8 @@ What you have (a reference: which of these a method uses, and when, is yours to 
 - a block (KVCacheBlock): block_id, ref_cnt, block_hash (None or bytes; set it once, reset_hash() to
   clear it), is_null;
 - in the pool: self.free_block_queue (your chapter 05 queue's interface): popleft_n, remove, append_n,
-  prepend_n, get_all_free_blocks, num_free_blocks; get_num_free_blocks(), the free blocks an allocation may
+  prepend_n, get_all_free_blocks, num_free_blocks (popleft_n(n) raises ValueError, changing nothing, when n is
+  negative or more than num_free_blocks); get_num_free_blocks(), the free blocks an allocation may
   take now (it returns free_block_queue.num_free_blocks: the two never differ, here as in vLLM 0.33);
   self.cached_block_hash_to_block: get_one_block(key), insert(key, block), pop(key, block_id);
   make_block_hash_with_group_id, which turns a block hash and a group id into the key that group's block is
@@ -67,7 +68,8 @@ What you have (a reference: which of these a method uses, and when, is yours to 
     map; the group must know the request;
   - remove_skipped_blocks(request_id, num_computed): afterwards the request holds no block a sliding window can
     never read again, once its first num_computed tokens are computed: each such block has one reference fewer
-    and its table slot holds the null block (none for full attention).
+    and its table slot holds the null block (none for full attention). For a request a group does not know yet
+    (no blocks), it does nothing.
 - a request: request_id, num_tokens, num_computed_tokens, block_hashes (one per full block),
   skip_reading_prefix_cache.
 
@@ -106,16 +108,13 @@ def place_freed(queue: FreeKVCacheBlockQueue, freed: list[KVCacheBlock]) -> None
     blocks freed before.
     Contract, after the call: the queue holds every block it held and every freed block, each once (a block left
     out is leaked); no block in use and not the null block; no hash has changed (eviction stays lazy).
-    Goal: on the chapter's chat workload (chatbot_prompts(300), blocks of 16 tokens), with 31 usable blocks the
+    Goals: on the chapter's chat workload (chatbot_prompts(300), blocks of 16 tokens), with 31 usable blocks the
     ceiling hit rate, every system prompt's first use missing and nothing else (0.834; the design problem's
     naive order gets 0.686), and with 27 usable blocks, where memory is short enough that system prompts' chains
     are cut into, at least 0.80 (the naive order: 0.657). The grader plugs your function into the engine's pool
     (PlacedFreePool from nanocourse.lru_view) and also checks greedy tokens equal to the engine's and no leak.
-    What the goals separate: vLLM 0.33's order meets both (0.834 and 0.814); an order keeping only one of its two
-    placement rules misses one goal (measured: 0.766 at 27 blocks for one rule alone, 0.698 at 31 for the other).
-    So not any order passes: the design is finding those two rules from the workload and the queue picture, and
-    the orders measured to pass all keep both, differing from vLLM's only where its rules leave the order open.
-    (vLLM 0.33, after passing: BlockPool.free_blocks and SingleTypeKVCacheManager.free.)
+    Not any order passes: the two goals fail orders that fix only part of what the naive order gets wrong.
+    (vLLM 0.33's order and how it scores are in reveal("06") once the chapter passes.)
     Example: with the naive order, a 4-block pool whose request A filled all four blocks keeps, after a
     two-block request, two of A's blocks cached, and A's prompt still reuses 0 tokens.
     """
@@ -300,7 +299,7 @@ class KVCacheManager(EngineKVCacheManager):
           request's last token uncomputed (the notebook asks why);
         - a miss, and every answer with prefix caching off (self.enable_caching False) or for a request that
           skips reading the cache (request.skip_reading_prefix_cache: it wants prompt logprobs, which need
-          every position), is an empty list per group (empty_kv_cache_blocks) and 0 tokens;
+          every position), is equal to empty_kv_cache_blocks (an empty list per group) and 0 tokens;
         - the prefix-cache stats count each lookup that could hit (caching on, reading allowed), hit or miss,
           once when record_stats is true (record_prefix_cache_stats counts one), and nothing else (a scheduler
           that may hold the request back counts it at admission instead);
@@ -336,23 +335,21 @@ class KVCacheManager(EngineKVCacheManager):
           the new blocks alone;
         - hits: each is held by the request with exactly one reference more than before the call, is out of the
           free queue, and is still the cached block it was, findable under its hash;
-        - names: with caching on, every block that the request's computed, new computed and new tokens fill is
-          named in the map (a lookahead slot holds no token yet, and no slot past request.num_tokens does); with
-          caching off, none is.
+        - names: with caching on, every block filled by tokens the request has (request.num_tokens of them) among
+          its computed, new computed and new tokens is named in the map; with caching off, none is.
         A grant happens exactly when:
-        - all or nothing: the free blocks the grant consumes, over all groups, are at most the pool's free
-          blocks (task 06.3c's count: a hit on a free cached block consumes one, as a new block does; a hit
-          another request holds consumes none); blocks a sliding window has left behind (the request can never
-          read them again once its computed and new computed tokens are in) count as free for this grant (none
-          with full attention alone);
+        - all or nothing: the free blocks the grant consumes, over all groups (task 06.3c's count), are at most
+          the pool's free blocks; blocks a sliding window has left behind (the request can never read them again
+          once its computed and new computed tokens are in) count as free for this grant (none with full
+          attention alone);
         - and, with full_sequence_must_fit, the request's whole sequence (request.num_tokens tokens; lookahead
-          slots are not part of it; hits counted the same way) would also fit in the free blocks as the call
-          finds them, a sliding group needing at most its admission cap (chapter 12: the window frees blocks as
+          slots are not part of it; hits counted the same way) would also fit in the pool's free blocks when the
+          call began, a window's leftovers not counted, a sliding group needing at most its admission cap (chapter 12: the window frees blocks as
           the prompt's chunks advance). This is the scheduler's admission gate: it admits a request only if its
           whole prompt fits, so that it is not preempted halfway through its prefill over and over.
-        After a refusal (None): the request and the pool are as the call found them (no new reference, no block
-        out of the queue, nothing named, no block table grown), with one exception when the whole-sequence rule
-        held: blocks a sliding window had left behind may be back in the queue (they are never read again).
+        After a refusal (None): no new reference, no block out of the queue, nothing named, no block table grown.
+        A refusal by the whole-sequence rule leaves the request and the pool exactly as the call found them; after
+        any other refusal, blocks a sliding window had left behind may be back in the queue (never read again).
         The table in the notebook's box describes the engine's allocate_slots, whose argument checks
         (_check_allocation) are not part of this task. (vLLM 0.33: KVCacheManager.allocate_slots.)
         Example: block size 4, a new 10-token request r with a 4-token hit on a free cached block:

@@ -253,3 +253,59 @@ def test_a_progress_file_the_course_did_not_write_says_what_to_do(tmp_path, monk
     monkeypatch.setenv("NANOCOURSE_PROGRESS", str(path))
     with pytest.raises(ValueError, match="not the course's progress record; delete it"):
         attempts()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# An exercise's last hint, where its code is a whole function body, passes the exercise's task when pasted as
+# written: a hint that slices with -1 where the contract asks for ValueError sends the learner to a failure.
+
+PASTE_CHECKED = ["06"]  # chapters whose last hints are checked this way; another joins once its hints pass
+
+
+def _pasted_hint_variants(chapter: str) -> dict[str, tuple[str, str, str]]:
+    """{exercise: (task, function, the solution with that function's body replaced by the hint's code)} for each
+    exercise whose name is a function of the worked solution and whose last hint holds one code block that does not
+    define that function itself (a hint spread over several methods, or a sketch in comments, is left out)."""
+    import ast
+    import textwrap
+
+    source = next((ROOT / "solutions").glob(f"ch{chapter}_*.py")).read_text()
+    functions = {n.name: n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef)}
+    last = {exercise: h for h in chapter_hints(chapter) if (exercise := _exercise(h.title))}
+    variants = {}
+    for exercise, h in last.items():
+        task, _, name = exercise.partition(" ")
+        blocks = re.findall(r"```python\n(.*?)```", h.text, flags=re.DOTALL)
+        if name not in functions or len(blocks) != 1 or re.search(rf"^def {name}\b", blocks[0], re.MULTILINE):
+            continue
+        node = functions[name]
+        body = node.body
+        if isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+            body = body[1:]  # the docstring stays
+        lines = source.splitlines(keepends=True)
+        indent = " " * body[0].col_offset
+        pasted = textwrap.indent(blocks[0], indent, lambda line: bool(line.strip()))
+        variants[exercise] = (
+            task,
+            name,
+            "".join(lines[: body[0].lineno - 1]) + pasted + "".join(lines[node.end_lineno :]),
+        )
+    return variants
+
+
+@pytest.mark.parametrize("chapter", PASTE_CHECKED)
+def test_an_exercises_last_hint_pasted_as_written_passes_its_task(chapter, tmp_path):
+    from nanocourse.grading import chapter_module, grade
+
+    variants = _pasted_hint_variants(chapter)
+    assert len(variants) >= 5, f"chapter {chapter}: too few whole-function hints found: {sorted(variants)}"
+    for k, (task, _, text) in enumerate(variants.values()):
+        folder = tmp_path / f"hint{k:02d}"
+        folder.mkdir()
+        (folder / f"{chapter_module(chapter)}.py").write_text(text)
+        (folder / "TASK").write_text(task)
+    results = grade(chapter, str(tmp_path))
+    names = {f"hint{k:02d}": exercise for k, exercise in enumerate(variants)}
+    failed = [f"{names[r.variant]}: {r.message.splitlines()[0]}" for r in results if not r.passed]
+    ran = {names[r.variant] for r in results}
+    assert failed == [] and ran == set(variants), f"last hints that fail their task as written: {failed}; ran {ran}"
