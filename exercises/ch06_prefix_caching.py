@@ -274,12 +274,13 @@ class FullAttentionManager(EngineFullAttentionManager):
         """Task 06.2b: release every block the request holds in this group and forget the request.
 
         Contract, after the call: each block the request held has one reference fewer, all given back in one
-        release (one free_blocks call, so a release the pool refuses, a double free, changes nothing, the
-        request's entries included); the eviction order the pool builds from them matches how likely each block
-        is to be hit again, which follows from how block hashes chain (chapter 04), as vLLM 0.33's order does
-        (06.8's design, done first; 06.2b's message names vLLM 0.33's rule and its reason where yours differs);
-        the request has no entry in req_to_blocks or num_cached_block. Freeing a request that holds nothing
-        (never admitted, or freed already) changes nothing. (vLLM 0.33: SingleTypeKVCacheManager.free.)
+        release (one free_blocks call: the pool ranks what one call frees); the eviction order the pool builds
+        from them matches how likely each block is to be hit again, which follows from how block hashes chain
+        (chapter 04), as vLLM 0.33's order does (06.8's design, done first; 06.2b's message names vLLM 0.33's
+        rule and its reason where yours differs); the request has no entry in req_to_blocks or
+        num_cached_block. Freeing a request that holds nothing (never admitted, or freed already) changes
+        nothing. After a refusal (the pool raises ValueError on a double free): nothing has changed, the
+        request's entries included. (vLLM 0.33: SingleTypeKVCacheManager.free.)
         Example: a request holding [5, 6, 2] (all hashed, ref_cnt 1) on an empty queue: afterwards all three are
         free, the request has no entry left, and a second free of it changes nothing.
         """
@@ -344,9 +345,10 @@ class KVCacheManager(EngineKVCacheManager):
           attention alone);
         - and, with full_sequence_must_fit, the request's whole sequence (request.num_tokens tokens; lookahead
           slots are not part of it; hits counted the same way) would also fit in the pool's free blocks when the
-          call began, a window's leftovers not counted, a sliding group needing at most its admission cap (chapter 12: the window frees blocks as
-          the prompt's chunks advance). This is the scheduler's admission gate: it admits a request only if its
-          whole prompt fits, so that it is not preempted halfway through its prefill over and over.
+          call began, a window's leftovers not counted, a sliding group needing at most its admission cap
+          (chapter 12: the window frees blocks as the prompt's chunks advance). This is the scheduler's
+          admission gate: it admits a request only if its whole prompt fits, so that it is not preempted halfway
+          through its prefill over and over.
         After a refusal (None): no new reference, no block out of the queue, nothing named, no block table grown.
         A refusal by the whole-sequence rule leaves the request and the pool exactly as the call found them; after
         any other refusal, blocks a sliding window had left behind may be back in the queue (never read again).
