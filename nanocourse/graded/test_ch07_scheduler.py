@@ -708,7 +708,12 @@ def _decision(cfg: dict, mine: dict | None, theirs: dict | None, field: str) -> 
                 return "head of the queue"
         if k and any(n == 1 + k for r, n in (*yplan, *eplan) if r in (*ynew, *enew)):
             return "padding"
-        return "drafting slots" if slots else "gate"
+        # The side that admitted fewer stopped there. Its drafting slots stopped it only if no more than them was
+        # left of the budget; with more left, a grant was refused (the whole-sequence gate) or the seats were full.
+        stopped = es if common == len(enew) else ys
+        planned = stopped.num_scheduled_tokens
+        left = cfg["budget"] - sum(planned.values()) - slots * len(planned)
+        return "drafting slots" if slots and left <= slots else "gate"
     if yplan != eplan:
         r = next(r for r in (*engine, *yours) if engine.get(r) != yours.get(r))
         if r in enew and k and engine.get(r) == 1 + k or yours.get(r) == 1 + k and r in ynew and k:
