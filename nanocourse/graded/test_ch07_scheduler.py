@@ -633,8 +633,8 @@ DECISIONS = {
     "lookahead": "the lookahead slots. Every grant, a running request's and a newcomer's, holds "
     "num_lookahead_tokens slots past its planned tokens, none at max_model_len or past it (a draft model writes its "
     "own KV there)",
-    "stats": "the prefix-cache lookup count. A lookup is counted once, when the request is admitted (admit counts "
-    "it); a request left waiting is looked up without counting (get_computed_blocks' record_stats=False)",
+    "stats": "the prefix-cache lookup count. Each admitted request's lookup counts exactly once, at its admission, "
+    "and a request left waiting adds no count, however often a step looks up its hit",
 }
 
 
