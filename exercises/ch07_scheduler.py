@@ -62,10 +62,10 @@ from nanoengine.request import Request, RequestStatus  # noqa: F401  (schedule r
 def chunk_size(num_needed: int, budget: int, threshold: int = 0) -> int:
     """Task 07.1: the tokens a request that still needs num_needed tokens may take in this step.
 
-    What must hold: a step never plans past its budget, and no request is given tokens it does not need. One long
-    prompt cannot take a whole step from the requests beside it: that is what the threshold is for (above 0; 0 sets
-    none). And no capacity is wasted: a step that could have given more leaves its pass emptier than it had to
-    be. A spent budget (0; a step never passes less) grants 0.
+    What must hold: a step never plans past its budget, and no request is given tokens it does not need. A
+    threshold (above 0; 0 sets none) is the most of a step one request may take, so that one long prompt cannot
+    take a whole step from the requests beside it. And no capacity is wasted: a step that could have given more
+    leaves its pass emptier than it had to be. A spent budget (0; a step never passes less) grants 0.
     It mirrors how vLLM 0.33's Scheduler.schedule sizes each request's `num_new_tokens`, to read after passing.
     Example: chunk_size(150, 64) == 64 (the budget limits); chunk_size(150, 64, 24) == 24 (the
     threshold limits harder); chunk_size(5, 64, 16) == 5 (the need limits); chunk_size(30, 10, 16) == 10.
