@@ -24,7 +24,7 @@ have (a reference: which of these a step uses, and when, is yours to decide):
 | ... `full_sequence_must_fit` | True: granted only if r's whole sequence, hit included, fits the free blocks now |
 | `self.policy` | `SchedulingPolicy.FCFS` or `SchedulingPolicy.PRIORITY` |
 | `request.status` | `RequestStatus.RUNNING`, `PREEMPTED` (after `preempt`), ... |
-| `preempt(r)` | for r already out of running (choose_victim took it): frees its blocks, resets it, requeues it |
+| `preempt(r)` | for r out of running (choose_victim took it): frees its blocks, drops its drafts, requeues it first |
 | `admit(r, n)` | moves the queue's head r (slots allocated, n tokens cached) to running; counts its lookup |
 | `finish_length_capped(r)` | ends r, running or waiting (FINISHED_LENGTH_CAPPED): out of its queue, blocks freed |
 | `padded_size(r, num_computed, threshold, ids)` | with drafts, the 1 + k tokens newcomer r is padded to (0: none) |
@@ -34,6 +34,11 @@ have (a reference: which of these a step uses, and when, is yours to decide):
 A request has `request_id`, `num_tokens`, `num_computed_tokens`, `num_tokens_with_spec` (num_tokens plus its
 drafts, chapter 13), `num_prompt_tokens`, `sampling_params.max_tokens` (the most output tokens in
 all, those already sampled included), `priority` and `arrival_time`.
+
+A newcomer's num_computed_tokens stays 0 until admit: its tokens start at its hit, so lookahead() and
+padded_size() take its hit as num_computed. preempt(r) resets r to 0 computed tokens and keeps its tokens. A
+request finish_length_capped(r) ends is neither planned nor a victim (in neither num_scheduled nor preempted), and
+the next update_from_output reports it finished.
 
 get_computed_blocks returns (the hit as a KVCacheBlocks, its length in tokens); allocate_slots returns the new
 blocks as a KVCacheBlocks, or None. A `KVCacheBlocks` (vLLM's name) holds one list of blocks per KV cache group,
@@ -57,10 +62,10 @@ from nanoengine.request import Request, RequestStatus  # noqa: F401  (schedule r
 def chunk_size(num_needed: int, budget: int, threshold: int = 0) -> int:
     """Task 07.1: the tokens a request that still needs num_needed tokens may take in this step.
 
-    What must hold: the grant never exceeds what the request still needs, nor the budget left in the step; while a
-    threshold is set (above 0; 0 sets none) it never exceeds the threshold either, so that one long prompt cannot
-    take a whole step from the requests beside it. Within those limits nothing is held back: a step that could have
-    given more leaves its pass emptier than it had to be. A spent budget (0; a step never passes less) grants 0.
+    What must hold: a step never plans past its budget, and no request is given tokens it does not need. A
+    threshold (above 0; 0 sets none) is the most of a step one request may take, so that one long prompt cannot
+    take a whole step from the requests beside it. And no capacity is wasted: a step that could have given more
+    leaves its pass emptier than it had to be. A spent budget (0; a step never passes less) grants 0.
     It mirrors how vLLM 0.33's Scheduler.schedule sizes each request's `num_new_tokens`, to read after passing.
     Example: chunk_size(150, 64) == 64 (the budget limits); chunk_size(150, 64, 24) == 24 (the
     threshold limits harder); chunk_size(5, 64, 16) == 5 (the need limits); chunk_size(30, 10, 16) == 10.
@@ -90,8 +95,9 @@ class Scheduler(EngineScheduler):
         make_output packages it.
 
         What the plan must satisfy (properties of the step's result), and the questions the chapter left to you.
-        The answers are yours; where one differs from vLLM 0.33's, the grader names the decision, vLLM's rule and
-        its reason, on the smallest case it found.
+        The answers are yours; where one differs from vLLM 0.33's, the grader names the decision and the property
+        at stake, with your plan and the expected one on the smallest case it found; hint("07") then leads to
+        vLLM's rule, and reveal("07") gives its reason once the chapter passes.
         - Budget: the planned tokens, plus the drafting slots below, sum to at most config.max_num_batched_tokens,
           and the total the step reports is exact. Each planned request's share keeps task 07.1's properties
           against what is left at its turn: its need, the budget the requests planned before it left, and the
@@ -103,9 +109,9 @@ class Scheduler(EngineScheduler):
           always has one such token left here: one that reaches max_model_len has finished (vLLM 0.33 passes over
           one with none, which only async scheduling or pipeline parallelism makes). A newcomer needs its tokens
           past its cache hit.
-        - Turns (question): in one step, who gets the budget first, the running requests or the newcomers? A
-          running request holds blocks already; a newcomer holds none. The goal: the blocks the pool has given out
-          do work, and no request starves. Among the running requests, self.running's order stands.
+        - Turns (question): in one step, who gets the budget first, the running requests or the newcomers? The
+          goal: the blocks the pool has given out do work, and no request starves. Among the running requests,
+          self.running's order stands.
         - Memory, all or nothing: a request is planned only together with the KV cache manager's grant of
           slots for exactly its planned tokens (and its lookahead, below); nobody is planned on a refusal.
         - Room: when a running request's grant is refused, room is made by recompute (preempt), with as few
@@ -113,41 +119,35 @@ class Scheduler(EngineScheduler):
           The plan the step returns holds only requests that still run after it, with the budget it reports
           exact, and a victim never costs the requests behind it their turn.
         - Alone (question): a running request's grant is refused and nobody else is left in self.running to
-          preempt. Preempting itself frees its blocks, but will it fit when it comes back? Ask what a preemption
-          drops (chapter 13's drafts go; its tokens stay, and its lookahead slots are asked for again when it
-          comes back). The goal: no request waits for ever for blocks that can never be freed, and none is ended
-          that could still run. A waiting request refused while nothing runs (every block that will ever be free
-          is free) asks the same; there the goal is also that a request which can never fit holds up nobody
-          behind it. finish_length_capped is the tool for a request that can never fit: the request it ends is
-          neither planned nor a victim (it is in neither num_scheduled nor preempted), and the next
-          update_from_output reports it finished.
+          preempt. What becomes of it? The goal: no request waits for ever for blocks that can never be freed,
+          and none is ended that could still run. A waiting request refused while nothing runs asks the same;
+          there the goal is also that a request which can never fit holds up nobody behind it.
         - Admission after a preemption (question): budget and blocks may be left after a step made room for a
-          running request. Does that step admit newcomers? Weigh what the pool has just proved about the requests
-          that run. Ending a request (Alone) is not a preemption, whatever your answer.
+          running request. Does that step admit newcomers? The goal: no more preemptions than the load forces
+          (each one is recompute). Ending a request (Alone) is not a preemption, whatever your answer.
         - Admission: the admitted newcomers come from the front of the waiting queue, in its order. A newcomer is
           admitted only when budget is left, fewer than config.max_num_seqs requests run, and the KV cache manager
           grants it its cache hit and slots for its first chunk. Nothing changes for a request that is not
           admitted (no reference, no block, no count).
         - The gate (question): a newcomer whose first chunk fits the free blocks but whose whole prompt does not.
-          Admit it? Follow it a few steps: where do its later chunks' blocks come from? The goal: a request
-          admitted is not preempted later for want of the blocks its own prompt needs, with nothing reserved for
-          it in the meantime (the pool as it is). allocate_slots' full_sequence_must_fit (chapter 06) is the tool.
+          Admit it? The goal: a request admitted is not preempted later for want of the blocks its own prompt
+          needs, with nothing reserved for it in the meantime (the pool as it is).
         - Head of the queue (question): when a newcomer is not admitted, does one behind it get a try? The goal:
-          the queue's order is the policy's promise (FCFS: arrival; priority: rank), and a long request is not
-          overtaken for ever by the short ones behind it. (The engine's own waiting loop also passes over a
+          the queue's order is the policy's promise (FCFS: arrival; priority: rank), and nobody in it waits for
+          ever. (The engine's own waiting loop also passes over a
           request whose last output is still in flight, async scheduling in chapter 08; yours never meets one.)
         - Lookahead: every grant, to a running request or a newcomer, also holds config.num_lookahead_tokens
           slots past the request's planned tokens (a draft model writes its own KV there, chapter 13), but none
           at position config.max_model_len or past it. With num_lookahead_tokens 0 nothing changes.
         - Drafting (chapter 13; with no drafter nothing changes): a draft model adds
           config.max_num_new_slots_for_drafting tokens of its own to the forward pass for each planned request,
-          and they count in the Budget above. Question: when is a request not planned for want of them? A
+          and they count in the Budget above. Question: when is a request not planned for want of them? (Whether
+          the running pass then stops or skips that request gives the same plan: the budget only shrinks.) A
           newcomer that padded_size pads (chapter 13 says why) is planned its padded size exactly or nothing,
           and leaves the step looking like a request verifying drafts: num_tokens_with_spec covers every planned
-          token, the ones past its own being PLACEHOLDER_TOKEN_ID (a 1-token newcomer padded to 3 leaves with
-          spec_token_ids [PLACEHOLDER_TOKEN_ID] * 2); when its padded size does not fit, the Head of the queue
-          question decides the ones behind it.
-        - Stats: each admitted request's prefix-cache lookup is counted exactly once (admit counts it); the
+          token, the ones past its own being PLACEHOLDER_TOKEN_ID; when its padded size does not fit, the Head of
+          the queue question decides the ones behind it.
+        - Stats: each admitted request's prefix-cache lookup is counted exactly once, at its admission; the
           lookups of requests left waiting are not counted.
         - Output: num_scheduled maps each planned request id to its tokens, in the order the step planned
           them; new_blocks maps each planned running request's id to get_block_ids() of the KVCacheBlocks
@@ -155,7 +155,7 @@ class Scheduler(EngineScheduler):
           given (([],) when a one-group request got no new block; vLLM's scheduler sends None then);
           new_reqs lists admit()'s results in admission order; preempted lists the victims in order.
 
-        Examples (block size 4). Some show a situation and ask; the graded task answers, with vLLM's reason.
+        Examples (block size 4). Some show a situation and ask; the graded task gives the expected plan.
         Budget 8, a lone 20-token prompt: the steps plan 8, 8 and 4 tokens, then 1 (its first decode).
         Budget 10, a decoding (1 token) and b waiting with a 20-token prompt that fits: how much does b get this
         step, and in which order do a and b appear? (07.2)
@@ -187,17 +187,17 @@ class Scheduler(EngineScheduler):
 
         What must hold: the victim is the running request the policy's promise protects least, so that no request
         loses its blocks while one with a weaker claim keeps them.
-        - FCFS promises first come, first served: of two running requests, the one whose claim is later is the
-          victim, and a claim dates from the request's latest admission (one preempted and readmitted queued
-          again, so its claim starts over), not from its arrival.
-        - PRIORITY promises rank: a larger priority value is a worse rank; between equal priorities the later
-          arrival is worse; between two equal in both, the one earlier in self.running is the victim.
+        - FCFS promises first come, first served. A request preempted and readmitted queued again: its claim
+          starts over at its latest admission.
+        - PRIORITY promises rank: a larger priority value is a worse rank, and between equal priorities the later
+          arrival is worse.
         Afterwards the victim is no longer in self.running and the others keep their order. It mirrors the
         "Preempt the lowest-priority request" lines of vLLM 0.33's Scheduler.schedule, to read after passing.
         Example (self.running is in admission order): running [a (arrived 1.0), b (2.0)], FCFS: b.
         Running [old (arrived 1.0), x (5.0), y (3.0, readmitted after x was admitted)]: FCFS takes y, priority
         (all priorities 0) takes x. Running [a (priority 0, arrived 2.0), b (priority 1, arrived 0.5)], priority:
-        b; afterwards self.running is [a].
+        b; afterwards self.running is [a]. Running [a (priority 0, arrived 1.0), b (priority 0, arrived 1.0)],
+        priority: a, the earlier in self.running of two equal in both.
         """
         raise NotImplementedError
 

@@ -30,6 +30,9 @@ from nanoengine.worker.outputs import ModelRunnerOutput
 
 CHAPTER = "ch07_scheduler"
 BS = 4
+# Where a failure that names a decision sends the learner for vLLM's answer: its first message states the property
+# the plan broke, the plan and the expected one, not vLLM's rule.
+WHERE = 'hint("07") leads to vLLM 0.33\'s rule, and reveal("07") gives it with its reason once the chapter passes'
 
 
 def _engine_chunk_size(num_needed, budget, threshold=0):
@@ -205,10 +208,8 @@ def test_running_first(impl):
     turns = [r for r, _ in got]
     assert "a" in turns and turns.index("a") == 0, (
         f"Turns, step 1 (budget 10): a runs, holding a block, and needs 1 token; newcomer b needs 20. Yours plans "
-        f'{got}. vLLM 0.33 plans the running requests first, then the newcomers ("First, schedule the RUNNING '
-        f'requests", then "Next, schedule the WAITING requests", scheduler.py): a running request holds KV blocks '
-        f"already, and a step that gives its budget to a newcomer keeps those blocks busy for nothing. Expected "
-        f"[('a', 1), ('b', 9)]"
+        f"{got}, expected [('a', 1), ('b', 9)]. The property at stake: the blocks the pool has already given out "
+        f"do work, and no request starves; {WHERE}"
     )
     assert got == [("a", 1), ("b", 9)], (
         f"Budget, step 1 (budget 10): a (running) takes the 1 token it needs, and newcomer b what is left of the "
@@ -443,12 +444,9 @@ def test_preemption(impl):
     status = s.requests["a"].status.name if "a" in s.requests else "FINISHED_LENGTH_CAPPED"
     assert "a" not in so.preempted_req_ids, (
         "Alone, step 1 (2 usable blocks, a 8-token prompt a alone in running, no drafts): a's decode at position 8 "
-        "needs a third block, and nobody else runs. Yours preempted a; but a comes back with its 9 tokens, which need "
-        "3 blocks of the 2 there are: it would wait for ever, and the requests behind it with it. A lone request "
-        "refused with nothing a preemption drops (it has no drafts) can never fit, so it is ended: "
-        "finish_length_capped (vLLM 0.33 refuses to start with a pool smaller than one max_model_len request, "
-        "kv_cache_planning.check_enough_kv_cache_memory; nanoengine allows small pools and ends the request). "
-        f"Expected a ended (FINISHED_LENGTH_CAPPED) and the plan [('w', 4)]; got (plan, preempted) {got}"
+        "needs a third block, and nobody else runs. Yours preempted a. The property it breaks: no request waits for "
+        "ever for blocks that can never be freed (count the blocks a asks for when it comes back, against the pool's). "
+        f"Expected a ended (FINISHED_LENGTH_CAPPED) and the plan [('w', 4)]; got (plan, preempted) {got}; {WHERE}"
     )
     assert got == ([("w", 4)], []) and status == "FINISHED_LENGTH_CAPPED", (
         "Alone, step 1: a is ended with finish_length_capped (neither planned nor preempted), and ending it is not a "
@@ -482,10 +480,8 @@ def test_admission(impl):
     assert (got := plan(s)) == ([("a", 8)], []), (
         "Admission, step 0 (5 usable blocks, budget 16, a 8 tokens then b 20 waiting): a takes 2 blocks; b's first "
         "chunk of 8 would fit in the 3 left, but its whole 20-token prompt needs 5, so b is not admitted and holds "
-        f"nothing; expected ([('a', 8)], []), got {got}. vLLM 0.33 admits a newcomer only if its whole sequence, cache "
-        "hit included, fits the free blocks now (allocate_slots' full_sequence_must_fit=scheduler_reserve_full_isl, "
-        "True by default): admitted on its first chunk alone, b's later chunks would need blocks a holds, and b would "
-        "be preempted mid-prompt and readmitted over and over"
+        f"nothing; expected ([('a', 8)], []), got {got}. The property at stake: a request admitted is not preempted "
+        f"later for want of the blocks its own prompt needs (where would b's later chunks find theirs?); {WHERE}"
     )
     # Head of the queue: a runs; x (16 tokens, 4 blocks) heads the queue and y (4 tokens, 1 block) follows.
     s = make(impl, num_blocks=6)
@@ -499,9 +495,8 @@ def test_admission(impl):
         "Head of the queue, step 1 (5 usable blocks, FCFS): a decodes into its third block, 2 are left; x, the "
         "queue's head, needs 4 for its whole 16-token prompt and is refused; y behind it needs 1. Expected "
         "(plan, waiting) ([('a', 1)], ['x', 'y']), y holding nothing; got "
-        f"{got}. vLLM 0.33's waiting loop `break`s at the first newcomer it refuses: the queue's order is the "
-        "policy's promise, and were y admitted past it, a stream of short requests could keep a long one waiting "
-        "for ever"
+        f"{got}. The property at stake: the queue's order is the policy's promise, and a long request is not "
+        f"overtaken for ever by the short ones behind it; {WHERE}"
     )
     # Priority: c (priority 0) arrives as a's growth preempts b; c would fit, but nobody is admitted
     # in a preempting step.
@@ -516,10 +511,10 @@ def test_admission(impl):
     admitted = [r.req_id for r in so.scheduled_new_reqs]
     assert got == ([("a", 1)], ["b"]) and admitted == [], (
         "Admission, step 6 (priority, 6 usable blocks): a's next token needs a block, so b (priority 1, arrived "
-        "later) is preempted; c (priority 0) arrived and would fit, but a step that preempted admits nobody: vLLM "
-        "0.33's `if not preempted_reqs` guards its whole waiting loop, since the pool just proved too small for what "
-        "runs and a newcomer would only set up the next preemption. Expected (plan, preempted) ([('a', 1)], ['b']) and nobody admitted; "
-        f"got {got}, admitted {admitted}, waiting {[r.request_id for r in s.waiting]}"
+        "later) is preempted; c (priority 0) arrived, and its prompt would fit. Expected (plan, preempted) "
+        f"([('a', 1)], ['b']) and nobody admitted; got {got}, admitted {admitted}, waiting "
+        f"{[r.request_id for r in s.waiting]}. The property at stake: what this step has just shown about the pool "
+        f"and the requests that run; {WHERE}"
     )
     assert (got := plan(s)) == ([("a", 1), ("c", 3)], []), (
         "Admission, step 7 (priority): nobody preempted now, so a decodes 1 and c (priority 0, ahead of the preempted "
@@ -561,12 +556,12 @@ def test_runs_the_engine(impl):
     assert sum(len(r.preempted) for r in yours.records) >= 2, "a 14-block pool forces preemption"
     assert not any(r.preempted and r.admitted for r in yours.records), next(
         (
-            f"step {r.step} preempted {list(r.preempted)} and admitted {[a.req_id for a in r.admitted]}: a step that "
-            f"preempted admits nobody"
+            f"step {r.step} preempted {list(r.preempted)} and admitted {[a.req_id for a in r.admitted]}, where the "
+            f"engine's admits nobody (admission after a preemption, task 07.6)"
             for r in yours.records
             if r.preempted and r.admitted
         ),
-        "a step that preempted admitted a request: a step that preempted admits nobody",
+        "a step that preempted admitted a request, where the engine's admits nobody (task 07.6)",
     )
     tokens = [yours.outputs[i].token_ids for i in yours.req_ids]
     assert tokens == [roomy.outputs[i].token_ids for i in roomy.req_ids], "recompute must not change the output"
@@ -602,39 +597,30 @@ _LOOKAHEAD_EXAMPLE = (
 )
 
 
-# What 07.8 says when a step parts: the decision behind the first difference, vLLM 0.33's rule and its reason.
-# Every rule is in vllm/v1/core/sched/scheduler.py, Scheduler.schedule, unless named otherwise.
+# What 07.8 says when a step parts: the decision behind the first difference and the property at stake; the
+# failure below it shows both plans. vLLM 0.33's rule and its reason come after, in the hints and reveal (WHERE).
 DECISIONS = {
-    "turns": 'turn order. vLLM 0.33 plans the running requests first, then the newcomers ("First, schedule the '
-    'RUNNING requests"): a running request holds KV blocks already, and a step that passes it over keeps them '
-    "busy for nothing",
-    "admission after a preemption": "admission after a preemption. vLLM 0.33 admits nobody in a step that "
-    "preempted (`if not preempted_reqs` guards the waiting loop): the pool just proved too small for what runs, "
-    "and a newcomer would only set up the next preemption",
-    "gate": "the admission gate. vLLM 0.33 grants a newcomer its first chunk only if its whole sequence, cache hit "
-    "included, fits the free blocks now (allocate_slots' full_sequence_must_fit=self.scheduler_reserve_full_isl, "
-    "True by default): else its later chunks need blocks the others hold, and it is preempted mid-prompt and "
-    "readmitted over and over",
-    "head of the queue": "the head of the queue. vLLM 0.33's waiting loop `break`s at the first newcomer it "
-    "refuses, so nobody behind it is tried: the queue's order is the policy's promise, and a long request at the "
-    "head is not overtaken for ever by short ones",
-    "alone": "the Alone rule. A lone running request refused that has no drafts can never fit, so nanoengine ends "
-    "it (finish_length_capped; vLLM 0.33 refuses to start with a pool that small, "
-    "kv_cache_planning.check_enough_kv_cache_memory); one that has drafts (num_tokens_with_spec > num_tokens, even "
-    "where the budget left them out of this step) preempts itself, as vLLM's loop does, since the preemption drops "
-    "them and it may fit without them. Lookahead slots do not count: admission asks for them again",
-    "never fits": "ending a request that can never fit. The engine ends one only when its grant is refused with "
-    "nothing left to free: a lone running request with no drafts, or a waiting request "
-    "refused while nothing runs (the waiting loop then goes on to the next). Where one side ended a request the "
-    "other ran, compare what the two grants asked for it: its tokens past its cache hit, its padding, its lookahead "
-    "slots",
-    "room": "making room. vLLM 0.33 preempts one victim at a time, in choose_victim's order, and retries the grant "
-    "(`while True:` around allocate_slots) until it is granted or the requester itself is taken; a victim planned "
-    "earlier in the step leaves the plan, gives its tokens back, and the position moves back with it "
-    "(`if victim_index < req_index: req_index -= 1`)",
-    "drafting slots": "the drafting slots. vLLM 0.33 takes max_num_new_slots_for_drafting budget tokens for each "
-    "planned request (`draft_slots`, the draft model's own input), gives them back with a victim's tokens, and "
-    "plans a request only while more than those slots are left (`if input_budget <= draft_slots`)",
+    "turns": "turn order, the running requests' or the newcomers'. The property at stake: the blocks the pool has "
+    "already given out do work, and no request starves",
+    "admission after a preemption": "admission in a step that made room for a running request. The property at "
+    "stake: what that step has just shown about the pool and the requests that run",
+    "gate": "the admission gate. The property at stake: a request admitted is not preempted later for want of the "
+    "blocks its own prompt needs, with nothing reserved for it in the meantime (the pool as it is)",
+    "head of the queue": "the head of the queue. The property at stake: the queue's order is the policy's promise, "
+    "and a long request is not overtaken for ever by the short ones behind it",
+    "alone": "a lone running request whose grant is refused. The properties at stake: no request waits for ever for "
+    "blocks that can never be freed, and none is ended that could still run (what does a preemption drop, and "
+    "what does the request ask for again when it comes back: its drafts, its lookahead slots?)",
+    "never fits": "ending a request that can never fit. A request is ended only when its grant is refused with "
+    "nothing left to free: a lone running request, or a waiting request refused while nothing runs (and then it "
+    "holds up nobody behind it). Where one side ended a request the other ran, compare what the two grants asked "
+    "for it: its tokens past its cache hit, its padding, its lookahead slots",
+    "room": "making room. The properties: as few victims as possible, taken in the order choose_victim() names "
+    "them, each followed by a new try of the grant, until it is granted or the requester itself is taken; a victim "
+    "planned earlier in the step leaves the plan, gives its budget back, and costs no request after it its turn",
+    "drafting slots": "the budget with drafting slots. Each planned request costs its tokens plus "
+    "max_num_new_slots_for_drafting of the budget, a victim's come back with its tokens, and a planned request "
+    "still gets at least 1 token",
     "padding": "padding. vLLM 0.33 pads a newcomer that joins running decodes to 1 + k tokens, k of them "
     "placeholders (`pad_spec_decode`); padded_size decides from the running requests the running pass planned, "
     "not the newcomers admitted this step, and a padded newcomer gets exactly 1 + k tokens or nobody more is "
@@ -647,8 +633,8 @@ DECISIONS = {
     "lookahead": "the lookahead slots. Every grant, a running request's and a newcomer's, holds "
     "num_lookahead_tokens slots past its planned tokens, none at max_model_len or past it (a draft model writes its "
     "own KV there)",
-    "stats": "the prefix-cache lookup count. A lookup is counted once, when the request is admitted (admit counts "
-    "it); a request left waiting is looked up without counting (get_computed_blocks' record_stats=False)",
+    "stats": "the prefix-cache lookup count. Each admitted request's lookup counts exactly once, at its admission, "
+    "and a request left waiting adds no count, however often a step looks up its hit",
 }
 
 
@@ -708,7 +694,12 @@ def _decision(cfg: dict, mine: dict | None, theirs: dict | None, field: str) -> 
                 return "head of the queue"
         if k and any(n == 1 + k for r, n in (*yplan, *eplan) if r in (*ynew, *enew)):
             return "padding"
-        return "drafting slots" if slots else "gate"
+        # The side that admitted fewer stopped there. Its drafting slots stopped it only if no more than them was
+        # left of the budget; with more left, a grant was refused (the whole-sequence gate) or the seats were full.
+        stopped = es if common == len(enew) else ys
+        planned = stopped.num_scheduled_tokens
+        left = cfg["budget"] - sum(planned.values()) - slots * len(planned)
+        return "drafting slots" if slots and left <= slots else "gate"
     if yplan != eplan:
         r = next(r for r in (*engine, *yours) if engine.get(r) != yours.get(r))
         if r in enew and k and engine.get(r) == 1 + k or yours.get(r) == 1 + k and r in ynew and k:
@@ -809,7 +800,7 @@ def test_matches_the_engine(impl, workload):
                 f"drafting slots"
                 for who, (t, m) in spent.items()
             )
-        raise AssertionError(f"The decision that differs: {DECISIONS[decision]}{detail}.\n{error}") from None
+        raise AssertionError(f"The decision that differs: {DECISIONS[decision]}{detail}; {WHERE}.\n{error}") from None
 
 
 @pytest.mark.task("07.9", "schedule: lookahead slots past the scheduled tokens, never past max_model_len")

@@ -228,3 +228,54 @@ def test_the_starving_workload_starves_a_rule_with_no_guard():
     assert vllm.preemptions > 0 and None not in vllm.finished.values()
     assert replay(MostStillToClaim, name).longest_stay() > 1.25 * vllm.longest_stay()
     assert replay(VictimDesign, name).longest_stay() <= 1.25 * vllm.longest_stay()
+
+
+class _NoGate(Scheduler):
+    """The engine's scheduler with one seeded bug: a newcomer is granted its first chunk without the whole-sequence
+    gate (allocate_slots' full_sequence_must_fit ignored)."""
+
+    def __init__(self, config, kv_cache_manager):
+        super().__init__(config, kv_cache_manager)
+        allocate = kv_cache_manager.allocate_slots
+        kv_cache_manager.allocate_slots = lambda *args, full_sequence_must_fit=False, **kw: allocate(*args, **kw)
+
+
+class _NoDraftingSlots(Scheduler):
+    """The engine's scheduler with one seeded bug: the drafting slots are not taken from the budget."""
+
+    def schedule(self):
+        slots, self.config.max_num_new_slots_for_drafting = self.config.max_num_new_slots_for_drafting, 0
+        try:
+            return super().schedule()
+        finally:
+            self.config.max_num_new_slots_for_drafting = slots
+
+
+@pytest.mark.parametrize(
+    ("buggy", "ops", "decision"),
+    [
+        # 5 usable blocks, budget 16, 1 drafting slot: a takes 8 + 1; b's first chunk of 6 fits the 3 free blocks,
+        # its whole 20 tokens do not. The engine stops with 7 of the budget unused: the gate refused, not the slots.
+        (_NoGate, [("add", 8, 0, 0, 20, False), ("add", 20, 0, 0, 20, False), ("step", 1)], "gate"),
+        # Budget 16, 1 slot each: a 8 + 1, b 6 + 1 leave nothing, and the engine stops there; yours counted no slots.
+        (_NoDraftingSlots, [("add", 8, 0, 0, 20, False), ("add", 7, 0, 0, 20, False), ("step", 1)], "drafting slots"),
+    ],
+)
+def test_the_differential_grader_names_the_gate_or_the_drafting_slots_by_the_budget_left(buggy, ops, decision):
+    """07.8 blames the drafting slots for a newcomer one side admitted only when the side that stopped had no more
+    than the slots left of the budget; with more left, its grant was refused at the whole-sequence gate."""
+    from nanocourse.differential import replay_workload, scheduler_config
+    from nanocourse.graded.test_ch07_scheduler import _decision, _recording
+
+    cfg = {"num_blocks": 6, "budget": 16, "policy": "fcfs", "caching": False, "threshold": 0, "max_num_seqs": 4}
+    cfg["max_num_new_slots_for_drafting"] = 1
+    pair = {}
+
+    def build(yours: bool) -> Scheduler:
+        cls = _recording(buggy if yours else Scheduler)
+        pair[yours] = cls(scheduler_config(cfg), KVCacheManager(BS, cfg["num_blocks"], False))
+        return pair[yours]
+
+    with pytest.raises(AssertionError) as failure:
+        replay_workload(build, cfg, ops, BS, "5 usable blocks")
+    assert _decision(cfg, pair[True].last, pair[False].last, str(failure.value).split("\n")[0]) == decision
