@@ -21,8 +21,8 @@ nanoengine leaves out); reading vLLM's first turns the task into copying.
 
 Check your work with:   make grade CH=06
 Stuck? In the notebook, `from nanocourse import hint; hint("06")` lists this chapter's hints, from a nudge to
-close-to-code; open them one at a time with hint("06", n). A task's "read vLLM" and code hints open once you
-have graded it with your own code.
+close-to-code; open them one at a time with hint("06", n). Past each task's opening question, its hints (the
+idea, vLLM's lines, code) open once you have graded it with your own code.
 
 What you have (a reference: which of these a method uses, and when, is yours to decide):
 - a block (KVCacheBlock): block_id, ref_cnt, block_hash (None or bytes; set it once, reset_hash() to

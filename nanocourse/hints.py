@@ -6,10 +6,11 @@ Each chapter's hints are nanocourse/hints/<chapter>.md: a heading `## <title>` p
 an exercise has a title "<task ids> <subject>: <rung>" ("06.2 free_blocks: read vLLM", "06.1, 06.5 the pool's
 small methods: close to code"); any other title speaks to the whole chapter.
 
-The ladder keeps the stubs' order (design, grade, then read vLLM's function beside yours): an exercise's gated
-hints open only once every task they name has been tried by a grade of the learner's own code
-(nanocourse.attempts). Gated are the rungs that name vLLM or code, and an exercise's last hint, the one that may
-hold its solution's lines. `hint(ch, n, stuck=True)` opens one anyway: a choice, never an accident.
+The ladder keeps the stubs' order (design, grade, then read vLLM's function beside yours): before a first try
+only an exercise's first rung, its question, is open. Every later rung (the idea, the vLLM lines, the code) opens
+once every task it names has been tried by a grade of the learner's own code (nanocourse.attempts): an idea read
+before one's own try answers the question the stub leaves open. `hint(ch, n, stuck=True)` opens one anyway: a
+choice, never an accident.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from pathlib import Path
 from nanocourse.attempts import attempts
 
 HINTS_DIR = Path(__file__).resolve().parent / "hints"
+LADDER_RUNG = re.compile(r"\b(idea|vLLM|code)\b")
 TITLE = re.compile(r"^(?P<tasks>\d\d\.\d+[a-z]?(?:, \d\d\.\d+[a-z]?)*) (?P<subject>[^:]+): (?P<rung>.+)$")
-GATED_RUNG = re.compile(r"\b(vLLM|code)\b")
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,8 +69,8 @@ class LockedHint:
             ),
             (
                 f"Try {TITLE.match(h.title)['subject']} yourself, then grade it: `make grade CH={h.chapter}` from the "
-                f'shell, or `from nanocourse.grading import grade; grade("{h.chapter}")` in the notebook. Reading vLLM '
-                "or code before your own try turns the design into copying."
+                f'shell, or `from nanocourse.grading import grade; grade("{h.chapter}")` in the notebook. Reading the idea, '
+                "vLLM or code before your own try turns the design into copying."
             ),
             f"Truly stuck before a first try? `hint({h.chapter!r}, {h.number}, stuck=True)` opens it now.",
         ]
@@ -127,8 +128,8 @@ def chapter_hints(chapter: str) -> tuple[Hint, ...]:
     hints = []
     for i, (title, text, match) in enumerate(zip(titles, parts[1::2], matches)):
         tasks = tuple(match["tasks"].split(", ")) if match else ()
-        last_of_exercise = match is not None and exercises[i] not in exercises[i + 1 :]
-        gated = match is not None and (bool(GATED_RUNG.search(match["rung"])) or last_of_exercise)
+        # Open: an exercise's first rung when it is a question; every idea, vLLM or code rung waits for a try.
+        gated = match is not None and (exercises[i] in exercises[:i] or bool(LADDER_RUNG.search(match["rung"])))
         hints.append(Hint(chapter, i + 1, title, text.strip(), tasks, gated))
     return tuple(hints)
 
