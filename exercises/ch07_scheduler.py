@@ -25,15 +25,15 @@ have (a reference: which of these a step uses, and when, is yours to decide):
 | `self.policy` | `SchedulingPolicy.FCFS` or `SchedulingPolicy.PRIORITY` |
 | `request.status` | `RequestStatus.RUNNING`, `PREEMPTED` (after `preempt`), ... |
 | `preempt(r)` | for r out of running (choose_victim took it): frees its blocks, drops its drafts, requeues it first |
-| `admit(r, n)` | moves the queue's head r (slots allocated, n tokens cached) to running; counts its lookup |
+| `admit(r, n)` | moves the queue's head r (slots allocated; n: its hit, in tokens) to running; counts its lookup |
 | `finish_length_capped(r)` | ends r, running or waiting (FINISHED_LENGTH_CAPPED): out of its queue, blocks freed |
 | `padded_size(r, num_computed, threshold, ids)` | with drafts, the 1 + k tokens newcomer r is padded to (0: none) |
 | ... its `ids` | the running requests the step planned, not the newcomers it admitted: their kind decides it |
 | `make_output(num_scheduled, new_blocks, new_reqs, preempted)` | packages the step (preempted: the victim Requests) |
 
-A request has `request_id`, `num_tokens`, `num_computed_tokens`, `num_tokens_with_spec` (num_tokens plus its
-drafts, chapter 13), `num_prompt_tokens`, `sampling_params.max_tokens` (the most output tokens in
-all, those already sampled included), `priority` and `arrival_time`.
+A request has `request_id`, `num_tokens`, `num_computed_tokens`, `spec_token_ids` (its drafts, chapter 13),
+`num_tokens_with_spec` (num_tokens plus its drafts), `num_prompt_tokens`, `sampling_params.max_tokens` (the most
+output tokens in all, those already sampled included), `priority` and `arrival_time`.
 
 A newcomer's num_computed_tokens stays 0 until admit: its tokens start at its hit, so lookahead() and
 padded_size() take its hit as num_computed. preempt(r) resets r to 0 computed tokens and keeps its tokens. A
@@ -120,8 +120,9 @@ class Scheduler(EngineScheduler):
           exact, and a victim never costs the requests behind it their turn.
         - Alone (question): a running request's grant is refused and nobody else is left in self.running to
           preempt. What becomes of it? The goal: no request waits for ever for blocks that can never be freed,
-          and none is ended that could still run. A waiting request refused while nothing runs asks the same;
-          there the goal is also that a request which can never fit holds up nobody behind it.
+          and none is ended that could still run (its lookahead slots count: a readmission asks for them again).
+          A waiting request refused while nothing runs asks the same; there the goal is also that a request
+          which can never fit holds up nobody behind it.
         - Admission after a preemption (question): budget and blocks may be left after a step made room for a
           running request. Does that step admit newcomers? The goal: no more preemptions than the load forces
           (each one is recompute). Ending a request (Alone) is not a preemption, whatever your answer.
