@@ -635,7 +635,7 @@ def checked(scheduler_cls: type[Scheduler], stops_among_drafts: Counter) -> type
     Each stop that drops tokens the step emitted (a stop among the accepted drafts) is counted in
     stops_among_drafts by its status, so that a run can tell it met one."""
 
-    class Checked(scheduler_cls):  # type: ignore[valid-type,misc]
+    class Checked(scheduler_cls):
         def schedule(self):
             output = super().schedule()
             kept = {r: self.requests[r].spec_token_ids for r in output.num_scheduled_tokens}
