@@ -9,9 +9,14 @@ pass, your manager serves every sliding group of a hybrid model:
 What you can use: `self.sliding_window` (W, in tokens), `self.block_size`, `self.block_pool` (chapter 06's
 pool: free_blocks(blocks) drops one reference on each, and a block that reaches 0 joins the free queue, the
 unhashed ones at its head and the hashed ones at its tail, each kind as a group in the order given),
-`self.null_block`, `self.use_eagle`, `self.req_to_blocks[request_id]` (the request's blocks in this group, token
-i in entry i // block_size), and `self.get_cached_blocks(block_hash, group_ids)` (one cached
-block per group, or None).
+`self.null_block` (the pool's one null block; any block's `block.is_null` is True for it alone), `self.use_eagle`,
+`self.req_to_blocks` (a plain dict, request id -> list of the request's blocks in this group, token i in entry
+i // block_size: indexing an id it lacks raises KeyError, .get does not), and
+`self.get_cached_blocks(block_hash, group_ids)` (a list[KVCacheBlock] holding the block cached under block_hash
+in each group of group_ids, in that order, or None unless every group has one).
+
+Tasks 12.1 to 12.3 are the three methods below. Tasks 12.4 and 12.5 need no code of their own: they grade those
+three inside the engine (a hybrid model served end to end, then random workloads beside the engine's manager).
 
 The stubs state what each result must be, not how to get it: notebook 12's sections 3 and 6 say why, and the
 examples let you check a rule you derive before you code it.
@@ -60,8 +65,8 @@ class SlidingWindowManager(EngineSlidingWindowManager):
           nothing.
         - Eviction order (it decides which cached blocks later prefix hits still find): of the blocks one call
           gives back, the one nearest the window leaves the pool's free queue first and the one nearest block 0
-          last, among those the pool queues at its head (never cached) as among those it queues at its tail
-          (cached). That is the order free() gives a finished request's blocks: a chain's earlier blocks stay
+          last. This holds both for never-cached blocks (which the pool queues at its head) and for cached ones
+          (queued at its tail). That is the order free() gives a finished request's blocks: a chain's earlier blocks stay
           cached longest.
         (vLLM 0.33: SingleTypeKVCacheManager.remove_skipped_blocks and its _remove_blocks_in_range.)
         Example: W = 4, block_size 4, request r holds blocks [b1, b2, b3, b4, b5] (20 tokens).

@@ -109,7 +109,9 @@ def rejection_sample(
       the time);
     - a draft of probability 0 under its row's p is never accepted;
     - every random number of request r comes from generators[r] (torch's global generator when it is None), so
-      the same seeds give the same tokens whatever else draws meanwhile.
+      the same seeds give the same tokens whatever else draws meanwhile. The generators live on the CPU (the
+      runner makes them with torch.Generator(), whatever device logits is on): a number drawn with one is a CPU
+      tensor (torch.rand((), generator=g), with no device argument), and draw() moves its weights to the CPU.
     (vLLM 0.33: the default V2 runner's RejectionSampler, vllm/v1/worker/gpu/spec_decode/rejection_sampler.py
     with its kernels in rejection_sampler_utils.py; the V1 runner's rejection_random_sample_kernel and
     sample_recovered_tokens in vllm/v1/sample/rejection_sampler.py. Read them once your rule is derived: they

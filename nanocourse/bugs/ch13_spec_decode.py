@@ -156,6 +156,18 @@ BUGS = [
     ),
     (
         "13.6",
+        "spec_token_ids cleared only for the requests that verify some drafts",
+        "                verified[req_id] = request.spec_token_ids[:num_spec]\n            request.spec_token_ids = []\n",
+        "                verified[req_id] = request.spec_token_ids[:num_spec]\n                request.spec_token_ids = []\n",
+    ),
+    (
+        "13.6",
+        "the tokens dropped at a stop left counted as computed",
+        "                request.num_computed_tokens -= len(new_token_ids) - num_new\n",
+        "",
+    ),
+    (
+        "13.6",
         "the rollback off by one (the recovered token counted as a rejected draft)",
         "num_rejected = len(spec_token_ids) - (len(new_token_ids) - 1)",
         "num_rejected = len(spec_token_ids) - len(new_token_ids)",

@@ -575,10 +575,22 @@ def check_update_examples(impl):
             f"{where}: its output becomes {before + added}, yours {request.output_token_ids}"
         )
         assert got == status, f"{where}: returns {status}, yours {got}"
-        assert request.num_computed_tokens == request.num_tokens - 1, (
-            f"{where}: num_computed_tokens must count the positions the next step need not compute, "
-            f"{request.num_tokens - 1} here; yours {request.num_computed_tokens}"
+        check_computed_count(request, where)
+
+
+def check_computed_count(request: Request, where: str) -> None:
+    """The count 13.5's contract states, named by the rule a wrong one breaks and never by the value it should have."""
+    computed, tokens = request.num_computed_tokens, request.num_tokens
+    if computed >= tokens:
+        raise AssertionError(
+            f"{where}: yours leaves num_computed_tokens {computed} with {tokens} tokens: it counts a slot the "
+            f"request's own tokens do not fill (a rejected draft's, or one past a stop), and the request's last "
+            f"token always stays to compute"
         )
+    assert computed == tokens - 1, (
+        f"{where}: yours leaves num_computed_tokens {computed} with {tokens} tokens: slots that hold the KV of the "
+        f"request's own tokens are left out of the count (was an accepted draft rolled back?)"
+    )
 
 
 # ---- 13.6: in the engine --------------------------------------------------------------------------------------
@@ -617,8 +629,41 @@ def check_cached_blocks(engine, hasher, step):
         )
 
 
-def serve(seams, spec, **kwargs):
-    """Greedy tokens of PROMPTS, twice (the second time with prefix hits), checking the cached blocks every step."""
+def checked(scheduler_cls: type[Scheduler], stops_among_drafts: Counter) -> type[Scheduler]:
+    """The Scheduler checked, at every step in the engine, against what 13.4 and 13.5 promise: every request a step
+    schedules leaves schedule() with no drafts, and every update leaves num_computed_tokens at num_tokens - 1.
+    Each stop that drops tokens the step emitted (a stop among the accepted drafts) is counted in
+    stops_among_drafts by its status, so that a run can tell it met one."""
+
+    class Checked(scheduler_cls):
+        def schedule(self):
+            output = super().schedule()
+            kept = {r: self.requests[r].spec_token_ids for r in output.num_scheduled_tokens}
+            kept = {r: drafts for r, drafts in kept.items() if drafts}
+            assert not kept, (
+                f"scheduled {output.num_scheduled_tokens}, these requests leave the step's schedule() still holding "
+                f"drafts {kept}: every scheduled request's drafts are used up, verified or not, also when the step "
+                f"feeds it no draft (a budget that left room for its last verified token only)"
+            )
+            return output
+
+        def update_request_with_output(self, request, new_token_ids, spec_token_ids, *args, **kwargs):
+            before = request.num_tokens
+            status = super().update_request_with_output(request, new_token_ids, spec_token_ids, *args, **kwargs)
+            where = f"request {request.request_id} verified drafts {spec_token_ids}, then given {new_token_ids}"
+            if status is not None:
+                where += f" and stopped ({status.name}) after {request.num_tokens - before} of them"
+                stops_among_drafts[status] += request.num_tokens - before < len(new_token_ids)
+            check_computed_count(request, where)
+            return status
+
+    return Checked
+
+
+def serve(seams, spec, name, prompts=PROMPTS, stop_token_ids=(), **kwargs):
+    """Greedy tokens of prompts, twice (the second time with prefix hits), checking the cached blocks every step;
+    a request ends at max_tokens or at one of stop_token_ids (the tiny model has no tokenizer, so no EOS). name: the
+    run, as messages call it."""
     llm = LLM(
         TINY,
         block_size=BS,
@@ -633,19 +678,21 @@ def serve(seams, spec, **kwargs):
     outputs, step = [], 0
     for _ in range(2):
         ids = [
-            engine.add_request(p, SamplingParams(temperature=0, max_tokens=16 + 3 * i, ignore_eos=True))
-            for i, p in enumerate(PROMPTS)
+            engine.add_request(
+                p, SamplingParams(temperature=0, max_tokens=16 + 3 * i, stop_token_ids=list(stop_token_ids))
+            )
+            for i, p in enumerate(prompts)
         ]
         done = {}
         while engine.has_unfinished_requests():
             step += 1
             try:
                 outs = engine.step()
-            except NotImplementedError:
+            except (NotImplementedError, AssertionError):  # not implemented, or a contract checked() found broken
                 raise
             except Exception as error:  # a crash inside the engine: say which step, and what usually causes it
                 raise AssertionError(
-                    f"with {kwargs or 'a roomy budget'}, step {step}: the engine raised {type(error).__name__}: {error} "
+                    f"with {name}, step {step}: the engine raised {type(error).__name__}: {error} "
                     f"(a verify step gets len(drafts) + 1 rows of logits per request, the drafts your "
                     f"scheduled_spec_decode_tokens returned: are they cut to the tokens scheduled?)"
                 ) from error
@@ -654,30 +701,50 @@ def serve(seams, spec, **kwargs):
         outputs.append([done[r] for r in ids])
     pool = engine.kv_cache_manager.block_pool
     assert pool.get_num_free_blocks() == pool.num_gpu_blocks - 1, (
-        f"with {kwargs or 'a roomy budget'}: every block is back in the pool once every request has finished "
+        f"with {name}: every block is back in the pool once every request has finished "
         f"({pool.num_gpu_blocks - 1} free), yours leaves {pool.get_num_free_blocks()}"
     )
     return outputs, llm.get_stats()
 
 
+# PROMPTS[0] and the first 11 tokens the tiny model emits greedily after it: the next are 8, then 2 and 10, and the
+# n-gram proposer drafts [2, 8, 9] after the 8, so a stop token 2 (an EOS) arrives as an accepted draft, 10 behind it.
+STOP_AMONG_DRAFTS = PROMPTS[0] + [8, 2, 8, 9, 14, 10, 13, 11, 11, 6, 10]
+RUNS = [  # (what the run is called, serve's arguments)
+    ("a roomy budget", {}),
+    ("a budget of 6 tokens", {"max_num_batched_tokens": 6}),  # chunked prompts, drafts cut, last-token-only steps
+    (
+        "stop token 2 (it lands among accepted drafts)",
+        {"prompts": [*PROMPTS, STOP_AMONG_DRAFTS], "stop_token_ids": [2]},
+    ),
+]
+
+
 @pytest.mark.task("13.6", "in the engine: the tokens of speculation off, no rejected draft cached, no leak")
 def test_your_parts_serve_with_speculation(impl):
+    """Your three parts in the engine beside plain decoding, in each of RUNS; 13.4's and 13.5's contracts are
+    checked at every step."""
+    stops_among_drafts: Counter = Counter()
     seams = {
         "proposer_cls": impl.NgramProposer,
         "rejection_sampler": impl.rejection_sample,
-        "scheduler_cls": impl.Scheduler,
+        "scheduler_cls": checked(impl.Scheduler, stops_among_drafts),
     }
-    plain, _ = serve({}, None)
-    for kwargs in ({}, {"max_num_batched_tokens": 6}):  # a roomy budget, then chunked prompts and drafts cut
-        got, stats = serve(seams, SPEC, **kwargs)
-        for run, (mine, want) in enumerate(zip(got, plain)):
+    for name, kwargs in RUNS:
+        want_all, _ = serve({}, None, name, **{k: v for k, v in kwargs.items() if k != "max_num_batched_tokens"})
+        got, stats = serve(seams, SPEC, name, **kwargs)
+        for run, (mine, want) in enumerate(zip(got, want_all)):
             for i, (m, w) in enumerate(zip(mine, want)):
                 assert m == w, (
-                    f"with {kwargs or 'a roomy budget'}, {'the first run' if run == 0 else 'the second run (prefix hits)'}, "
-                    f"prompt {PROMPTS[i]}: greedy tokens with speculation must equal those without, {w}; yours {m}"
+                    f"with {name}, {'the first run' if run == 0 else 'the second run (prefix hits)'}, "
+                    f"prompt {kwargs.get('prompts', PROMPTS)[i]}: greedy tokens with speculation must equal those without, {w}; yours {m}"
                 )
         assert 0 < stats.num_accepted_tokens < stats.num_draft_tokens, (
-            f"with {kwargs or 'a roomy budget'}: these repetitive prompts give drafts, some accepted and some rejected "
+            f"with {name}: these repetitive prompts give drafts, some accepted and some rejected "
             f"(the engine's own parts accept part of them); yours: {stats.num_draft_tokens} drafts, "
             f"{stats.num_accepted_tokens} accepted"
         )
+    assert stops_among_drafts[RequestStatus.FINISHED_STOPPED] > 0, (
+        "the run with stop token 2 met no stop among accepted drafts, so it checked nothing of the kind: "
+        "did your proposer or rejection sampler draft or accept less than the engine's would?"
+    )
