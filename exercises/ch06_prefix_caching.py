@@ -10,8 +10,11 @@
   and hands blocks around as KVCacheBlocks: one list per group, `.blocks[g]`.
 
 Each subclasses the engine's class, so construction, the free queue, the hash map, the counters and the
-coordinator are there; you write the operations the chapter is about. Once chapter 06 passes, my_llm() allocates
-every request from your three classes:
+coordinator are there; you write the operations where the chapter's design lies: the free order (06.8, 06.2,
+06.2b), what an allocation costs and leaves (06.3, 06.3b, 06.3c), and the lookup (06.1). The pool's small
+methods (find, touch, name, hand out) and the full-attention search are given, inherited from the engine: the
+list below states each by its contract, and the notebook shows them at work. Once chapter 06 passes, my_llm()
+allocates every request from your three classes:
 `LLM(block_pool=BlockPool, full_attention_manager_cls=FullAttentionManager, kv_cache_manager_cls=KVCacheManager)`.
 
 Work in this order: task 06.8 first (place_freed, at the top of this file: the open design, graded by its
@@ -33,13 +36,30 @@ What you have (a reference: which of these a method uses, and when, is yours to 
   take now (it returns free_block_queue.num_free_blocks: the two never differ, here as in vLLM 0.33);
   self.cached_block_hash_to_block: get_one_block(key), insert(key, block), pop(key, block_id);
   make_block_hash_with_group_id, which turns a block hash and a group id into the key that group's block is
-  cached under (group 0's key is the bare hash);
+  cached under (group 0's key is the bare hash). The pool's given methods, each keeping the invariants in
+  BlockPool's docstring (vLLM 0.33's functions of the same names in vllm/v1/core/block_pool.py):
+
+  - get_cached_block(block_hash, token_ids=None, kv_cache_group_id=0) -> the block that group cached under
+    block_hash, or None (another group's block is never an answer: it holds other layers' KV; token_ids matter
+    only to the engine's hash-collision checks). A question: nothing changes;
+  - touch(blocks): each non-null block takes one reference more; a free one (a cache hit on a block nobody
+    holds) leaves the free queue, so it cannot be evicted while in use; the other free blocks keep their order;
+  - cache_full_blocks(request, blocks, num_cached_blocks, num_full_blocks, block_size, kv_cache_group_id=0):
+    names blocks[num_cached_blocks:num_full_blocks] in the map by the request's block hashes, under that
+    group's key; no ref_cnt or queue changes;
+  - get_new_blocks(num_blocks) -> the num_blocks blocks at the free queue's head, out of it, each at ref_cnt 1
+    with no hash: a cached one loses its hash and map entry here and only here (lazy eviction), so what the
+    queue's head holds is what the next allocation evicts. A negative num_blocks, or more than
+    get_num_free_blocks(), raises ValueError and changes nothing;
 - in a FullAttentionManager: self.block_pool, self.block_size, self.req_to_blocks[request_id] (the request's
   blocks in this group, block i holding tokens i * block_size .. (i + 1) * block_size - 1, append-only; a
   plain dict, not a defaultdict as in vLLM 0.33: a request with no entry raises KeyError on indexing),
   self.num_cached_block[request_id] (how many of them are named in the map; a request has an entry here
-  from its admission until free, even while it holds no block), and get_cached_blocks (a block hash and a
-  list of group ids: one cached block per group, or None if any group misses);
+  from its admission until free, even while it holds no block), get_cached_blocks (a block hash and a
+  list of group ids: one cached block per group, or None if any group misses), and the given
+  find_longest_cache_hit(block_hashes, max_length, group_ids) -> one list of blocks per group id, all of one
+  length: the longest prefix of whole blocks, at most max_length tokens, that every listed group has cached
+  (a block after a miss serves no prefix: its hash chains through the missing one); nothing changes;
 - in the KVCacheManager: self.block_pool, self.block_size, self.enable_caching, self.empty_kv_cache_blocks (no
   block in any group), record_prefix_cache_stats (a request and its hit tokens: counts one lookup), and
   self.coordinator, whose methods act on every group. Each is described by what holds after it, not by how it
@@ -80,16 +100,15 @@ workloads, and compares every step: the contracts below, and nothing else, decid
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
+from nanoengine.core import BlockPool as EngineBlockPool
 from nanoengine.core import (
-    BlockHash,
     FreeKVCacheBlockQueue,
     KVCacheBlock,
     KVCacheBlocks,
     make_block_hash_with_group_id,  # noqa: F401  (a group's key in the pool's map)
 )
-from nanoengine.core import BlockPool as EngineBlockPool
 from nanoengine.core import FullAttentionManager as EngineFullAttentionManager
 from nanoengine.core import KVCacheManager as EngineKVCacheManager
 from nanoengine.request import Request
@@ -122,66 +141,14 @@ def place_freed(queue: FreeKVCacheBlockQueue, freed: list[KVCacheBlock]) -> None
 
 
 class BlockPool(EngineBlockPool):
-    """Find, touch, cache, free and evict, for every KV cache group of a model (they share one pool).
+    """Find, touch, cache, free and evict, for every KV cache group of a model (they share one pool). You write
+    free_blocks; find, touch, cache and evict are given (the module docstring states their contracts).
 
     Invariants after every method: a non-null block is in the free queue iff its ref_cnt is 0; a block has a
     hash iff the map holds it under that hash; the null block is never in the queue and its ref_cnt never
     changes. The free queue's order is the eviction order, head first, so it should rank the free blocks from
     the least likely to be hit again to the most likely.
     """
-
-    def get_cached_block(
-        self, block_hash: BlockHash, token_ids: Sequence[int] | None = None, kv_cache_group_id: int = 0
-    ) -> KVCacheBlock | None:
-        """Task 06.1: the block group kv_cache_group_id has cached under block_hash, or None.
-
-        Contract: the result is a block this group cached for block_hash (its map key in group g is
-        make_block_hash_with_group_id(block_hash, g); group 0's is the bare hash), or None when the group has
-        none: the same tokens have one hash in every group, but each group's block holds other layers' KV, so
-        another group's block is never an answer. A question only: no ref_cnt, queue or map changes, since the
-        request may be left waiting. token_ids matter only to a pool that checks hash collisions (the engine's,
-        with check_hash_collisions=True); yours leaves that out, and LLM never passes them to a custom pool.
-        (vLLM 0.33: BlockPool.get_cached_block, which takes a list of group ids and returns one block per group.)
-        Example: after block 3 was cached under h for group 0, get_cached_block(h) is block 3 and its ref_cnt is
-        as before; get_cached_block(h, kv_cache_group_id=1) is None; so is get_cached_block(an unknown hash).
-        """
-        raise NotImplementedError
-
-    def touch(self, blocks: Iterable[KVCacheBlock]) -> None:
-        """Task 06.5: take one reference on each block, as a request that reuses them (a cache hit) does.
-
-        Contract, after the call: each non-null block has one reference more; the pool's invariants (the class
-        docstring) hold, so no block in use can be evicted; the free blocks not touched keep their order; the null
-        block is as it was. (vLLM 0.33: BlockPool.touch.)
-        Example: free queue [4, 7, 9] with block 7 cached and free: after touch([block 7]) the queue is [4, 9]
-        and block 7 is at ref_cnt 1; touching it again makes ref_cnt 2 and the queue stays [4, 9].
-        """
-        raise NotImplementedError
-
-    def cache_full_blocks(
-        self,
-        request: Request,
-        blocks: Sequence[KVCacheBlock],
-        num_cached_blocks: int,
-        num_full_blocks: int,
-        block_size: int,
-        kv_cache_group_id: int = 0,
-    ) -> None:
-        """Task 06.5: name blocks[num_cached_blocks:num_full_blocks] of group kv_cache_group_id by the
-        request's hashes.
-
-        Contract, after the call: for each i in that range, get_cached_block(request.block_hashes[i],
-        kv_cache_group_id=that group) finds a block holding block i's tokens, so a later request with the same
-        prefix hits in that group, and in no other; the pool's invariants hold (a block has a hash iff the map
-        holds it under that hash); the first num_cached_blocks are named already and stay as they are (a sliding
-        group's null entries are always among them: the range never holds the null block); no ref_cnt or queue
-        changes. (vLLM 0.33: BlockPool.cache_full_blocks.)
-        Example: a request holding blocks [5, 6, 2] with 2 full blocks and num_cached_blocks 1: afterwards block
-        6's hash is group 0's key for block_hashes[1] and get_cached_block(block_hashes[1]) is block 6; blocks 5
-        and 2 are untouched. With kv_cache_group_id=1, block 6 is found by get_cached_block(block_hashes[1],
-        kv_cache_group_id=1) and not by group 0's lookup.
-        """
-        raise NotImplementedError
 
     def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock]) -> None:
         """Task 06.2: drop one reference on each block. The caller lists the blocks from the least likely to be
@@ -206,48 +173,12 @@ class BlockPool(EngineBlockPool):
         """
         raise NotImplementedError
 
-    def get_new_blocks(self, num_blocks: int) -> list[KVCacheBlock]:
-        """Task 06.4b: hand out the num_blocks blocks at the head of the free queue, each at ref_cnt 1.
-
-        Contract, after the call: the result is the queue's first num_blocks blocks, head first, and they are no
-        longer in it; each has ref_cnt 1 and no hash, and the map holds none of them; every other cached block is
-        still findable (eviction is lazy: a freed cached block is lost here, and only here). After a refusal: a
-        negative num_blocks, or more than the free queue holds (get_num_free_blocks()), raises ValueError and
-        nothing has changed. (vLLM 0.33: BlockPool.get_new_blocks with _maybe_evict_cached_block.)
-        Example: queue [2, 8, 3] with block 3 cached under h: get_new_blocks(2) returns [block 2, block 8] and
-        h still finds block 3; get_new_blocks(1) then returns block 3, and h finds nothing.
-        """
-        raise NotImplementedError
-
 
 class FullAttentionManager(EngineFullAttentionManager):
     """One full-attention KV cache group's blocks (self.kv_cache_group_id). The coordinator holds one manager
-    per group and calls each; what you do not write here (taking an admitted request's hits, allocating and
-    naming its new blocks) is inherited from the engine's SingleTypeKVCacheManager."""
-
-    def find_longest_cache_hit(
-        self, block_hashes: list[BlockHash], max_length: int, group_ids: list[int]
-    ) -> tuple[list[KVCacheBlock], ...]:
-        """Task 06.1b: the longest cached prefix of at most max_length tokens that every group in group_ids
-        can serve: one list of blocks per group id, in group_ids' order, all of one length.
-
-        Contract:
-        - the hit is a prefix of the request: blocks 0, 1, ..., n - 1, each cached in every listed group (a
-          block's hash chains through every block before it, so a block after a miss serves no prefix);
-        - it is the longest such prefix of whole blocks at most max_length tokens long (max_length may fall
-          inside a block);
-        - list k holds group group_ids[k]'s own cached blocks (the pool's objects); nothing changes (no
-          ref_cnt, queue or map).
-        self.use_eagle: leave it be. LLM sets it only for EAGLE drafts (chapter 13), and then takes the engine's
-        FullAttentionManager, which drops the last hit block, as chapter 12's SlidingWindowManager does.
-        (vLLM 0.33: FullAttentionManager.find_longest_cache_hit, a classmethod there that also takes the pool
-        and the spec and returns the hit length too.)
-        Example: block size 4, blocks 0, 1 and 3 of a request cached in group 0, block 2 not:
-        find_longest_cache_hit(hashes, 16, [0]) is ([c0, c1],). With block 0 cached in group 1 too but block 1
-        not: find_longest_cache_hit(hashes, 16, [0, 1]) is ([c0], [d0]).
-        find_longest_cache_hit(hashes, 7, [0]) is ([c0],).
-        """
-        raise NotImplementedError
+    per group and calls each; what you do not write here (its cache-hit search, taking an admitted request's
+    hits, allocating and naming its new blocks) is inherited from the engine's FullAttentionManager and
+    SingleTypeKVCacheManager."""
 
     def get_num_blocks_to_allocate(
         self, request_id: str, num_tokens: int, new_computed_blocks: list[KVCacheBlock], num_computed_tokens: int
@@ -364,16 +295,3 @@ class KVCacheManager(EngineKVCacheManager):
           blocks, and the hit's ref_cnt goes from 1 to 2.
         """
         raise NotImplementedError
-
-
-def eviction_order(pool: EngineBlockPool, num_blocks: int) -> list[int]:
-    """Task 06.4: the ids of the cached blocks pool.get_new_blocks(num_blocks) would evict, in eviction order,
-    without changing the pool.
-
-    Contract: the result is what get_new_blocks(num_blocks) (task 06.4b) would cost the cache: the ids of the
-    blocks it would hand out that still have a hash, in the order it would hand them out; afterwards the pool is
-    as it was. A negative num_blocks, or more than the free blocks, raises ValueError (as get_new_blocks does).
-    Example: queue [2, 8, 3, 1] with blocks 3 and 1 hashed: eviction_order(pool, 3) == [3];
-    eviction_order(pool, 2) == []; eviction_order(pool, 5) raises ValueError.
-    """
-    raise NotImplementedError

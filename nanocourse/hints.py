@@ -3,8 +3,8 @@ the first. The stubs in exercises/ state only their contracts (what must hold, t
 example); the way to get there lives here, from a nudge to the last hint, which may be close to code.
 
 Each chapter's hints are nanocourse/hints/<chapter>.md: a heading `## <title>` per hint, in order. A hint for
-an exercise has a title "<task ids> <subject>: <rung>" ("06.2 free_blocks: read vLLM", "06.1, 06.5 the pool's
-small methods: close to code"); any other title speaks to the whole chapter.
+an exercise has a title "<task ids> <subject>: <rung>" ("06.2 free_blocks: read vLLM", "06.8, 06.2,
+06.2b place_freed: close to code"); any other title speaks to the whole chapter.
 
 The ladder keeps the stubs' order (design, grade, then read vLLM's function beside yours): before a first try
 only an exercise's first rung, its question, is open. Every later rung (the idea, the vLLM lines, the code) opens

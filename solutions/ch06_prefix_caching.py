@@ -2,54 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
+from nanoengine.core import BlockPool as EngineBlockPool
 from nanoengine.core import (
-    BlockHash,
     FreeKVCacheBlockQueue,
     KVCacheBlock,
     KVCacheBlocks,
-    make_block_hash_with_group_id,
 )
-from nanoengine.core import BlockPool as EngineBlockPool
 from nanoengine.core import FullAttentionManager as EngineFullAttentionManager
 from nanoengine.core import KVCacheManager as EngineKVCacheManager
 from nanoengine.request import Request
 
 
 class BlockPool(EngineBlockPool):
-    """Tasks 06.1, 06.2, 06.4b, 06.5: find, touch, cache, free and evict (no events, no collision checks)."""
-
-    def get_cached_block(
-        self, block_hash: BlockHash, token_ids: Sequence[int] | None = None, kv_cache_group_id: int = 0
-    ) -> KVCacheBlock | None:
-        # token_ids are ignored: this pool leaves hash-collision checks to the engine's BlockPool.
-        return self.cached_block_hash_to_block.get_one_block(
-            make_block_hash_with_group_id(block_hash, kv_cache_group_id)
-        )
-
-    def touch(self, blocks: Iterable[KVCacheBlock]) -> None:
-        for block in blocks:
-            if block.is_null:
-                continue
-            if block.ref_cnt == 0:  # free but cached: in use again, so no longer evictable
-                self.free_block_queue.remove(block)
-            block.ref_cnt += 1
-
-    def cache_full_blocks(
-        self,
-        request: Request,
-        blocks: Sequence[KVCacheBlock],
-        num_cached_blocks: int,
-        num_full_blocks: int,
-        block_size: int,
-        kv_cache_group_id: int = 0,
-    ) -> None:
-        for i in range(num_cached_blocks, num_full_blocks):
-            # Each group's block holds other layers' KV: the key says which group it serves.
-            key = make_block_hash_with_group_id(request.block_hashes[i], kv_cache_group_id)
-            blocks[i].block_hash = key
-            self.cached_block_hash_to_block.insert(key, blocks[i])
+    """Task 06.2: free; find, touch, cache and evict are the engine's (given to the learner)."""
 
     def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock]) -> None:
         blocks = [block for block in ordered_blocks if not block.is_null]
@@ -66,30 +33,9 @@ class BlockPool(EngineBlockPool):
         self.free_block_queue.prepend_n([block for block in freed if block.block_hash is None])
         self.free_block_queue.append_n([block for block in freed if block.block_hash is not None])
 
-    def get_new_blocks(self, num_blocks: int) -> list[KVCacheBlock]:
-        blocks = self.free_block_queue.popleft_n(num_blocks)
-        for block in blocks:
-            if block.block_hash is not None:  # lazy eviction: the cached content goes only now
-                self.cached_block_hash_to_block.pop(block.block_hash, block.block_id)
-                block.reset_hash()
-            block.ref_cnt += 1
-        return blocks
-
 
 class FullAttentionManager(EngineFullAttentionManager):
-    """Tasks 06.1b, 06.2b, 06.3c: one full-attention KV cache group's blocks: its hits, its cost, its release."""
-
-    def find_longest_cache_hit(
-        self, block_hashes: list[BlockHash], max_length: int, group_ids: list[int]
-    ) -> tuple[list[KVCacheBlock], ...]:
-        hits: tuple[list[KVCacheBlock], ...] = tuple([] for _ in group_ids)
-        for block_hash in block_hashes[: max_length // self.block_size]:
-            blocks = self.get_cached_blocks(block_hash, group_ids)
-            if blocks is None:
-                break  # every later hash chains through this one
-            for hit, block in zip(hits, blocks):
-                hit.append(block)
-        return hits
+    """Tasks 06.2b, 06.3c: one full-attention KV cache group's blocks: its cost, its release (its search is given)."""
 
     def get_num_blocks_to_allocate(
         self, request_id: str, num_tokens: int, new_computed_blocks: list[KVCacheBlock], num_computed_tokens: int
@@ -158,14 +104,6 @@ class KVCacheManager(EngineKVCacheManager):
         if self.enable_caching:
             self.coordinator.cache_blocks(request, min(num_computed + num_new_tokens, request.num_tokens))
         return KVCacheBlocks(new_blocks)
-
-
-def eviction_order(pool: EngineBlockPool, num_blocks: int) -> list[int]:
-    """Task 06.4: the cached blocks get_new_blocks(num_blocks) would evict, in order."""
-    free = pool.free_block_queue.get_all_free_blocks()
-    if not 0 <= num_blocks <= len(free):  # as get_new_blocks: a negative count is no count
-        raise ValueError(f"only {len(free)} blocks are free, {num_blocks} asked")
-    return [block.block_id for block in free[:num_blocks] if block.block_hash is not None]
 
 
 def place_freed(queue: FreeKVCacheBlockQueue, freed: list[KVCacheBlock]) -> None:

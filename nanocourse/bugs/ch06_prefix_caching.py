@@ -2,7 +2,7 @@
 
 BUGS = [
     # (task id that must fail, the mistake, text found exactly once in solutions/ch06_prefix_caching.py, its replacement)
-    # 06.1: get_cached_block per group, get_computed_blocks
+    # 06.1: get_computed_blocks
     (
         "06.1",
         "no num_tokens - 1 rule: a block-aligned prompt would skip its last token",
@@ -20,12 +20,6 @@ BUGS = [
         "the lookup touches what it finds",
         "        if record_stats:\n            self.record_prefix_cache_stats(",
         "        self.block_pool.touch(hits[0])\n        if record_stats:\n            self.record_prefix_cache_stats(",
-    ),
-    (
-        "06.1",
-        "the group id is ignored by the pool's lookup",
-        "make_block_hash_with_group_id(block_hash, kv_cache_group_id)",
-        "block_hash",
     ),
     (
         "06.1",
@@ -50,25 +44,6 @@ BUGS = [
         "a request that skips reading the prefix cache (prompt logprobs) still gets a hit",
         "        if not self.enable_caching or request.skip_reading_prefix_cache:\n",
         "        if not self.enable_caching:\n",
-    ),
-    # 06.1b: FullAttentionManager.find_longest_cache_hit
-    (
-        "06.1b",
-        "a miss is skipped instead of ending the walk",
-        "                break  # every later hash chains through this one",
-        "                continue",
-    ),
-    (
-        "06.1b",
-        "max_length read as a count of blocks",
-        "for block_hash in block_hashes[: max_length // self.block_size]:",
-        "for block_hash in block_hashes[:max_length]:",
-    ),
-    (
-        "06.1b",
-        "only the first group id is looked up",
-        "blocks = self.get_cached_blocks(block_hash, group_ids)",
-        "blocks = self.get_cached_blocks(block_hash, group_ids[:1])",
     ),
     # 06.2: BlockPool.free_blocks order
     (
@@ -269,63 +244,6 @@ BUGS = [
         "        if request_id in self.num_cached_block:  # running: it takes no new hits\n",
         "        if request_id in self.num_cached_block and not new_computed_blocks:\n",
     ),
-    # 06.4: eviction_order
-    (
-        "06.4",
-        "every popped block counts as evicted",
-        "return [block.block_id for block in free[:num_blocks] if block.block_hash is not None]",
-        "return [block.block_id for block in free[:num_blocks]]",
-    ),
-    (
-        "06.4",
-        "eviction from the tail",
-        "return [block.block_id for block in free[:num_blocks] if block.block_hash is not None]",
-        "return [block.block_id for block in free[::-1][:num_blocks] if block.block_hash is not None]",
-    ),
-    (
-        "06.4",
-        "a negative count is taken as a count: eviction_order(pool, -1) returns a list",
-        "if not 0 <= num_blocks <= len(free):",
-        "if num_blocks > len(free):",
-    ),
-    # 06.4b: get_new_blocks
-    (
-        "06.4b",
-        "no lazy eviction: a reused block keeps its old hash",
-        "                self.cached_block_hash_to_block.pop(block.block_hash, block.block_id)\n                block.reset_hash()\n",
-        "                pass\n",
-    ),
-    (
-        "06.4b",
-        "the map entry stays after eviction",
-        "                self.cached_block_hash_to_block.pop(block.block_hash, block.block_id)\n",
-        "",
-    ),
-    # 06.5: touch and cache_full_blocks
-    (
-        "06.5",
-        "touch does not take a free cached block out of the queue",
-        "            if block.ref_cnt == 0:  # free but cached: in use again, so no longer evictable\n                self.free_block_queue.remove(block)\n",
-        "",
-    ),
-    (
-        "06.5",
-        "touch counts the null block",
-        "            if block.is_null:\n                continue\n",
-        "            if block.is_null:\n                pass\n",
-    ),
-    (
-        "06.5",
-        "cache_full_blocks names every block from the start",
-        "        for i in range(num_cached_blocks, num_full_blocks):",
-        "        for i in range(0, num_full_blocks):",
-    ),
-    (
-        "06.5",
-        "the group id is ignored when naming blocks",
-        "            key = make_block_hash_with_group_id(request.block_hashes[i], kv_cache_group_id)\n",
-        "            key = request.block_hashes[i]\n",
-    ),
     # 06.6: serving the real engine
     (
         "06.6",
@@ -350,12 +268,6 @@ BUGS = [
         "no num_tokens - 1 rule: the engine is left with nothing to compute",
         "max_length = request.num_tokens - 1",
         "max_length = request.num_tokens",
-    ),
-    (
-        "06.6",
-        "the pool ignores the group id everywhere: a hybrid model's groups share one another's blocks",
-        "            key = make_block_hash_with_group_id(request.block_hashes[i], kv_cache_group_id)\n",
-        "            key = request.block_hashes[i]\n",
     ),
     (
         "06.6",

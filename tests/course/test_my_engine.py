@@ -109,10 +109,11 @@ def test_worked_solutions_speculate_with_chapter_13s_scheduler_over_07s(llm, cap
     assert worked.get_stats().num_accepted_tokens == reference.get_stats().num_accepted_tokens > 0
 
 
-def test_worked_solutions_serve_a_draft_model_and_eagle(llm, capsys):
+def test_worked_solutions_serve_a_draft_model_and_eagle(llm, capsys, monkeypatch):
     """Every worked part serves beside a draft model or an EAGLE head: 07's and 13's schedulers reserve the
-    lookahead, 06's manager takes it. Chapter 06's FullAttentionManager leaves the EAGLE drop to the engine's, so
-    with EAGLE it is refused by name, and full_attention_manager_cls=None takes the engine's."""
+    lookahead, 06's manager takes it. Chapter 06's FullAttentionManager inherits the engine's search, EAGLE drop
+    included, so it serves with EAGLE too; one with a search of its own is refused by name, and
+    full_attention_manager_cls=None takes the engine's."""
     from nanoengine.errors import InvalidEngineArgumentError
     from nanoengine.model.llama_eagle import EagleLlamaForCausalLM
     from nanoengine.model.loader import embedded_gguf_path
@@ -125,6 +126,22 @@ def test_worked_solutions_serve_a_draft_model_and_eagle(llm, capsys):
     stats = worked.get_stats()
     assert stats.num_accepted_tokens == stats.num_draft_tokens > 0, "SmolLM2 drafting for itself"
     eagle = {"method": "eagle", "model": EagleLlamaForCausalLM.random(llm.model), "num_speculative_tokens": 3}
+    worked = my_llm(source="solutions", kv_cache_memory_bytes=KV_BYTES, speculative_config=eagle)
+    assert worked.generate(prompt, params)[0].token_ids == want
+
+    def with_own_search(module, *args):
+        """The worked file, its FullAttentionManager searching on its own (as a learner's override would)."""
+        loaded = load_exercise(module, *args)
+        if module == "ch06_prefix_caching":
+
+            class OwnSearch(loaded.FullAttentionManager):
+                def find_longest_cache_hit(self, block_hashes, max_length, group_ids, token_ids=None):
+                    return super().find_longest_cache_hit(block_hashes, max_length, group_ids, token_ids)
+
+            loaded.FullAttentionManager = OwnSearch
+        return loaded
+
+    monkeypatch.setattr(my_engine, "load_exercise", with_own_search)
     with pytest.raises(InvalidEngineArgumentError, match="drop the last hit block") as info:
         my_llm(source="solutions", kv_cache_memory_bytes=KV_BYTES, speculative_config=eagle)
     assert info.value.parameter == "full_attention_manager_cls"
