@@ -140,8 +140,9 @@ KNOWN_DIFFERENCES = {
         'padding below prefill threshold")'
     ),
     "EAGLE needs the engine's full-attention search": (
-        "chapter 06's FullAttentionManager.find_longest_cache_hit leaves use_eagle to the engine, and LLM refuses "
-        "EAGLE drafts with a full-attention search that is not the engine's (EngineConfig); so with such parts "
+        "chapter 06 gives the learner the engine's FullAttentionManager.find_longest_cache_hit; a learner who "
+        "overrides it leaves use_eagle to the engine, and LLM refuses EAGLE drafts with a full-attention search "
+        "that is not the engine's (EngineConfig); so with such parts "
         "the EAGLE scheduler check reports its workloads here, and the manager checks compare them without EAGLE"
     ),
     "a lone request outgrew the pool": (
