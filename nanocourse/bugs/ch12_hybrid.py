@@ -53,6 +53,12 @@ BUGS = [
     ),
     (
         "12.2",
+        "each skipped block released on its own, block 0 first (right for unhashed blocks, wrong for cached ones)",
+        "        self.block_pool.free_blocks(freed)\n",
+        "        for block in reversed(freed):\n            self.block_pool.free_blocks([block])\n",
+    ),
+    (
+        "12.2",
         "the skipped blocks freed first to last",
         "self.block_pool.free_blocks(freed)",
         "self.block_pool.free_blocks(reversed(freed))",

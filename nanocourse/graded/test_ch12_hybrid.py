@@ -12,6 +12,7 @@ from nanoengine import LLM, SamplingParams
 from nanoengine.config import LlamaConfig
 from nanoengine.core import BlockPool, KVCacheBlock, KVCacheManager
 from nanoengine.core import SlidingWindowManager as EngineSlidingWindowManager
+from nanoengine.core.kv_cache_utils import make_block_hash_with_group_id
 from nanoengine.core.sched.scheduler import Scheduler
 from nanoengine.kv_cache_interface import KVCacheGroupSpec, get_kv_cache_groups
 from nanoengine.model import LlamaForCausalLM
@@ -102,6 +103,20 @@ def check_removal(impl, window):
         f"W={window}, a window that jumps to 40 computed tokens frees {(40 - window + 1) // BS} blocks at once: "
         f"the one nearest the window must leave the free queue first and block 0 last, so the free queue starts "
         f"{free_ids(ref.block_pool)[:6]}, as with the engine's own manager; yours starts {free_ids(pool)[:6]}"
+    )
+    # Cached blocks join the free queue's tail, and there too the one nearest the window leaves first: one release
+    # of them all, as for the unhashed ones (block 0 freed first would put it nearest the head instead).
+    for one in (m, ref):
+        one.allocate_new_computed_blocks("cached", [], 0)
+        for i, block in enumerate(one.allocate_new_blocks("cached", 48)):
+            block.block_hash = make_block_hash_with_group_id(HASHES[i], 0)
+        one.remove_skipped_blocks("cached", 40)
+    assert free_ids(pool) == free_ids(ref.block_pool), (
+        f"W={window}, a window that jumps to 40 computed tokens over a request's cached blocks frees its first "
+        f"{(40 - window + 1) // BS} blocks (positions 0 .. {(40 - window + 1) // BS - 1}) at once: cached blocks join "
+        f"the free queue's tail, the one nearest the window first and position 0 last, so the queue ends "
+        f"{free_ids(ref.block_pool)[-6:]} (block ids), as with the engine's own manager; yours ends "
+        f"{free_ids(pool)[-6:]}"
     )
     # A request admitted with a short hit holds fewer blocks than the skipped count covers.
     m.allocate_new_computed_blocks("short", [], 0)
