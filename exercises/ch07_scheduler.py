@@ -26,7 +26,7 @@ have (a reference: which of these a step uses, and when, is yours to decide):
 | `request.status` | `RequestStatus.RUNNING`, `PREEMPTED` (after `preempt`), ... |
 | `preempt(r)` | for r out of running (choose_victim took it): frees its blocks, drops its drafts, requeues it first |
 | `admit(r, n)` | moves the queue's head r (slots allocated; n: its hit, in tokens) to running; counts its lookup |
-| `finish_length_capped(r)` | ends r, running or waiting (FINISHED_LENGTH_CAPPED): out of its queue, blocks freed |
+| `finish_length_capped(r)` | ends r (FINISHED_LENGTH_CAPPED): removes r from self.running or the waiting queue, frees its blocks |
 | `padded_size(r, num_computed, threshold, ids)` | with drafts, the 1 + k tokens newcomer r is padded to (0: none) |
 | ... its `ids` | the running requests the step planned, not the newcomers it admitted: their kind decides it |
 | `make_output(num_scheduled, new_blocks, new_reqs, preempted)` | packages the step (preempted: the victim Requests) |
@@ -91,8 +91,8 @@ class Scheduler(EngineScheduler):
 
     def schedule(self) -> SchedulerOutput:
         """Tasks 07.2, 07.2b, 07.3, 07.5, 07.6, 07.7, 07.8 and 07.9: plan one step as vLLM 0.33's
-        Scheduler.schedule does (vllm/v1/core/sched/scheduler.py, to read once yours passes), and return it as
-        make_output packages it.
+        Scheduler.schedule does (vllm/v1/core/sched/scheduler.py, to read once yours passes), with one rule of
+        nanoengine's own (Alone below: vLLM 0.33 has none), and return it as make_output packages it.
 
         What the plan must satisfy (properties of the step's result), and the questions the chapter left to you.
         The answers are yours; where one differs from vLLM 0.33's, the grader names the decision and the property
@@ -118,8 +118,10 @@ class Scheduler(EngineScheduler):
           victims as possible, taken in the order choose_victim() names them; the request itself may come up.
           The plan the step returns holds only requests that still run after it, with the budget it reports
           exact, and a victim never costs the requests behind it their turn.
-        - Alone (question): a running request's grant is refused and nobody else is left in self.running to
-          preempt. What becomes of it? The goal: no request waits for ever for blocks that can never be freed,
+        - Alone (question; nanoengine's own rule, vLLM 0.33 has none): a running request's grant is refused and
+          nobody else is left in self.running to preempt. What becomes of it? (If your answer preempts it, taking it
+          through choose_victim() or straight out of self.running comes to the same: alone, it is all that rule
+          can name.) The goal: no request waits for ever for blocks that can never be freed,
           and none is ended that could still run (its lookahead slots count: a readmission asks for them again).
           A waiting request refused while nothing runs asks the same; there the goal is also that a request
           which can never fit holds up nobody behind it.
@@ -223,9 +225,9 @@ class VictimDesign(EngineScheduler):
           0.95 of what vLLM's rule (the newest admitted first) recomputes there.
         What the bar separates, measured: rules that weigh only what a victim has done or holds (the fewest
         computed tokens first, the fewest full blocks, the fewest tokens in the last partial block, the most
-        blocks, the oldest admitted) recompute as much as vLLM's rule or more, 1.01 to 1.60 of it; the designs
-        measured that pass came out at 0.83 to 0.94 (nanocourse.victims' docstring names them: read it once yours
-        passes). The bar lies between, a few percent from either side: a thought-through rule can still land
+        blocks, the oldest admitted) recompute as much as vLLM's rule or more, 1.01 to 1.60 of it; designs
+        that pass came out, for example, at 0.83 to 0.94 (nanocourse.victims' docstring names those measured:
+        read it once yours passes), and a pass may land anywhere below the bar. The bar lies between, a few percent from either side: a thought-through rule can still land
         near it, so measure while you design:
         `from nanocourse.victims import measure; sum(r.recomputed for r in measure(VictimDesign))`, and
         `replay(VictimDesign, "a long prompt among short ones").longest_stay()` for STARVING. A request's blocks
