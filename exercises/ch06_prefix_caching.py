@@ -55,21 +55,22 @@ What you have (a reference: which of these a method uses, and when, is yours to 
   blocks in this group, block i holding tokens i * block_size .. (i + 1) * block_size - 1, append-only; a
   plain dict, not a defaultdict as in vLLM 0.33: a request with no entry raises KeyError on indexing),
   self.num_cached_block[request_id] (how many of them are named in the map; a request has an entry here
-  from its admission until free, even while it holds no block), get_cached_blocks (a block hash and a
+  from its admission until free, even while it holds no block, and then one in req_to_blocks too),
+  get_cached_blocks (a block hash and a
   list of group ids: one cached block per group, or None if any group misses), and the given
   find_longest_cache_hit(block_hashes, max_length, group_ids) -> one list of blocks per group id, all of one
   length: the longest prefix of whole blocks, at most max_length tokens, that every listed group has cached
   (a block after a miss serves no prefix: its hash chains through the missing one); nothing changes;
 - in the KVCacheManager: self.block_pool, self.block_size, self.enable_caching, self.empty_kv_cache_blocks (no
-  block in any group), record_prefix_cache_stats (a request and its hit tokens: counts one lookup), and
-  self.coordinator, whose methods act on every group. Each is described by what holds after it, not by how it
+  block in any group), self.record_prefix_cache_stats (a method: given a request and its hit tokens, counts one
+  lookup), and self.coordinator, whose methods act on every group. Each is described by what holds after it, not by how it
   is used. Three are questions and change nothing:
 
   - find_longest_cache_hit(hashes, max_length) -> (one hit list per group, hit tokens): the longest prefix of
     whole blocks, at most max_length tokens long (any max_length: it may end short of it), that every group
     serves;
   - find_longest_cache_hit_and_uncached_prefix(hashes, max_length): the same two, and how many tokens past the
-    hit some attention type alone has cached (0 with one group);
+    hit some attention type alone has cached (0 with one group), so that prefix ends at hit tokens + that count;
   - get_num_blocks_to_allocate(request_id, num_tokens, hits, num_computed, apply_admission_cap=False): the free
     blocks, over all groups, that the request would take from the pool to hold slots for num_tokens tokens with
     these hits (task 06.3c's count; with apply_admission_cap, a sliding group counts at most its admission cap).
