@@ -93,8 +93,7 @@ def rejection_sample(
     can be trusted, and how many tokens they justify, is yours to work out.
     (vLLM 0.33: rejection_greedy_sample_kernel in vllm/v1/sample/rejection_sampler.py, with the bonus token
     sampled beforehand by the ordinary sampler.)
-    Example: rows' argmax [3, 5, 6, 1]: drafts [3, 5, 6] give [3, 5, 6, 1]; [3, 4, 6] give [3, 5]; [2, 5, 6] give
-    [3]. Two requests with drafts [[2], []] over rows with argmax [3, 5, 6]: [[3], [6]].
+    Example: rows' argmax [3, 5, 6, 1] and drafts [3, 5, 6] give [3, 5, 6, 1].
 
     Task 13.3, sampled requests. Contract: the emitted tokens are distributed exactly as plain sampling from the
     target would draw them, position by position: the first emitted token follows row 0's p whatever the drafts
@@ -105,8 +104,7 @@ def rejection_sample(
     (vLLM's NO_DRAFT_PROBS). Derive from the requirement, as section 3 of the notebook frames it, how likely
     each draft must be accepted and from which distribution the token after a rejection must come
     (Leviathan et al., arXiv:2211.17192, state the general rule for any q). Invariants the grader also checks:
-    - each draft's verdict is independent of the others' (two drafts of p 1/2 are both accepted a quarter of
-      the time);
+    - each draft's verdict is drawn independently of the others' verdicts;
     - a draft of probability 0 under its row's p is never accepted;
     - every random number of request r comes from generators[r] (torch's global generator when it is None), so
       the same seeds give the same tokens whatever else draws meanwhile. The generators live on the CPU (the
@@ -177,12 +175,12 @@ class Scheduler(Chapter07Scheduler):
           new_token_ids in order, up to and including the first one that triggers a stop rule (EOS unless
           ignore_eos, a stop token, max_tokens, max_model_len), and nothing after it. Its block hashes cover them.
         - num_computed_tokens counts the positions the next step need not compute: those whose KV in the cache
-          is the KV of the request's own tokens, save that the request's last token is always left to compute
-          (the next step writes its KV; at a stop too, as vLLM keeps it, so that a resumable request resumes
-          from there). Which slots the step filled with a guess rather than the request's own KV is what
-          section 3 of the notebook shows. The scheduler caches the request's blocks up to num_computed_tokens
-          right after this call (section 4), so while this count is right no block holding a rejected draft is
-          ever cached.
+          is the KV of the request's own tokens, and never so many that the next step could not sample the token
+          after the request's last one (a step samples only from the rows of tokens it feeds). That holds at a
+          stop too: vLLM keeps a stopped request's count so, and a resumable request resumes from there. Which
+          slots the step filled with a guess rather than the request's own KV is what section 3 of the notebook
+          shows. The scheduler caches the request's blocks up to num_computed_tokens right after this call
+          (section 4), so while this count is right no block holding a rejected draft is ever cached.
         - It returns the finished status the stop rule gave, or None when the request goes on; the caller
           finishes the request (sets its status and frees it), so this method does not.
         What a subclass can use: request.append_output_token_ids(token or tokens) adds output tokens and hashes the

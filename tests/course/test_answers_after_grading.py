@@ -1,11 +1,13 @@
-"""A chapter that asks for a design states its answers only after its graded cell: a learner reading the notebook
-top to bottom (or converted to text) meets each of them once the tasks it answers are graded, never before, and
-the exercise file never states them. Chapters whose answers sit behind reveal() are test_reveals.py's."""
+"""A chapter that asks for a design keeps the sentences that answer its graded tasks in its reveal
+(nanocourse/reveals/<chapter>.md, shown by reveal() only once the chapter passes): a learner reading the notebook
+top to bottom (or converted to text), or the exercise file, never meets them, graded cell or not."""
 
 import json
 from pathlib import Path
 
 import pytest
+
+from nanocourse.reveals import reveal_text
 
 ROOT = Path(__file__).resolve().parents[2]
 ANSWERS = {  # chapter -> (exercise module, sentences that answer a graded task)
@@ -20,21 +22,21 @@ ANSWERS = {  # chapter -> (exercise module, sentences that answer a graded task)
             "only while every draft before it was right",
             "num_new_tokens + num_computed_tokens - num_tokens",
             "num_rejected = len(drafts) - (len(new_tokens) - 1)",
+            "num_rejected = num_draft_tokens - num_accepted",
+            "`u < p(d)`",
         ],
     ),
 }
 
 
 @pytest.mark.parametrize("chapter", sorted(ANSWERS))
-def test_answers_come_after_the_graded_cell_and_only_there(chapter):
+def test_answers_live_in_the_reveal_only(chapter):
     module, answers = ANSWERS[chapter]
     notebook = next((ROOT / "notebooks").glob(f"{chapter}_*.ipynb"))
-    cells = ["".join(c["source"]) for c in json.loads(notebook.read_text())["cells"]]
-    graded = next(i for i, c in enumerate(cells) if f'grade("{chapter}")' in c)
-    before, after = "\n".join(cells[:graded]), "\n".join(cells[graded + 1 :])
-    early = [a for a in answers if a in before]
-    assert not early, f"{notebook.name} states answers before its graded cell: {early}"
-    lost = [a for a in answers if a not in after]
-    assert not lost, f"{notebook.name} no longer teaches, after its graded cell: {lost}"
+    text = "\n".join("".join(c["source"]) for c in json.loads(notebook.read_text())["cells"])
+    shown = [a for a in answers if a in text]
+    assert not shown, f"{notebook.name} states answers a learner meets before the chapter passes: {shown}"
     stub = (ROOT / "exercises" / f"{module}.py").read_text()
     assert not [a for a in answers if a in stub], f"exercises/{module}.py states an answer"
+    lost = [a for a in answers if a not in reveal_text(chapter)]
+    assert not lost, f"reveal('{chapter}') no longer teaches: {lost}"
