@@ -63,8 +63,8 @@ What you have (a reference: which of these a method uses, and when, is yours to 
   (a block after a miss serves no prefix: its hash chains through the missing one); nothing changes;
 - in the KVCacheManager: self.block_pool, self.block_size, self.enable_caching, self.empty_kv_cache_blocks (no
   block in any group), self.record_prefix_cache_stats (a method: given a request and its hit tokens, counts one
-  lookup), and self.coordinator, whose methods act on every group. Each is described by what holds after it, not by how it
-  is used. Three are questions and change nothing:
+  lookup), and self.coordinator, whose methods act on every group. Each is described by what holds after it,
+  not by how it is used. Three are questions and change nothing:
 
   - find_longest_cache_hit(hashes, max_length) -> (one hit list per group, hit tokens): the longest prefix of
     whole blocks, at most max_length tokens long (any max_length: it may end short of it), that every group
