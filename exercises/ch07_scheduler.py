@@ -26,7 +26,7 @@ have (a reference: which of these a step uses, and when, is yours to decide):
 | `request.status` | `RequestStatus.RUNNING`, `PREEMPTED` (after `preempt`), ... |
 | `preempt(r)` | for r out of running (choose_victim took it): frees its blocks, drops its drafts, requeues it first |
 | `admit(r, n)` | moves the queue's head r (slots allocated; n: its hit, in tokens) to running; counts its lookup |
-| `finish_length_capped(r)` | ends r (FINISHED_LENGTH_CAPPED): removes r from self.running or the waiting queue, frees its blocks |
+| `finish_length_capped(r)` | ends r (FINISHED_LENGTH_CAPPED): out of self.running or the waiting queue, blocks freed |
 | `padded_size(r, num_computed, threshold, ids)` | with drafts, the 1 + k tokens newcomer r is padded to (0: none) |
 | ... its `ids` | the running requests the step planned, not the newcomers it admitted: their kind decides it |
 | `make_output(num_scheduled, new_blocks, new_reqs, preempted)` | packages the step (preempted: the victim Requests) |
@@ -123,8 +123,9 @@ class Scheduler(EngineScheduler):
           through choose_victim() or straight out of self.running comes to the same: alone, it is all that rule
           can name.) The goal: no request waits for ever for blocks that can never be freed,
           and none is ended that could still run (its lookahead slots count: a readmission asks for them again).
-          A waiting request refused while nothing runs asks the same; there the goal is also that a request
-          which can never fit holds up nobody behind it.
+          The scheduler never reads the pool's size: decide from what the refusal and a preemption tell you.
+          A waiting request refused while nothing runs: what becomes of it, and of the ones behind it? There the
+          goal is also that a request which can never fit holds up nobody behind it.
         - Admission after a preemption (question): budget and blocks may be left after a step made room for a
           running request. Does that step admit newcomers? The goal: no more preemptions than the load forces
           (each one is recompute). Ending a request (Alone) is not a preemption, whatever your answer.
@@ -227,8 +228,8 @@ class VictimDesign(EngineScheduler):
         computed tokens first, the fewest full blocks, the fewest tokens in the last partial block, the most
         blocks, the oldest admitted) recompute as much as vLLM's rule or more, 1.01 to 1.60 of it; designs
         that pass came out, for example, at 0.83 to 0.94 (nanocourse.victims' docstring names those measured:
-        read it once yours passes), and a pass may land anywhere below the bar. The bar lies between, a few percent from either side: a thought-through rule can still land
-        near it, so measure while you design:
+        read it once yours passes), and a pass may land anywhere below the bar. The bar lies between, a few
+        percent from either side: a thought-through rule can still land near it, so measure while you design:
         `from nanocourse.victims import measure; sum(r.recomputed for r in measure(VictimDesign))`, and
         `replay(VictimDesign, "a long prompt among short ones").longest_stay()` for STARVING. A request's blocks
         hold self.kv_cache_manager.block_size tokens each.

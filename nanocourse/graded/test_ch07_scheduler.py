@@ -445,7 +445,8 @@ def test_preemption(impl):
     assert "a" not in so.preempted_req_ids, (
         "Alone, step 1 (2 usable blocks, a 8-token prompt a alone in running, no drafts): a's decode at position 8 "
         "needs a third block, and nobody else runs. Yours preempted a. The property it breaks: no request waits for "
-        "ever for blocks that can never be freed (count the blocks a asks for when it comes back, against the pool's). "
+        "ever for blocks that can never be freed (a has no drafts to drop: readmitted, it would ask for these same tokens "
+        "and lookahead slots, which the pool has just refused with nobody else holding a block). "
         f"Expected a ended (FINISHED_LENGTH_CAPPED) and the plan [('w', 4)]; got (plan, preempted) {got}; {WHERE}"
     )
     assert got == ([("w", 4)], []) and status == "FINISHED_LENGTH_CAPPED", (
