@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import torch
 
 from nanocourse.builds_on import chapter_07_scheduler
+from nanocourse.spec_design import K_MAX
 from nanoengine.request import Request, RequestStatus
 from nanoengine.sample.sampler import draw, target_probs
 from nanoengine.sampling_params import SamplingParams
@@ -108,3 +109,23 @@ class Scheduler(Chapter07Scheduler):
                 request.num_computed_tokens -= len(new_token_ids) - num_new
                 return status
         return None
+
+
+class DraftLengthDesign:
+    """Task 13.7: grow k by one after a step that accepted every draft; after a rejection, propose as many as that
+    step accepted (the run of right drafts it saw); at k = 0, probe with one draft every fourth step, since without
+    drafts the record never changes and a request that turned repetitive would never be noticed."""
+
+    def __init__(self) -> None:
+        self.k = 2  # a guess for a request without a record: the best fixed k's neighbour, cheap to revise
+
+    def num_drafts(self, history: Sequence[tuple[int, int]]) -> int:
+        if history:
+            proposed, accepted = history[-1]
+            if proposed and accepted == proposed:
+                self.k = min(K_MAX, self.k + 1)
+            elif proposed:
+                self.k = accepted
+            else:
+                self.k = 1 if len(history) % 4 == 0 else 0
+        return self.k
