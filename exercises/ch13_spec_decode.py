@@ -30,6 +30,7 @@ from collections.abc import Sequence
 import torch
 
 from nanocourse.builds_on import chapter_07_scheduler
+from nanocourse.spec_design import K_MAX  # noqa: F401, RUF100  (13.7: the most drafts a step may verify)
 from nanoengine.request import Request, RequestStatus
 from nanoengine.sample.sampler import draw, target_probs  # noqa: F401, RUF100  (13.3: a row's p, one draw)
 from nanoengine.sampling_params import SamplingParams

@@ -114,18 +114,15 @@ class Scheduler(Chapter07Scheduler):
 class DraftLengthDesign:
     """Task 13.7: grow k by one after a step that accepted every draft; after a rejection, propose as many as that
     step accepted (the run of right drafts it saw); at k = 0, probe with one draft every fourth step, since without
-    drafts the record never changes and a request that turned repetitive would never be noticed."""
-
-    def __init__(self) -> None:
-        self.k = 2  # a guess for a request without a record: the best fixed k's neighbour, cheap to revise
+    drafts the record never changes and a request that turned repetitive would never be noticed. The last step
+    decides, so the rule keeps no state."""
 
     def num_drafts(self, history: Sequence[tuple[int, int]]) -> int:
-        if history:
-            proposed, accepted = history[-1]
-            if proposed and accepted == proposed:
-                self.k = min(K_MAX, self.k + 1)
-            elif proposed:
-                self.k = accepted
-            else:
-                self.k = 1 if len(history) % 4 == 0 else 0
-        return self.k
+        if not history:
+            return 2  # a request without a record: the best fixed k's neighbour, revised after one step
+        proposed, accepted = history[-1]
+        if proposed and accepted == proposed:
+            return min(K_MAX, proposed + 1)
+        if proposed:
+            return accepted
+        return 1 if len(history) % 4 == 0 else 0

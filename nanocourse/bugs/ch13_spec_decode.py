@@ -174,20 +174,20 @@ BUGS = [
     ),
     (
         "13.7",
-        "never shrinking: a rejection keeps k where it was when that step accepted fewer",
-        "                self.k = accepted\n",
-        "                self.k = max(self.k, accepted)\n",
+        "never shrinking: a rejection keeps k where it was",
+        "            return accepted\n",
+        "            return proposed\n",
     ),
     (
         "13.7",
         "no probe at k = 0: a request whose drafts failed once never proposes again",
-        "self.k = 1 if len(history) % 4 == 0 else 0",
-        "self.k = 0",
+        "return 1 if len(history) % 4 == 0 else 0",
+        "return 0",
     ),
     (
         "13.7",
         "a fixed k: vLLM's rule, k = 2 at every step",
-        "        return self.k\n",
+        "        proposed, accepted = history[-1]\n",
         "        return 2\n",
     ),
 ]
