@@ -1,10 +1,12 @@
 """Chapter 13 exercises: speculative decoding: draft, verify, accept, roll back.
 
-Four parts, each mirroring vLLM 0.33 (read them once yours pass):
+Four parts, each mirroring vLLM 0.33 (read them once yours pass), then an open design that goes beyond it:
 - the n-gram proposer's rule (vllm/v1/spec_decode/ngram_proposer.py, _find_longest_matched_ngram_and_propose_tokens);
 - the accept rule of a verify step (vllm/v1/sample/rejection_sampler.py);
 - the scheduler's two speculative pieces (vllm/v1/core/sched/scheduler.py): which drafts a step verifies, and the
-  rollback of the rejected ones after it.
+  rollback of the rejected ones after it;
+- task 13.7, your own rule for how many drafts a request proposes each step, graded by what it measures
+  (nanocourse/spec_design.py); vLLM 0.33 proposes a fixed number.
 Your Scheduler here builds on chapter 07's: it extends your chapter 07 Scheduler (exercises/ch07_scheduler.py)
 once chapter 07 passes its grade, and nanoengine's Scheduler until then, so this chapter can come first. Tasks
 13.4 to 13.6 then grade your two methods with the schedule() it extends; the scorecard says which, under its
@@ -28,6 +30,7 @@ from collections.abc import Sequence
 import torch
 
 from nanocourse.builds_on import chapter_07_scheduler
+from nanocourse.spec_design import K_MAX  # noqa: F401, RUF100  (13.7: the most drafts a step may verify)
 from nanoengine.request import Request, RequestStatus
 from nanoengine.sample.sampler import draw, target_probs  # noqa: F401, RUF100  (13.3: a row's p, one draw)
 from nanoengine.sampling_params import SamplingParams
@@ -192,5 +195,42 @@ class Scheduler(Chapter07Scheduler):
         Example: prompt of 5, output [9], drafts [7, 8, 9], so num_computed_tokens 9 on entry. New [7, 6]: output
         [9, 7, 6], 7 computed, None. New [7, 8, 9, 4]: output [9, 7, 8, 9, 4], 9 computed, None. With EOS 0,
         drafts [5, 0, 5] and new [5, 0, 5, 4]: output [9, 5, 0], 7 computed, FINISHED_STOPPED.
+        """
+        raise NotImplementedError
+
+
+class DraftLengthDesign:
+    """Task 13.7, an open design: how many drafts to propose for one request this step. One object per request,
+    asked before each of its steps; it may keep state between the calls."""
+
+    def num_drafts(self, history: Sequence[tuple[int, int]]) -> int:
+        """Task 13.7: the number of drafts k, 0 to K_MAX (nanocourse.spec_design.K_MAX, 8), to propose for this
+        request this step; the rule is yours to design.
+
+        vLLM 0.33 proposes a fixed num_speculative_tokens for every request at every step (its optional
+        num_speculative_tokens_per_batch_size picks k from the batch size, never from a request's record). A fixed k
+        verifies drafts for nothing where a request's drafts are rejected early, and leaves tokens unproposed where
+        they keep being accepted. This task goes beyond vLLM 0.33: choose k from this request's own record.
+        history: one (drafts proposed, drafts accepted) pair per earlier step of this request, oldest first ([] at
+        its first step); a step that accepted a of its k drafts emitted a + 1 tokens.
+        Cost model (nanocourse.spec_design): a step that verifies k drafts for the request costs 1 + 0.25 k units
+        (COST_PER_DRAFT, a stated ratio: on a loaded server each extra token a verify pass feeds costs about a
+        quarter of a decode step), whatever is accepted. The goal: the most tokens emitted per unit of cost.
+        Graded by a measured outcome, not by equality with anyone, on the 200 seeded acceptance traces of
+        nanocourse.spec_design.TRACES (per request, per position: whether a draft there would be accepted; stretches
+        of repetitive text where drafts are mostly right alternate with stretches of new text where they mostly are
+        not, and a quarter of the requests stay low throughout):
+        - every choice is an int in 0..K_MAX (replay() raises ValueError otherwise; a choice past the request's end
+          is cut to the room left);
+        - the tokens per unit cost over TRACES exceed `nanocourse.spec_design.bar()`, 1.06 times the best fixed k's
+          (the best of k = 0..8 proposed at every step, k = 1 there, about 1.14 tokens per unit).
+        What the bar separates, measured: every fixed k (k = K_MAX always reaches about 0.6 of the best fixed
+        k's value), and an estimate of the request's acceptance rate so far scaled to K_MAX, land at or below the
+        best fixed k; designs that pass came out about 10% above it. Measure while you design:
+        `from nanocourse.spec_design import measure, bar, replay, TRACES; measure(DraftLengthDesign), bar()`, and
+        `replay(DraftLengthDesign, TRACES[0]).steps` shows your choices on one trace, with what each accepted.
+        Read after passing: `reveal("13")` (from nanocourse), and ask what your rule gives up.
+        Example: history [(2, 2), (3, 1)]: the request's first step verified 2 drafts and accepted both (3 tokens),
+        its second verified 3 and accepted 1 (2 tokens); any k in 0..8 may be returned.
         """
         raise NotImplementedError

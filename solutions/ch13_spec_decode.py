@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import torch
 
 from nanocourse.builds_on import chapter_07_scheduler
+from nanocourse.spec_design import K_MAX
 from nanoengine.request import Request, RequestStatus
 from nanoengine.sample.sampler import draw, target_probs
 from nanoengine.sampling_params import SamplingParams
@@ -108,3 +109,20 @@ class Scheduler(Chapter07Scheduler):
                 request.num_computed_tokens -= len(new_token_ids) - num_new
                 return status
         return None
+
+
+class DraftLengthDesign:
+    """Task 13.7: grow k by one after a step that accepted every draft; after a rejection, propose as many as that
+    step accepted (the run of right drafts it saw); at k = 0, probe with one draft every fourth step, since without
+    drafts the record never changes and a request that turned repetitive would never be noticed. The last step
+    decides, so the rule keeps no state."""
+
+    def num_drafts(self, history: Sequence[tuple[int, int]]) -> int:
+        if not history:
+            return 2  # a request without a record: the best fixed k's neighbour, revised after one step
+        proposed, accepted = history[-1]
+        if proposed and accepted == proposed:
+            return min(K_MAX, proposed + 1)
+        if proposed:
+            return accepted
+        return 1 if len(history) % 4 == 0 else 0

@@ -172,4 +172,22 @@ BUGS = [
         "num_rejected = len(spec_token_ids) - (len(new_token_ids) - 1)",
         "num_rejected = len(spec_token_ids) - len(new_token_ids)",
     ),
+    (
+        "13.7",
+        "never shrinking: a rejection keeps k where it was",
+        "            return accepted\n",
+        "            return proposed\n",
+    ),
+    (
+        "13.7",
+        "no probe at k = 0: a request whose drafts failed once never proposes again",
+        "return 1 if len(history) % 4 == 0 else 0",
+        "return 0",
+    ),
+    (
+        "13.7",
+        "a fixed k: vLLM's rule, k = 2 at every step",
+        "        proposed, accepted = history[-1]\n",
+        "        return 2\n",
+    ),
 ]

@@ -9,9 +9,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nanocourse import spec_design
 from nanocourse.builds_on import scheduler_note
 from nanocourse.differential import replay_workload, scheduler_config, scheduler_workloads
 from nanocourse.grading import note
+from nanocourse.spec_design import BAR_FACTOR, COST_PER_DRAFT, K_MAX, TRACES, bar, best_fixed, fixed, measure
 from nanoengine import LLM, SamplingParams
 from nanoengine.config import LlamaConfig, SpeculativeConfig
 from nanoengine.core import KVCacheManager, get_request_block_hasher, make_block_hash_with_group_id
@@ -25,11 +27,33 @@ from nanoengine.spec_decode.ngram_proposer import find_longest_matched_ngram_and
 from nanoengine.worker.outputs import ModelRunnerOutput
 
 CHAPTER = "ch13_spec_decode"
+
+
+class _EstimatedAcceptRate:
+    """Task 13.7 in "nanoengine" mode, where the engine keeps vLLM's fixed k: a design that passes, other than the
+    worked solution's. It keeps a running estimate a of the chance that a draft is accepted (each draft a step
+    judged counts, weighted 0.2 against the past) and proposes the k that maximises the expected tokens per cost,
+    (1 - a^(k+1)) / (1 - a) / (1 + COST_PER_DRAFT k); at k = 0 it probes with one draft every third step."""
+
+    def __init__(self):
+        self.rate = 0.5
+
+    def num_drafts(self, history):
+        if history:
+            proposed, accepted = history[-1]
+            for i in range(min(proposed, accepted + 1)):  # the drafts judged: the accepted ones and the first rejected
+                self.rate = 0.8 * self.rate + 0.2 * (i < accepted)
+        a = min(self.rate, 0.999)
+        k = max(range(K_MAX + 1), key=lambda k: (1 - a ** (k + 1)) / (1 - a) / (1 + COST_PER_DRAFT * k))
+        return k or int(len(history) % 3 == 0)
+
+
 NANOENGINE = {
     "find_longest_matched_ngram_and_propose_tokens": engine_propose,
     "NgramProposer": EngineNgramProposer,
     "rejection_sample": engine_rejection_sample,
     "Scheduler": Scheduler,
+    "DraftLengthDesign": _EstimatedAcceptRate,
 }
 BS = 4
 GREEDY = SamplingParams(temperature=0)
@@ -748,3 +772,37 @@ def test_your_parts_serve_with_speculation(impl):
         "the run with stop token 2 met no stop among accepted drafts, so it checked nothing of the kind: "
         "did your proposer or rejection sampler draft or accept less than the engine's would?"
     )
+
+
+# ---- 13.7: an open design, graded by a measured outcome ---------------------------------------------------------
+class _AcceptRateTimesKMax:
+    """The first idea most designs start from, measured only for the message: the request's acceptance rate so far
+    (drafts accepted over drafts proposed) times K_MAX, K_MAX at its first step."""
+
+    def num_drafts(self, history):
+        proposed = sum(k for k, _ in history)
+        return round(K_MAX * sum(a for _, a in history) / proposed) if proposed else K_MAX
+
+
+@pytest.mark.task("13.7", "your draft length: more tokens per unit of step cost than the bar, above every fixed k")
+def test_draft_length_design(impl):
+    spec_design.replay(impl.DraftLengthDesign, TRACES[0])  # a choice outside 0..K_MAX raises ValueError here, naming it
+    yours, bar_value = measure(impl.DraftLengthDesign), bar()
+    best_k, best_value = best_fixed()
+    if yours <= bar_value:
+        naive = measure(_AcceptRateTimesKMax)
+        worst = sorted(
+            range(len(TRACES)),
+            key=lambda i: measure(impl.DraftLengthDesign, [TRACES[i]]) - measure(fixed(best_k), [TRACES[i]]),
+        )[:3]
+        pytest.fail(
+            f"tokens per unit of step cost over the {len(TRACES)} traces of nanocourse.spec_design.TRACES: yours "
+            f"{yours:.3f}; the bar is more than {bar_value:.3f} ({BAR_FACTOR} times the best fixed k's "
+            f"{best_value:.3f}, k = {best_k} at every step, vLLM's rule). The acceptance rate so far times K_MAX "
+            f"reaches {naive:.3f}: a "
+            f"record summed from the first step on answers slowly when a request's text changes. What does the last "
+            f"step's outcome say about the next, and what does a request with no drafts learn? Where yours loses most "
+            f"to k = {best_k}: traces "
+            + ", ".join(f"TRACES[{i}]" for i in worst)
+            + " (replay(DraftLengthDesign, TRACES[i]).steps shows your choices)"
+        )
