@@ -100,9 +100,10 @@ def check_removal(impl, window):
         one.allocate_new_blocks("jump", 48)
         one.remove_skipped_blocks("jump", 40)
     assert free_ids(pool) == free_ids(ref.block_pool), (
-        f"W={window}, a window that jumps to 40 computed tokens frees {(40 - window + 1) // BS} blocks at once: "
-        f"the one nearest the window must leave the free queue first and block 0 last, so the free queue starts "
-        f"{free_ids(ref.block_pool)[:6]}, as with the engine's own manager; yours starts {free_ids(pool)[:6]}"
+        f"W={window}, a window that jumps to 40 computed tokens frees {(40 - window + 1) // BS} blocks at once "
+        f"(table positions 0 .. {(40 - window + 1) // BS - 1}): the one nearest the window must leave the free queue "
+        f"first and position 0 last, so the free queue starts with block ids {free_ids(ref.block_pool)[:6]}, as with "
+        f"the engine's own manager; yours starts {free_ids(pool)[:6]}"
     )
     # Cached blocks join the free queue's tail, and there too the one nearest the window leaves first: one release
     # of them all, as for the unhashed ones (block 0 freed first would put it nearest the head instead).
