@@ -1,12 +1,13 @@
 """Chapter 13 exercises: speculative decoding: draft, verify, accept, roll back.
 
-Four parts, each mirroring vLLM 0.33 (read them once yours pass), then an open design that goes beyond it:
-- the n-gram proposer's rule (vllm/v1/spec_decode/ngram_proposer.py, _find_longest_matched_ngram_and_propose_tokens);
-- the accept rule of a verify step (vllm/v1/sample/rejection_sampler.py);
-- the scheduler's two speculative pieces (vllm/v1/core/sched/scheduler.py): which drafts a step verifies, and the
-  rollback of the rejected ones after it;
+Three parts, each mirroring vLLM 0.33 (read them once yours pass), then an open design that goes beyond it:
+- the accept rule of a sampled verify step, task 13.3 (vllm/v1/sample/rejection_sampler.py);
+- the scheduler's two speculative pieces (vllm/v1/core/sched/scheduler.py): which drafts a step verifies (13.4),
+  and the rollback of the rejected ones after it (13.5);
 - task 13.7, your own rule for how many drafts a request proposes each step, graded by what it measures
   (nanocourse/spec_design.py); vLLM 0.33 proposes a fixed number.
+Given, stated by contract below and shown at work in the notebook: the n-gram proposer (NgramProposer, the
+engine's) and the greedy verdict (rejection_sample, which hands sampled requests to your rejection_random_sample).
 Your Scheduler here builds on chapter 07's: it extends your chapter 07 Scheduler (exercises/ch07_scheduler.py)
 once chapter 07 passes its grade, and nanoengine's Scheduler until then, so this chapter can come first. Tasks
 13.4 to 13.6 then grade your two methods with the schedule() it extends; the scorecard says which, under its
@@ -32,46 +33,24 @@ import torch
 from nanocourse.builds_on import chapter_07_scheduler
 from nanocourse.spec_design import K_MAX  # noqa: F401, RUF100  (13.7: the most drafts a step may verify)
 from nanoengine.request import Request, RequestStatus
+from nanoengine.sample.rejection_sampler import rejection_sample as engine_rejection_sample
 from nanoengine.sample.sampler import draw, target_probs  # noqa: F401, RUF100  (13.3: a row's p, one draw)
 from nanoengine.sampling_params import SamplingParams
 from nanoengine.spec_decode.ngram_proposer import NgramProposer as EngineNgramProposer
 
 
-def find_longest_matched_ngram_and_propose_tokens(
-    tokens: Sequence[int], min_ngram: int, max_ngram: int, max_model_len: int, k: int
-) -> list[int]:
-    """Task 13.1: the drafts of an n-gram proposer for a request whose verified tokens are `tokens`.
-
-    The bet: a context that repeats itself goes on as it went on before. The drafts are a copy of the tokens that
-    followed an earlier occurrence of the context's own ending. Contract (what the drafts must be, not how to
-    search for them):
-    - The n-gram: a suffix tokens[-n:] with min_ngram <= n <= max_ngram that also occurs at an earlier start in
-      `tokens` with at least one token of `tokens` after that occurrence (so something can be copied). Such an
-      occurrence may overlap the suffix; the suffix itself is never one (nothing follows it).
-    - Which one: the longest such suffix (a longer match is better evidence), and of its occurrences the
-      earliest (the rule of vLLM's V1 proposer, and the grader's).
-    - The drafts: the tokens that follow that occurrence in `tokens`, in order, as many as there are, but at
-      most k, and none at position max_model_len or past it (the first draft sits at position len(tokens)).
-    - No such n-gram, k <= 0, or no room before max_model_len: [] (the request takes a plain decode step).
-      The engine checks 1 <= min_ngram <= max_ngram before it builds a proposer, so those always hold here.
-    (vLLM 0.33: _find_longest_matched_ngram_and_propose_tokens in vllm/v1/spec_decode/ngram_proposer.py, the V1
-    runner's proposer, which finds the same n-gram with a KMP scan of the reversed tokens in numba. The default V2
-    runner's speculator, vllm/v1/worker/gpu/spec_decode/ngram/speculator.py, has another rule: the rightmost
-    occurrence, always k drafts, padded with the last token. nanoengine follows V1's.)
-    Plain Python is fine: a context of a few thousand tokens costs microseconds beside a forward pass.
-    Example: find_longest_matched_ngram_and_propose_tokens([5, 3, 8, 1, 2, 3, 9, 1, 2, 3], 1, 3, 100, 2) == [9, 1];
-    find_longest_matched_ngram_and_propose_tokens([5, 2, 3, 8, 2, 3, 6, 2, 3], 2, 2, 100, 2) == [8, 2];
-    find_longest_matched_ngram_and_propose_tokens([7, 3, 9, 2, 3], 1, 2, 100, 2) == [9, 2]; find_longest_matched_ngram_and_propose_tokens([1, 1, 1, 1], 1, 3, 100, 3) == [1];
-    find_longest_matched_ngram_and_propose_tokens([1, 2, 3], 1, 3, 100, 2) == []; find_longest_matched_ngram_and_propose_tokens([1, 2, 7, 7, 1, 2], 2, 2, 100, 5) == [7, 7, 1, 2];
-    find_longest_matched_ngram_and_propose_tokens([1, 2, 7, 7, 1, 2], 2, 2, 8, 5) == [7, 7]; find_longest_matched_ngram_and_propose_tokens([1, 2, 7, 7, 1, 2], 2, 2, 6, 5) == [].
-    """
-    raise NotImplementedError
-
-
 class NgramProposer(EngineNgramProposer):
-    """The engine's proposer with your rule (nothing to write here)."""
-
-    rule = staticmethod(find_longest_matched_ngram_and_propose_tokens)
+    """Given (nothing to write): the engine's n-gram proposer, inherited, and its rule, which the notebook's
+    section 2 shows at work. Contract of propose(token_ids, k=None), the drafts for a request whose verified
+    tokens are token_ids: the longest suffix token_ids[-n:], min_ngram <= n <= max_ngram, that also occurs at an
+    earlier start with at least one token after it (an occurrence may overlap the suffix; the suffix itself is
+    never one); of its occurrences the earliest; then the tokens that follow it, at most k (the configured
+    num_speculative_tokens, or fewer when asked), none at position max_model_len or past it. No such n-gram, or no
+    room: [] (the request takes a plain decode step).
+    (vLLM 0.33: _find_longest_matched_ngram_and_propose_tokens in vllm/v1/spec_decode/ngram_proposer.py, the V1
+    runner's proposer, with a KMP scan of the reversed tokens in numba; nanoengine's is
+    find_longest_matched_ngram_and_propose_tokens in nanoengine/spec_decode/ngram_proposer.py.)
+    """
 
 
 def rejection_sample(
@@ -80,39 +59,57 @@ def rejection_sample(
     params: list[SamplingParams],
     generators: list[torch.Generator | None],
 ) -> list[list[int]]:
-    """Tasks 13.2 (greedy requests) and 13.3 (sampled requests): the tokens a verify step emits per request.
+    """Given (nothing to write): the tokens a verify step emits per request. Greedy requests get the engine's
+    verdict; sampled ones yours, rejection_random_sample (task 13.3).
 
     Inputs: logits [sum(len(d) + 1 for d in draft_token_ids), V] fp32, rows laid out request after request: a
     request with drafts d1..dk owns k + 1 rows, row i predicting the token after its i-th input (row 0 after its
     last verified token, row i after d_i). A request without drafts owns one row. params[r] and generators[r]
     are request r's (a generator may be None: then torch's global one; the same generator may serve several
-    requests). Return one list per request: its accepted drafts (a prefix of its drafts), then one token more:
-    1 to k + 1 tokens. A request's k + 1 rows are its own whether or not its output needs them all, and no request
-    reads another's.
+    requests). Drafts are token ids in [0, V): the runner strips placeholder drafts before it calls this.
+    Returns one list per request: its accepted drafts (a prefix of its drafts), then one token more: 1 to k + 1
+    tokens. Greedy requests (params[r].greedy) get exactly what len(output) plain greedy steps would emit: the
+    drafts up to the first that differs from its row's argmax, then that row's argmax (all accepted: the last
+    row's). (vLLM 0.33: rejection_greedy_sample_kernel in vllm/v1/sample/rejection_sampler.py; nanoengine's
+    rejection_sample in nanoengine/sample/rejection_sampler.py.)
+    Example: rows' argmax [3, 5, 6, 1] and drafts [3, 5, 6] give [3, 5, 6, 1]; drafts [3, 4, 6] give [3, 5].
+    """
+    out, start = [], 0
+    for drafts, p, gen in zip(draft_token_ids, params, generators):
+        rows = logits[start : start + len(drafts) + 1]
+        start += len(drafts) + 1
+        if p.greedy:
+            out.extend(engine_rejection_sample(rows, [drafts], [p], [gen]))
+        else:
+            out.append(rejection_random_sample(rows, drafts, p, gen))
+    return out
 
-    Task 13.2, greedy requests (params[r].greedy, temperature 0). Contract: the output is exactly what
-    len(output) plain greedy decoding steps would have emitted, and it is as long as this step's rows allow: a
-    row is the model's prediction only when every input before it is the request's true context, so which rows
-    can be trusted, and how many tokens they justify, is yours to work out.
-    (vLLM 0.33: rejection_greedy_sample_kernel in vllm/v1/sample/rejection_sampler.py, with the bonus token
-    sampled beforehand by the ordinary sampler.)
-    Example: rows' argmax [3, 5, 6, 1] and drafts [3, 5, 6] give [3, 5, 6, 1].
 
-    Task 13.3, sampled requests. Contract: the emitted tokens are distributed exactly as plain sampling from the
-    target would draw them, position by position: the first emitted token follows row 0's p whatever the drafts
-    are; given that the tokens before position i were the drafts d1..di, the token at i follows row i's p; and
-    tokens are emitted only while the rows still describe the true context (so, as for 13.2, the output is
-    accepted drafts then one token). p is a row's target distribution: tempered, then top-k/top-p filtered, as
-    the sampler draws. An n-gram draft is a single token chosen for sure: its draft distribution q is one-hot
-    (vLLM's NO_DRAFT_PROBS). Derive from the requirement, as section 3 of the notebook frames it, how likely
-    each draft must be accepted and from which distribution the token after a rejection must come
-    (Leviathan et al., arXiv:2211.17192, state the general rule for any q). Invariants the grader also checks:
+def rejection_random_sample(
+    rows: torch.Tensor, drafts: list[int], params: SamplingParams, gen: torch.Generator | None
+) -> list[int]:
+    """Task 13.3: the tokens one sampled request emits from a verify step: its accepted drafts (a prefix of
+    drafts), then one token more.
+
+    rows: the request's own len(drafts) + 1 rows of logits [len(drafts) + 1, V] fp32, row i predicting the token
+    after its i-th input (row 0 after its last verified token, row i after drafts[i - 1]); drafts are token ids
+    in [0, V) (the runner strips placeholder drafts). rejection_sample, given above, calls this once per sampled
+    request.
+    Contract: the emitted tokens are distributed exactly as plain sampling from the target would draw them,
+    position by position: the first emitted token follows row 0's p whatever the drafts are; given that the
+    tokens before position i were the drafts d1..di, the token at i follows row i's p; and tokens are emitted only
+    while the rows still describe the true context (so the output is accepted drafts then one token). p is a row's
+    target distribution: tempered, then top-k/top-p filtered, as the sampler draws. An n-gram draft is a single
+    token chosen for sure: its draft distribution q is one-hot (vLLM's NO_DRAFT_PROBS). Derive from the
+    requirement, as section 3 of the notebook frames it, how likely each draft must be accepted and from which
+    distribution the token after a rejection must come (Leviathan et al., arXiv:2211.17192, state the general
+    rule for any q). Invariants the grader also checks:
     - each draft's verdict is drawn independently of the others' verdicts;
     - a draft of probability 0 under its row's p is never accepted;
-    - every random number of request r comes from generators[r] (torch's global generator when it is None), so
-      the same seeds give the same tokens whatever else draws meanwhile. The generators live on the CPU (the
-      runner makes them with torch.Generator(), whatever device logits is on): a number drawn with one is a CPU
-      tensor (torch.rand((), generator=g), with no device argument), and draw() moves its weights to the CPU.
+    - every random number comes from gen (torch's global generator when it is None), so the same seeds give
+      the same tokens whatever else draws meanwhile. The generators live on the CPU (the runner makes them with
+      torch.Generator(), whatever device logits is on): a number drawn with one is a CPU tensor
+      (torch.rand((), generator=g), with no device argument), and draw() moves its weights to the CPU.
     (vLLM 0.33: the default V2 runner's RejectionSampler, vllm/v1/worker/gpu/spec_decode/rejection_sampler.py
     with its kernels in rejection_sampler_utils.py; the V1 runner's rejection_random_sample_kernel and
     sample_recovered_tokens in vllm/v1/sample/rejection_sampler.py. Read them once your rule is derived: they
@@ -173,7 +170,8 @@ class Scheduler(Chapter07Scheduler):
         emitted for it: its accepted drafts, then one token; one token after a plain decode step) and spec_token_ids
         (the drafts this step verified, what scheduled_spec_decode_tokens returned for it; [] for none). new_token_ids
         is never empty here. When it is called, num_computed_tokens already counts every scheduled token: the last
-        verified token and all the drafts, accepted or not. Contract, after the call:
+        verified token (or the prompt chunk that completed the prompt) and all the drafts, accepted or not.
+        Contract, after the call:
         - The request's output holds exactly the tokens a non-speculative run would have appended by now:
           new_token_ids in order, up to and including the first one that triggers a stop rule (EOS unless
           ignore_eos, a stop token, max_tokens, max_model_len), and nothing after it. Its block hashes cover them.

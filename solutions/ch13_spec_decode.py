@@ -9,32 +9,14 @@ import torch
 from nanocourse.builds_on import chapter_07_scheduler
 from nanocourse.spec_design import K_MAX
 from nanoengine.request import Request, RequestStatus
+from nanoengine.sample.rejection_sampler import rejection_sample as engine_rejection_sample
 from nanoengine.sample.sampler import draw, target_probs
 from nanoengine.sampling_params import SamplingParams
 from nanoengine.spec_decode.ngram_proposer import NgramProposer as EngineNgramProposer
 
 
-def find_longest_matched_ngram_and_propose_tokens(
-    tokens: Sequence[int], min_ngram: int, max_ngram: int, max_model_len: int, k: int
-) -> list[int]:
-    """Task 13.1: longest n first, earliest occurrence ending before the last token, at most k tokens after it."""
-    total = len(tokens)
-    k = min(k, max_model_len - total)
-    if k <= 0 or total < min_ngram:
-        return []
-    tokens = list(tokens)
-    for n in range(min(max_ngram, total - 1), min_ngram - 1, -1):
-        suffix = tokens[total - n :]
-        for start in range(total - n):
-            if tokens[start : start + n] == suffix:
-                return tokens[start + n : start + n + k]
-    return []
-
-
 class NgramProposer(EngineNgramProposer):
-    """The engine's proposer with your rule (nothing to write here)."""
-
-    rule = staticmethod(find_longest_matched_ngram_and_propose_tokens)
+    """Given: the engine's proposer and its rule, inherited."""
 
 
 def rejection_sample(
@@ -43,25 +25,20 @@ def rejection_sample(
     params: list[SamplingParams],
     generators: list[torch.Generator | None],
 ) -> list[list[int]]:
-    """Tasks 13.2 and 13.3: len(drafts) + 1 rows per request, request after request."""
+    """Given: len(drafts) + 1 rows per request, request after request; greedy requests get the engine's verdict,
+    sampled ones rejection_random_sample's."""
     out, start = [], 0
     for drafts, p, gen in zip(draft_token_ids, params, generators):
         rows = logits[start : start + len(drafts) + 1]
         start += len(drafts) + 1
-        out.append(_verify_greedy(rows, drafts) if p.greedy else _verify_sampled(rows, drafts, p, gen))
+        if p.greedy:
+            out.extend(engine_rejection_sample(rows, [drafts], [p], [gen]))
+        else:
+            out.append(rejection_random_sample(rows, drafts, p, gen))
     return out
 
 
-def _verify_greedy(rows: torch.Tensor, drafts: list[int]) -> list[int]:
-    """Task 13.2: the drafts while they equal the row's argmax, then the argmax of the next row."""
-    target = rows.argmax(dim=-1).tolist()
-    accepted = 0
-    while accepted < len(drafts) and drafts[accepted] == target[accepted]:
-        accepted += 1
-    return target[: accepted + 1]
-
-
-def _verify_sampled(
+def rejection_random_sample(
     rows: torch.Tensor, drafts: list[int], params: SamplingParams, gen: torch.Generator | None
 ) -> list[int]:
     """Task 13.3: accept draft d with probability p(d) (a one-hot draft distribution); at the first rejection

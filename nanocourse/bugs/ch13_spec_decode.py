@@ -3,55 +3,6 @@
 BUGS = [
     # (task id that must fail, the mistake, text found exactly once in solutions/ch13_spec_decode.py, its replacement)
     (
-        "13.1",
-        "the latest occurrence taken, not the earliest",
-        "for start in range(total - n):",
-        "for start in reversed(range(total - n)):",
-    ),
-    (
-        "13.1",
-        "the shortest n-gram tried first",
-        "for n in range(min(max_ngram, total - 1), min_ngram - 1, -1):",
-        "for n in range(min_ngram, min(max_ngram, total - 1) + 1):",
-    ),
-    (
-        "13.1",
-        "the suffix counted as its own occurrence (which proposes nothing and hides a shorter n)",
-        "for start in range(total - n):",
-        "for start in range(total - n + 1):",
-    ),
-    ("13.1", "max_model_len ignored", "k = min(k, max_model_len - total)", "k = min(k, max_model_len)"),
-    (
-        "13.1",
-        "one token too many proposed",
-        "return tokens[start + n : start + n + k]",
-        "return tokens[start + n : start + n + k + 1]",
-    ),
-    (
-        "13.2",
-        "greedy acceptance past the first mismatch (every draft equal to its argmax counts)",
-        "    while accepted < len(drafts) and drafts[accepted] == target[accepted]:\n        accepted += 1\n",
-        "    accepted = sum(d == t for d, t in zip(drafts, target))\n",
-    ),
-    (
-        "13.2",
-        "no bonus token when every draft is accepted",
-        "return target[: accepted + 1]",
-        "return target[:accepted + (accepted < len(drafts))]",
-    ),
-    (
-        "13.2",
-        "the rejected draft emitted instead of the argmax",
-        "return target[: accepted + 1]",
-        "return drafts[:accepted + 1] if accepted < len(drafts) else target",
-    ),
-    (
-        "13.2",
-        "rows read as len(drafts) per request, not len(drafts) + 1",
-        "start += len(drafts) + 1",
-        "start += len(drafts)",
-    ),
-    (
         "13.3",
         "the rejected draft not removed from the distribution the recovered token is drawn from",
         "        probs[draft] = 0.0\n",
@@ -141,12 +92,6 @@ BUGS = [
         "no rollback: the rejected drafts' slots kept as computed",
         "            request.num_computed_tokens -= num_rejected\n",
         "            pass\n",
-    ),
-    (
-        "13.6",
-        "greedy acceptance past the first mismatch (every draft equal to its argmax counts)",
-        "    while accepted < len(drafts) and drafts[accepted] == target[accepted]:\n        accepted += 1\n",
-        "    accepted = sum(d == t for d, t in zip(drafts, target))\n",
     ),
     (
         "13.6",

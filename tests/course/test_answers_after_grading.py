@@ -19,7 +19,7 @@ ANSWERS = {  # chapter -> (exercise module, sentences that answer a graded task)
         "ch13_spec_decode",
         [
             "num_tokens_with_spec - num_computed_tokens",
-            "only while every draft before it was right",
+            "Rolling back by the number of drafts rather than the rejected ones",
             "num_new_tokens + num_computed_tokens - num_tokens",
             "num_rejected = len(drafts) - (len(new_tokens) - 1)",
             "num_rejected = num_draft_tokens - num_accepted",
