@@ -8,8 +8,8 @@ pass, your manager serves every sliding group of a hybrid model:
 
 What you can use: `self.sliding_window` (W, in tokens), `self.block_size`, `self.block_pool` (chapter 06's
 pool: free_blocks(blocks) drops one reference on each (an empty list changes nothing), and a block that
-reaches 0 joins the free queue, the unhashed ones at its head and the hashed ones at its tail, each kind as a
-group in the order given),
+reaches 0 joins the free queue: the unhashed ones inserted at its head and the hashed ones appended at its tail,
+each kind keeping the order given, so the first given of a kind leaves before the others of that kind),
 `self.null_block` (the pool's one null block; any block's `block.is_null` is True for it alone), `self.use_eagle`,
 `self.req_to_blocks` (a plain dict, request id -> list of the request's blocks in this group, token i in entry
 i // block_size: indexing an id it lacks raises KeyError, .get does not), and
@@ -59,7 +59,8 @@ class SlidingWindowManager(EngineSlidingWindowManager):
           get_num_skipped_tokens(num_computed_tokens) skipped ones; a block with one visible token stays. A request
           may hold fewer blocks than are skipped (its table may not yet reach as far as num_computed_tokens:
           only the blocks it holds can go); a request with no entry in req_to_blocks
-          (allocate_slots calls this for a request being admitted) is left alone: no KeyError, no entry added.
+          (allocate_slots calls this for a request being admitted) is left alone: no KeyError, no entry added
+          (vLLM 0.33 indexes its req_to_blocks, a defaultdict, which adds an empty entry there instead).
         - The table keeps its length and its positions: the entry of every block given back holds
           self.null_block, every other entry holds the block it held before.
         - References: each block given back has dropped exactly one reference in the pool; no block is given back

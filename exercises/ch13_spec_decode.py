@@ -1,6 +1,7 @@
 """Chapter 13 exercises: speculative decoding: draft, verify, accept, roll back.
 
-Three parts, each mirroring vLLM 0.33 (read them once yours pass), then an open design that goes beyond it:
+Three parts, each mirroring vLLM 0.33 (read them once yours pass), and 13.6, which checks 13.4 and 13.5 in the
+engine; then an open design that goes beyond it:
 - the accept rule of a sampled verify step, task 13.3 (vllm/v1/sample/rejection_sampler.py);
 - the scheduler's two speculative pieces (vllm/v1/core/sched/scheduler.py): which drafts a step verifies (13.4),
   and the rollback of the rejected ones after it (13.5);
@@ -115,7 +116,7 @@ def rejection_random_sample(
     sample_recovered_tokens in vllm/v1/sample/rejection_sampler.py. Read them once your rule is derived: they
     state it.)
     Helpers (nanoengine.sample.sampler): target_probs(logits_row, params) is a row's p, a fresh tensor;
-    draw(probs, generator) draws one token id from unnormalized non-negative weights.
+    draw(probs, generator) draws one token id (an int) from unnormalized non-negative weights.
     Example: p = [0.5, 0.3, 0.2] on row 0 and draft [1], over many verify steps: the output's first token is
     0, 1 and 2 in the proportions p gives them, and only an output that starts with the draft has a second
     token. With top_k = 1 (p puts 1 on the argmax), drafts equal to the rows' argmax are always all accepted.
@@ -224,7 +225,7 @@ class DraftLengthDesign:
           (the best of k = 0..8 proposed at every step, k = 1 there, about 1.14 tokens per unit).
         What the bar separates, measured: every fixed k (k = K_MAX always reaches about 0.6 of the best fixed
         k's value), and an estimate of the request's acceptance rate so far scaled to K_MAX, land at or below the
-        best fixed k; designs that pass came out about 10% above it. Measure while you design:
+        best fixed k; designs that pass came out about 7 to 11% above it. Measure while you design:
         `from nanocourse.spec_design import measure, bar, replay, TRACES; measure(DraftLengthDesign), bar()`, and
         `replay(DraftLengthDesign, TRACES[0]).steps` shows your choices on one trace, with what each accepted.
         Read after passing: `reveal("13")` (from nanocourse), and ask what your rule gives up.
