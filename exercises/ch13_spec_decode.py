@@ -33,8 +33,8 @@ import torch
 
 from nanocourse.builds_on import chapter_07_scheduler
 from nanocourse.spec_design import K_MAX  # noqa: F401, RUF100  (13.7: the most drafts a step may verify)
+from nanocourse.spec_given import verify_rows
 from nanoengine.request import Request, RequestStatus
-from nanoengine.sample.rejection_sampler import rejection_sample as engine_rejection_sample
 from nanoengine.sample.sampler import draw, target_probs  # noqa: F401, RUF100  (13.3: a row's p, one draw)
 from nanoengine.sampling_params import SamplingParams
 from nanoengine.spec_decode.ngram_proposer import NgramProposer as EngineNgramProposer
@@ -75,15 +75,7 @@ def rejection_sample(
     rejection_sample in nanoengine/sample/rejection_sampler.py.)
     Example: rows' argmax [3, 5, 6, 1] and drafts [3, 5, 6] give [3, 5, 6, 1]; drafts [3, 4, 6] give [3, 5].
     """
-    out, start = [], 0
-    for drafts, p, gen in zip(draft_token_ids, params, generators):
-        rows = logits[start : start + len(drafts) + 1]
-        start += len(drafts) + 1
-        if p.greedy:
-            out.extend(engine_rejection_sample(rows, [drafts], [p], [gen]))
-        else:
-            out.append(rejection_random_sample(rows, drafts, p, gen))
-    return out
+    return verify_rows(logits, draft_token_ids, params, generators, rejection_random_sample)
 
 
 def rejection_random_sample(

@@ -8,8 +8,8 @@ import torch
 
 from nanocourse.builds_on import chapter_07_scheduler
 from nanocourse.spec_design import K_MAX
+from nanocourse.spec_given import verify_rows
 from nanoengine.request import Request, RequestStatus
-from nanoengine.sample.rejection_sampler import rejection_sample as engine_rejection_sample
 from nanoengine.sample.sampler import draw, target_probs
 from nanoengine.sampling_params import SamplingParams
 from nanoengine.spec_decode.ngram_proposer import NgramProposer as EngineNgramProposer
@@ -27,15 +27,7 @@ def rejection_sample(
 ) -> list[list[int]]:
     """Given: len(drafts) + 1 rows per request, request after request; greedy requests get the engine's verdict,
     sampled ones rejection_random_sample's."""
-    out, start = [], 0
-    for drafts, p, gen in zip(draft_token_ids, params, generators):
-        rows = logits[start : start + len(drafts) + 1]
-        start += len(drafts) + 1
-        if p.greedy:
-            out.extend(engine_rejection_sample(rows, [drafts], [p], [gen]))
-        else:
-            out.append(rejection_random_sample(rows, drafts, p, gen))
-    return out
+    return verify_rows(logits, draft_token_ids, params, generators, rejection_random_sample)
 
 
 def rejection_random_sample(

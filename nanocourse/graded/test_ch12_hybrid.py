@@ -94,31 +94,23 @@ def check_removal(impl, window):
             f"(ref_cnt 0) and every block kept is still held once (ref_cnt 1); the request's blocks have ref_cnt "
             f"{[b.ref_cnt for b in blocks]}"
         )
-    # A request whose window jumps ahead frees several blocks in one call (a long chunk): the order shows.
-    for one in (m, ref):
-        one.allocate_new_computed_blocks("jump", [], 0)
-        one.allocate_new_blocks("jump", 48)
-        one.remove_skipped_blocks("jump", 40)
-    assert free_ids(pool) == free_ids(ref.block_pool), (
-        f"W={window}, a window that jumps to 40 computed tokens frees {(40 - window + 1) // BS} blocks at once "
-        f"(table positions 0 .. {(40 - window + 1) // BS - 1}): the one nearest the window must leave the free queue "
-        f"first and position 0 last, so the free queue starts with block ids {free_ids(ref.block_pool)[:6]}, as with "
-        f"the engine's own manager; yours starts {free_ids(pool)[:6]}"
-    )
-    # Cached blocks join the free queue's tail, and there too the one nearest the window leaves first: one release
-    # of them all, as for the unhashed ones (block 0 freed first would put it nearest the head instead).
-    for one in (m, ref):
-        one.allocate_new_computed_blocks("cached", [], 0)
-        for i, block in enumerate(one.allocate_new_blocks("cached", 48)):
-            block.block_hash = make_block_hash_with_group_id(HASHES[i], 0)
-        one.remove_skipped_blocks("cached", 40)
-    assert free_ids(pool) == free_ids(ref.block_pool), (
-        f"W={window}, a window that jumps to 40 computed tokens over a request's cached blocks frees its first "
-        f"{(40 - window + 1) // BS} blocks (positions 0 .. {(40 - window + 1) // BS - 1}) at once: cached blocks join "
-        f"the free queue's tail, the one nearest the window first and position 0 last, so the queue ends "
-        f"{free_ids(ref.block_pool)[-6:]} (block ids), as with the engine's own manager; yours ends "
-        f"{free_ids(pool)[-6:]}"
-    )
+    # A request whose window jumps ahead frees several blocks in one call (a long chunk): the order shows, at the
+    # queue's head for unhashed blocks and at its tail for cached ones (block 0 freed first would misplace either).
+    jumped = (40 - window + 1) // BS
+    for request_id, hashed in (("jump", False), ("cached", True)):
+        for one in (m, ref):
+            one.allocate_new_computed_blocks(request_id, [], 0)
+            for i, block in enumerate(one.allocate_new_blocks(request_id, 48)):
+                if hashed:
+                    block.block_hash = make_block_hash_with_group_id(HASHES[i], 0)
+            one.remove_skipped_blocks(request_id, 40)
+        end, ids = ("tail", slice(-6, None)) if hashed else ("head", slice(None, 6))
+        assert free_ids(pool) == free_ids(ref.block_pool), (
+            f"W={window}, a window that jumps to 40 computed tokens over a request's {'cached' if hashed else 'unhashed'} "
+            f"blocks frees its first {jumped} (table positions 0 .. {jumped - 1}) at once: they join the free queue's "
+            f"{end}, the one nearest the window leaving first and position 0 last, so the queue's {end} is block ids "
+            f"{free_ids(ref.block_pool)[ids]}, as with the engine's own manager; yours is {free_ids(pool)[ids]}"
+        )
     # A request admitted with a short hit holds fewer blocks than the skipped count covers.
     m.allocate_new_computed_blocks("short", [], 0)
     m.allocate_new_blocks("short", 4)
