@@ -44,11 +44,12 @@ class Hint:
     def _repr_markdown_(self) -> str:
         return f"**Chapter {self.chapter}, hint {self.number}: {self.title}**\n\n{self.text}"
 
-    def untried(self) -> list[str]:
-        """The tasks that keep this hint locked: those it names that no grade of the learner's code tried yet."""
+    def untried(self, tried: dict[str, int] | None = None) -> list[str]:
+        """The tasks that keep this hint locked: those it names that no grade of the learner's code tried yet.
+        tried: the attempt record, where the caller has read it already."""
         if not self.gated:
             return []
-        tried = attempts()
+        tried = attempts() if tried is None else tried
         return [task for task in self.tasks if not tried.get(task)]
 
 
@@ -93,9 +94,9 @@ class HintList:
     hints: tuple[Hint, ...]
 
     def _items(self) -> list[str]:
-        items = []
+        items, tried = [], attempts()
         for h in self.hints:
-            untried = h.untried()
+            untried = h.untried(tried)
             items.append(
                 f"{h.number}. {h.title}" + (f"  (locked: grade {', '.join(untried)} first)" if untried else "")
             )

@@ -42,8 +42,8 @@ class DraftLengthRule(Protocol):
 
 def acceptance_trace(seed: int) -> list[bool]:
     """One request's trace, 64 to 256 positions: a quarter of requests stay low throughout (drafts accepted with
-    probability 0.05 to 0.2); the others alternate stretches of 8 to 60 positions, repetitive (0.8 to 0.97) and new
-    (0.05 to 0.3)."""
+    probability 0.05 to 0.2); the others alternate repetitive stretches of 30 to 120 positions (0.85 to 0.98) and
+    new ones of 8 to 60 (0.05 to 0.3)."""
     rng = random.Random(seed)
     length = rng.randint(64, 256)
     if rng.random() < 0.25:

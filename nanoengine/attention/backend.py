@@ -140,10 +140,8 @@ def decode_step_bytes(
 
 def gather_kv(cache: torch.Tensor, block_table: torch.Tensor, seq_len: int) -> torch.Tensor:
     """One request's first seq_len tokens, made contiguous: [seq_len, Hkv, D]."""
-    block_size = cache.shape[1]
-    num_blocks = -(-seq_len // block_size)
-    # index_select copies whole blocks; indexing with cache[...] goes element by element, 2-3x slower on CPU.
-    return cache.index_select(0, block_table[:num_blocks].long()).flatten(0, 1)[:seq_len]
+    num_blocks = -(-seq_len // cache.shape[1])
+    return _gather_blocks(cache, block_table[None, :num_blocks].long())[0, :seq_len]
 
 
 class TorchBackend:
@@ -193,7 +191,7 @@ class TorchBackend:
         b, hq, d = q.shape
         hkv = k_cache.shape[2]
         prefix = block_tables[0, :num_prefix_blocks].long()
-        pk, pv = (c.index_select(0, prefix).flatten(0, 1).transpose(0, 1) for c in (k_cache, v_cache))  # [Hkv, P, D]
+        pk, pv = (_gather_blocks(c, prefix[None])[0].transpose(0, 1) for c in (k_cache, v_cache))  # [Hkv, P, D]
         # All B*G queries of one KV head against its prefix keys in one matmul.
         qg = q.view(b, hkv, hq // hkv, d)
         o1, lse1 = _attend(qg.transpose(0, 1).reshape(hkv, -1, d), pk, pv, None, scale)
@@ -255,6 +253,7 @@ def gather_padded(k_cache, v_cache, block_tables, seq_lens):
 
 def _gather_blocks(cache: torch.Tensor, tables: torch.Tensor) -> torch.Tensor:
     """cache's blocks at tables [B, N] (int64) as [B, N * block_size, Hkv, D], one index_select for all rows."""
+    # index_select copies whole blocks; indexing with cache[...] goes element by element, 2-3x slower on CPU.
     return cache.index_select(0, tables.flatten()).view(*tables.shape, *cache.shape[1:]).flatten(1, 2)
 
 
