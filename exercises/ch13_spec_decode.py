@@ -92,17 +92,18 @@ def rejection_random_sample(
     position by position: the first emitted token follows row 0's p whatever the drafts are; given that the
     tokens before position i were the drafts d1..di, the token at i follows row i's p; and tokens are emitted only
     while the rows still describe the true context (so the output is accepted drafts then one token). p is a row's
-    target distribution: tempered, then top-k/top-p filtered, as the sampler draws. An n-gram draft is a single
-    token chosen for sure: its draft distribution q is one-hot (vLLM's NO_DRAFT_PROBS). Derive from the
-    requirement, as section 3 of the notebook frames it, how likely each draft must be accepted and from which
-    distribution the token after a rejection must come (Leviathan et al., arXiv:2211.17192, state the general
-    rule for any q). Invariants the grader also checks:
-    - each draft's verdict is drawn independently of the others' verdicts;
+    target distribution: tempered, then top-k/top-p filtered, as the sampler draws. An n-gram draft is one token
+    chosen for sure, not drawn from a distribution (vLLM's NO_DRAFT_PROBS). The rule that meets the requirement is
+    yours to derive: section 3 of the notebook sets up the question, and Leviathan et al. (arXiv:2211.17192)
+    answer it for drafts drawn from any distribution, a paper to read after your derivation, not before.
+    Invariants the grader also checks:
+    - a draft's verdict is random afresh, not shared with or drawn from another draft's;
     - a draft of probability 0 under its row's p is never accepted;
     - every random number comes from gen (torch's global generator when it is None), so the same seeds give
-      the same tokens whatever else draws meanwhile. The generators live on the CPU (the runner makes them with
-      torch.Generator(), whatever device logits is on): a number drawn with one is a CPU tensor
-      (torch.rand((), generator=g), with no device argument), and draw() moves its weights to the CPU.
+      the same tokens whatever else draws meanwhile. In which order you draw is yours: the grader checks the
+      distributions and this determinism, not a particular stream of draws. The generators live on the CPU (the
+      runner makes them with torch.Generator(), whatever device logits is on), so a number drawn with one is a CPU
+      tensor; draw() moves its weights to the CPU itself.
     (vLLM 0.33: the default V2 runner's RejectionSampler, vllm/v1/worker/gpu/spec_decode/rejection_sampler.py
     with its kernels in rejection_sampler_utils.py; the V1 runner's rejection_random_sample_kernel and
     sample_recovered_tokens in vllm/v1/sample/rejection_sampler.py. Read them once your rule is derived: they
@@ -134,23 +135,24 @@ class Scheduler(Chapter07Scheduler):
         Contract, for each request of num_scheduled:
         - Its entry names exactly the drafts among the tokens this step feeds it, in order: what the rejection
           sampler will judge, and what update_request_with_output will be told was verified. A step that feeds
-          it no draft (a prompt chunk, or a budget that left room for its last verified token only) gives it no
-          entry; no entry is ever [].
-        - Afterwards its spec_token_ids is [], verified or not: the engine proposes anew after the step, from the
-          context the step leaves, and a step never verifies drafts it did not schedule. A request not in
-          num_scheduled keeps its drafts.
-        - A placeholder draft (PLACEHOLDER_TOKEN_ID) is a draft like any other here. schedule() gives a request
-          admitted with one token left beside running decodes k of them, so that every request of the step feeds
-          1 + k tokens (vLLM's uniform decode batch); the runner never accepts one, so such a request gets exactly
-          one token from the step, as without drafts.
+          it no draft gives it no entry; no entry is ever [].
+        - A draft is judged at most once, by the step that fed it, and only against the context it was proposed
+          from. Every step changes a scheduled request's context (the engine proposes anew from what the step
+          leaves), so no draft the request holds now may still be held when its next step is scheduled. A
+          request not in num_scheduled keeps its drafts.
+        - Placeholder drafts (PLACEHOLDER_TOKEN_ID) are already in spec_token_ids when this runs, and are drafts
+          like any other here. schedule() gives a request admitted with one token left beside running decodes k
+          of them, so that every request of the step feeds 1 + k tokens (vLLM's uniform decode batch); the runner
+          never accepts one, so such a request gets exactly one token from the step, as without drafts.
         What a subclass can use: self.requests (request id -> Request, every request the scheduler holds), and
         on a Request num_tokens (its verified tokens), num_computed_tokens and spec_token_ids.
         (vLLM 0.33: the "Speculative decode related" lines of Scheduler.schedule in vllm/v1/core/sched/scheduler.py,
         where num_output_placeholders is 0 here: nanoengine's async scheduling does not run with speculative
         decoding, since EngineArgs refuses the pair.)
-        Example: a decoding request (num_computed_tokens = num_tokens - 1) with drafts [7, 7, 7, 7, 7] scheduled 4
-        tokens verifies [7, 7, 7]; scheduled 1 token, nothing (no entry); either way its spec_token_ids is [] after.
-        A 10-token prompt at 4 computed tokens, scheduled 4: no entry.
+        Example: a decoding request (num_computed_tokens = num_tokens - 1) holding drafts [5, 6, 7, 8, 9] and
+        scheduled 1 token verifies nothing: no entry. A 10-token prompt at 4 computed tokens, scheduled 4: no entry.
+        The same decoding request scheduled 4 tokens: draw its positions as section 3 does, and check your answer
+        against the greedy step the notebook's view shows.
         """
         raise NotImplementedError
 
@@ -170,11 +172,11 @@ class Scheduler(Chapter07Scheduler):
           ignore_eos, a stop token, max_tokens, max_model_len), and nothing after it. Its block hashes cover them.
         - num_computed_tokens counts the positions the next step need not compute: those whose KV in the cache
           is the KV of the request's own tokens, and never so many that the next step could not sample the token
-          after the request's last one (a step samples only from the rows of tokens it feeds). That holds at a
-          stop too: vLLM keeps a stopped request's count so, and a resumable request resumes from there. Which
-          slots the step filled with a guess rather than the request's own KV is what section 3 of the notebook
-          shows. The scheduler caches the request's blocks up to num_computed_tokens right after this call
-          (section 4), so while this count is right no block holding a rejected draft is ever cached.
+          after the request's last one (a step samples only from the rows of tokens it feeds). Which slots the
+          step filled with a guess rather than the request's own KV is what section 3 of the notebook shows. The
+          scheduler caches the request's blocks up to num_computed_tokens right after this call (section 4), so
+          while this count is right no block holding a rejected draft is ever cached.
+        - Both rules hold whatever the call returns: a stopped request keeps a true count too (vLLM's does).
         - It returns the finished status the stop rule gave, or None when the request goes on; the caller
           finishes the request (sets its status and frees it), so this method does not.
         What a subclass can use: request.append_output_token_ids(token or tokens) adds output tokens and hashes the
@@ -184,8 +186,9 @@ class Scheduler(Chapter07Scheduler):
         (vLLM 0.33: the num_rejected lines of Scheduler.update_from_output, then _update_request_with_output, in
         vllm/v1/core/sched/scheduler.py; vLLM trims new_token_ids in place and returns (tokens, stopped).)
         Example: prompt of 5, output [9], drafts [7, 8, 9], so num_computed_tokens 9 on entry. New [7, 6]: output
-        [9, 7, 6], 7 computed, None. New [7, 8, 9, 4]: output [9, 7, 8, 9, 4], 9 computed, None. With EOS 0,
-        drafts [5, 0, 5] and new [5, 0, 5, 4]: output [9, 5, 0], 7 computed, FINISHED_STOPPED.
+        [9, 7, 6], 7 computed, None. New [7, 8, 9, 4]: output [9, 7, 8, 9, 4], None, and a count your rules give.
+        With EOS 0, drafts [5, 0, 5] and new [5, 0, 5, 4]: output [9, 5, 0], FINISHED_STOPPED, and again the count
+        is the rules' (reveal("13") shows both once the chapter passes).
         """
         raise NotImplementedError
 
