@@ -21,7 +21,7 @@ have (a reference: which of these a step uses, and when, is yours to decide):
 | `self.kv_cache_manager` | chapter 06's `get_computed_blocks` and `allocate_slots`, with the contracts stated there |
 | `get_computed_blocks(r)` | r's hit; counts a lookup in the prefix-cache stats unless given `record_stats=False` |
 | `allocate_slots(r, n, ...)` | n slots past a hit (its tokens and blocks), plus `num_lookahead_tokens` |
-| ... `full_sequence_must_fit` | True: granted only if r's whole sequence, hit included, fits the free blocks now |
+| ... `full_sequence_must_fit` | True: checks r's whole sequence, hit included, against free blocks; False: this step's |
 | `self.policy` | `SchedulingPolicy.FCFS` or `SchedulingPolicy.PRIORITY` |
 | `request.status` | `RequestStatus.RUNNING`, `PREEMPTED` (after `preempt`), ... |
 | `preempt(r)` | for r out of running (choose_victim took it): frees its blocks, drops its drafts, requeues it first |
@@ -123,6 +123,7 @@ class Scheduler(EngineScheduler):
           through choose_victim() or straight out of self.running comes to the same: alone, it is all that rule
           can name.) The goal: no request waits for ever for blocks that can never be freed,
           and none is ended that could still run (its lookahead slots count: a readmission asks for them again).
+          A request has drafts here when num_tokens_with_spec > num_tokens, whether or not this step planned them.
           The scheduler never reads the pool's size: decide from what the refusal and a preemption tell you.
           A waiting request refused while nothing runs: what becomes of it, and of the ones behind it? There the
           goal is also that a request which can never fit holds up nobody behind it.
@@ -148,9 +149,9 @@ class Scheduler(EngineScheduler):
           and they count in the Budget above. Question: when is a request not planned for want of them? (Whether
           the running pass then stops or skips that request gives the same plan: the budget only shrinks.) A
           newcomer that padded_size pads (chapter 13 says why) is planned its padded size exactly or nothing,
-          and leaves the step looking like a request verifying drafts: num_tokens_with_spec covers every planned
-          token, the ones past its own being PLACEHOLDER_TOKEN_ID; when its padded size does not fit, the Head of
-          the queue question decides the ones behind it.
+          and leaves the step looking like a request verifying drafts: its spec_token_ids hold PLACEHOLDER_TOKEN_ID
+          for every planned token past its own, so that num_tokens_with_spec covers them all; when its padded
+          size does not fit, the Head of the queue question decides the ones behind it.
         - Stats: each admitted request's prefix-cache lookup is counted exactly once, at its admission; the
           lookups of requests left waiting are not counted.
         - Output: num_scheduled maps each planned request id to its tokens, in the order the step planned
