@@ -195,7 +195,7 @@ class Scheduler(Chapter07Scheduler):
 
 class DraftLengthDesign:
     """Task 13.7, an open design: how many drafts to propose for one request this step. One object per request,
-    asked before each of its steps; it may keep state between the calls."""
+    asked once before each of its steps; it may keep state between the calls."""
 
     def num_drafts(self, history: Sequence[tuple[int, int]]) -> int:
         """Task 13.7: the number of drafts k, 0 to K_MAX (nanocourse.spec_design.K_MAX, 8), to propose for this
@@ -206,7 +206,8 @@ class DraftLengthDesign:
         verifies drafts for nothing where a request's drafts are rejected early, and leaves tokens unproposed where
         they keep being accepted. This task goes beyond vLLM 0.33: choose k from this request's own record.
         history: one (drafts proposed, drafts accepted) pair per earlier step of this request, oldest first ([] at
-        its first step); a step that accepted a of its k drafts emitted a + 1 tokens.
+        its first step), where drafts proposed is your choice after the cut to the room left (below); a step that
+        accepted a of its k drafts emitted a + 1 tokens.
         Cost model (nanocourse.spec_design): a step that verifies k drafts for the request costs 1 + 0.25 k units
         (COST_PER_DRAFT, a stated ratio: on a loaded server each extra token a verify pass feeds costs about a
         quarter of a decode step), whatever is accepted. The goal: the most tokens emitted per unit of cost.

@@ -53,6 +53,15 @@ BUGS = [
     ("13.4", "spec_token_ids not cleared", "            request.spec_token_ids = []\n", ""),
     (
         "13.4",
+        "the verified list is the request's own spec_token_ids, then emptied in place",
+        "                verified[req_id] = request.spec_token_ids[:num_spec]\n            request.spec_token_ids = []\n",
+        (
+            "                del request.spec_token_ids[num_spec:]\n                verified[req_id] = request.spec_token_ids\n"
+            "            request.spec_token_ids.clear()\n"
+        ),
+    ),
+    (
+        "13.4",
         "spec_token_ids cleared only for the requests that verify some drafts",
         "                verified[req_id] = request.spec_token_ids[:num_spec]\n            request.spec_token_ids = []\n",
         "                verified[req_id] = request.spec_token_ids[:num_spec]\n                request.spec_token_ids = []\n",

@@ -274,14 +274,20 @@ def check_scheduled_drafts_examples(impl):
         "[5, 5, 5], [4, 4], and a 10-token prompt p at 4 computed tokens with drafts [3, 3]; scheduled "
         f"{scheduled}"
     )
+    emptied = [rid for rid, drafts in (got.items() if isinstance(got, dict) else ()) if drafts == []]
+    assert not emptied, (
+        f"{setup}: entries {emptied} are [], and no entry is ever []. Did an entry start as the request's own "
+        f"spec_token_ids list, emptied in place afterwards? The list a step verifies must not be the one the "
+        f"request keeps; yours {got}"
+    )
     assert isinstance(got, dict) and got == expected, (
         f"{setup}: a request verifies the drafts among its scheduled tokens past num_tokens (a: 4 - 1 = 3 of its 5; "
         f"b: both; c: none, so no entry; a prompt chunk: none): expected {expected}, yours {got}"
     )
     cleared = {r.request_id: r.spec_token_ids for r in (a, b, c, prompt)}
     assert all(v == [] for v in cleared.values()), (
-        f"{setup}: every scheduled request's drafts are used up (spec_token_ids = []), verified or not: the engine "
-        f"proposes anew after the step; yours leaves {cleared}"
+        f"{setup}: every scheduled request's drafts are used up, verified or not (it holds none once the step is "
+        f"scheduled): the step changes its context, and the engine proposes anew after it; yours leaves {cleared}"
     )
     assert d.spec_token_ids == [4, 4], (
         f"{setup}: request d was not scheduled, so its drafts stay for a later step: [4, 4], yours {d.spec_token_ids}"
