@@ -31,9 +31,10 @@ What you have (a reference: which of these a method uses, and when, is yours to 
 - a block (KVCacheBlock): block_id, ref_cnt, block_hash (None or bytes; set it once, reset_hash() to
   clear it), is_null;
 - in the pool: self.free_block_queue (your chapter 05 queue's interface): popleft_n, remove, append_n,
-  prepend_n, get_all_free_blocks, num_free_blocks (popleft_n(n) raises ValueError, changing nothing, when n is
-  negative or more than num_free_blocks); get_num_free_blocks(), the free blocks an allocation may
-  take now (it returns free_block_queue.num_free_blocks: the two never differ, here as in vLLM 0.33);
+  prepend_n (a run at the head, in its order), get_all_free_blocks, num_free_blocks (popleft_n(n) raises
+  ValueError, changing nothing, when n is negative or more than num_free_blocks); get_num_free_blocks(), the
+  free blocks an allocation may take now (it returns free_block_queue.num_free_blocks: the two never differ,
+  here as in vLLM 0.33);
   self.cached_block_hash_to_block: get_one_block(key), insert(key, block), pop(key, block_id);
   make_block_hash_with_group_id, which turns a block hash and a group id into the key that group's block is
   cached under (group 0's key is the bare hash). The pool's given methods, each keeping the invariants in
@@ -69,8 +70,9 @@ What you have (a reference: which of these a method uses, and when, is yours to 
   - find_longest_cache_hit(hashes, max_length) -> (one hit list per group, hit tokens): the longest prefix of
     whole blocks, at most max_length tokens long (any max_length: it may end short of it), that every group
     serves;
-  - find_longest_cache_hit_and_uncached_prefix(hashes, max_length): the same two, and how many tokens past the
-    hit some attention type alone has cached (0 with one group), so that prefix ends at hit tokens + that count;
+  - find_longest_cache_hit_and_uncached_prefix(hashes, max_length) -> (one hit list per group, hit tokens,
+    uncached-prefix tokens): the same two, and how many tokens past the hit some attention type alone has cached
+    (0 with one group), so that prefix ends at hit tokens + that count;
   - get_num_blocks_to_allocate(request_id, num_tokens, hits, num_computed, apply_admission_cap=False): the free
     blocks, over all groups, that the request would take from the pool to hold slots for num_tokens tokens with
     these hits (task 06.3c's count; with apply_admission_cap, a sliding group counts at most its admission cap).
@@ -127,7 +129,8 @@ def place_freed(queue: FreeKVCacheBlockQueue, freed: list[KVCacheBlock]) -> None
     05 queue: popleft_n, remove, append_n, prepend_n, get_all_free_blocks, num_free_blocks); it already holds the
     blocks freed before.
     Contract, after the call: the queue holds every block it held and every freed block, each once (a block left
-    out is leaked); no block in use and not the null block; no hash has changed (eviction stays lazy).
+    out is leaked; the blocks it held may move too, though none needs to); no block in use and not the null
+    block; no hash has changed (eviction stays lazy).
     Goals: on the chapter's chat workload (chatbot_prompts(300), blocks of 16 tokens), with 31 usable blocks the
     ceiling hit rate, every system prompt's first use missing and nothing else (0.834; the design problem's
     naive order gets 0.686), and with 27 usable blocks, where memory is short enough that system prompts' chains
