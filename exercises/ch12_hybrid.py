@@ -101,8 +101,8 @@ class SlidingWindowManager(EngineSlidingWindowManager):
           depends on the token after it, which a cached prefix cannot supply (vLLM 0.33's fallback,
           SpeculativeConfig.needs_eagle_block_drop; by default its block hashes cover the next token instead and
           nothing is dropped: notebook 12's vLLM box). The hit returned is what is left once that block is dropped:
-          the dropped block was cached, what is left must still serve the next query by the first rule, and it
-          is the longest such. At W = 1, where the next query sees no earlier token, its last entry may be null.
+          the dropped block was cached, the hit before the drop keeps within max_length too, what is left must
+          still serve the next query by the first rule, and it is the longest such. At W = 1, where the next query sees no earlier token, its last entry may be null.
         - A lookup only: no ref_cnt, queue or map changes.
         (vLLM 0.33: SlidingWindowManager.find_longest_cache_hit, a classmethod there that also takes the
         pool, the spec and an alignment and returns the hit length too.)

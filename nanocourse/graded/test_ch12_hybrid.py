@@ -57,6 +57,12 @@ def free_ids(pool):
     return [b.block_id for b in pool.free_block_queue.get_all_free_blocks()]
 
 
+def at_positions(ids, table):
+    """Block ids, each with its position in the request's block table: "3 (pos 8)"."""
+    position = {block_id: i for i, block_id in enumerate(table)}
+    return "[" + ", ".join(f"{i} (pos {position[i]})" if i in position else str(i) for i in ids) + "]"
+
+
 def check_removal(impl, window):
     m, ref = (
         manager(impl, window),
@@ -98,9 +104,12 @@ def check_removal(impl, window):
     # queue's head for unhashed blocks and at its tail for cached ones (block 0 freed first would misplace either).
     jumped = (40 - window + 1) // BS
     for request_id, hashed in (("jump", False), ("cached", True)):
+        tables = []
         for one in (m, ref):
             one.allocate_new_computed_blocks(request_id, [], 0)
-            for i, block in enumerate(one.allocate_new_blocks(request_id, 48)):
+            new_blocks = list(one.allocate_new_blocks(request_id, 48))
+            tables.append([b.block_id for b in new_blocks])
+            for i, block in enumerate(new_blocks):
                 if hashed:
                     block.block_hash = make_block_hash_with_group_id(HASHES[i], 0)
             one.remove_skipped_blocks(request_id, 40)
@@ -109,7 +118,8 @@ def check_removal(impl, window):
             f"W={window}, a window that jumps to 40 computed tokens over a request's {'cached' if hashed else 'unhashed'} "
             f"blocks frees its first {jumped} (table positions 0 .. {jumped - 1}) at once: they join the free queue's "
             f"{end}, the one nearest the window leaving first and position 0 last, so the queue's {end} is block ids "
-            f"{free_ids(ref.block_pool)[ids]}, as with the engine's own manager; yours is {free_ids(pool)[ids]}"
+            f"{at_positions(free_ids(ref.block_pool)[ids], tables[1])}, as with the engine's own manager; yours is "
+            f"{at_positions(free_ids(pool)[ids], tables[0])}"
         )
     # A request admitted with a short hit holds fewer blocks than the skipped count covers.
     m.allocate_new_computed_blocks("short", [], 0)
