@@ -118,8 +118,9 @@ class Scheduler(EngineScheduler):
 class VictimDesign(EngineScheduler):
     """Task 07.10: one design among many, a victim's cost against its gain. Preempting a request costs the tokens
     it has computed (it redoes them); it gains the room the request would have claimed over the next HORIZON
-    steps had it stayed: its unread prompt at most one chunk cap a step, then one decode token a step. The victim
-    is the running request whose gain exceeds its cost the most, the newest on a tie."""
+    steps had it stayed: its unread prompt at most one chunk cap a step, then one decode token a step up to its
+    max_tokens (an upper bound: a request that stops early on EOS would have claimed less). The victim is the
+    running request whose gain exceeds its cost the most, the newest on a tie."""
 
     HORIZON = 16  # steps ahead that a freed block counts: about how long a victim waits before it is readmitted
 

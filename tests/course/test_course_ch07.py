@@ -183,6 +183,21 @@ def test_every_victim_workload_forces_preemption_and_finishes_clean():
         assert None not in r.finished.values() and r.blocks_held == 0, r
 
 
+def test_some_victim_workload_requests_stop_before_their_max_tokens(monkeypatch):
+    """Task 07.10's workloads do not make max_tokens a forecast: about two in five drawn requests stop early, and
+    replay ends one on its EOS (r1 of "two late arrivals" asks for 30 tokens and stops after 7), sooner than the
+    same request run to its max_tokens."""
+    drawn = [a for name, (_, steps) in WORKLOADS.items() if name.startswith("mixed") for at in steps for a in steps[at]]
+    assert 0.3 <= sum(output < max_tokens for _, _, max_tokens, output in drawn) / len(drawn) <= 0.5
+    name = "two late arrivals"
+    blocks, steps = WORKLOADS[name]
+    assert ("r1", 12, 30, 7) in steps[0]
+    exact = {at: [(rid, n, max_tokens, max_tokens) for rid, n, max_tokens, _ in reqs] for at, reqs in steps.items()}
+    monkeypatch.setitem(WORKLOADS, "to max_tokens", (blocks, exact))
+    stopped, capped = replay(Scheduler, name), replay(Scheduler, "to max_tokens")
+    assert stopped.finished["r1"] + 23 <= capped.finished["r1"], (stopped, capped)
+
+
 def test_the_victim_bar_lies_between_rules_that_look_back_and_rules_that_look_ahead():
     """07.10's bar, BAR_FRACTION of vLLM's recompute, rejects the rules that weigh only what a victim has done or
     holds (each recomputes more than vLLM's rule itself) and passes those that weigh what it would still claim, by
