@@ -21,13 +21,13 @@ have (a reference: which of these a step uses, and when, is yours to decide):
 | `self.kv_cache_manager` | chapter 06's `get_computed_blocks` and `allocate_slots`, with the contracts stated there |
 | `get_computed_blocks(r)` | r's hit; counts a lookup in the prefix-cache stats unless given `record_stats=False` |
 | `allocate_slots(r, n, ...)` | n slots past a hit (its tokens and blocks), plus `num_lookahead_tokens` |
-| ... `full_sequence_must_fit` | True: checks r's whole sequence, hit included, against free blocks; False: this step's |
+| ... `full_sequence_must_fit` | True: checks r's whole sequence, hit included, against free blocks; False: the step's |
 | `self.policy` | `SchedulingPolicy.FCFS` or `SchedulingPolicy.PRIORITY` |
 | `request.status` | `RequestStatus.RUNNING`, `PREEMPTED` (after `preempt`), ... |
 | `preempt(r)` | for r out of running (choose_victim took it): frees its blocks, drops its drafts, requeues it first |
 | `admit(r, n)` | moves the queue's head r (slots allocated; n: its hit, in tokens) to running; counts its lookup |
 | `finish_length_capped(r)` | ends r (FINISHED_LENGTH_CAPPED): out of self.running or the waiting queue, blocks freed |
-| `padded_size(r, num_computed, threshold, ids)` | with drafts, the 1 + k tokens newcomer r is padded to (0: none) |
+| `padded_size(r, num_computed, threshold, ids)` | the 1 + k tokens newcomer r is padded to (0: none); ids: running ones planned |
 | ... its `ids` | the running requests the step planned, not the newcomers it admitted: their kind decides it |
 | `make_output(num_scheduled, new_blocks, new_reqs, preempted)` | packages the step (preempted: the victim Requests) |
 
@@ -117,7 +117,8 @@ class Scheduler(EngineScheduler):
         - Room: when a running request's grant is refused, room is made by recompute (preempt), with as few
           victims as possible, taken in the order choose_victim() names them; the request itself may come up.
           The plan the step returns holds only requests that still run after it, with the budget it reports
-          exact, and a victim never costs the requests behind it their turn.
+          exact, and a victim never costs the requests behind it their turn, a request that preempted itself
+          included.
         - Alone (question; nanoengine's own rule, vLLM 0.33 has none): a running request's grant is refused and
           nobody else is left in self.running to preempt. What becomes of it? (If your answer preempts it, taking it
           through choose_victim() or straight out of self.running comes to the same: alone, it is all that rule
