@@ -27,7 +27,7 @@ have (a reference: which of these a step uses, and when, is yours to decide):
 | `preempt(r)` | for r out of running (choose_victim took it): frees its blocks, drops its drafts, requeues it first |
 | `admit(r, n)` | moves the queue's head r (slots allocated; n: its hit, in tokens) to running; counts its lookup |
 | `finish_length_capped(r)` | ends r (FINISHED_LENGTH_CAPPED): out of self.running or the waiting queue, blocks freed |
-| `padded_size(r, num_computed, threshold, ids)` | the 1 + k tokens newcomer r is padded to (0: none); ids: running ones planned |
+| `padded_size(r, num_computed, threshold, ids)` | with drafts, the 1 + k tokens newcomer r is padded to (0: none) |
 | ... its `ids` | the running requests the step planned, not the newcomers it admitted: their kind decides it |
 | `make_output(num_scheduled, new_blocks, new_reqs, preempted)` | packages the step (preempted: the victim Requests) |
 
