@@ -178,19 +178,25 @@ class RotaryEmbedding(nn.Module):
         super().__init__()
         inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
         freqs = torch.outer(torch.arange(max_positions, dtype=torch.float32), inv_freq)
-        # Plain attributes, not buffers: model.to(bf16) must not round the angles.
-        self.cos, self.sin = freqs.cos(), freqs.sin()
+        cos, sin = freqs.cos(), freqs.sin()
+        # Rows over the whole head_dim, laid out for apply_rotary's one multiply-add: cos twice, and sin with its
+        # first half negated. Plain attributes, not buffers: model.to(bf16) must not round the angles.
+        self.cos, self.sin = torch.cat((cos, cos), dim=-1), torch.cat((-sin, sin), dim=-1)
 
     def forward(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """positions [T] -> (cos, sin), each [T, 1, head_dim / 2]. Every layer rotates by the same
-        positions, so the model looks the rows up once per step (as Hugging Face's LlamaModel does)."""
+        """positions [T] -> (cos, sin), each [T, 1, head_dim] as laid out in __init__. Every layer rotates by the
+        same positions, so the model looks the rows up once per step (as Hugging Face's LlamaModel does)."""
         return self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x [T, heads, head_dim] rotated by the (cos, sin) rows of its tokens' positions."""
-    x1, x2 = x.float().chunk(2, dim=-1)
-    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
+    """x [T, heads, head_dim] rotated by the (cos, sin) rows of its tokens' positions (RotaryEmbedding's layout).
+
+    With x = (x1, x2) in halves this is (x1 * cos - x2 * sin, x2 * cos + x1 * sin), Hugging Face's rotate-half,
+    to the bit in fp32 (adding a negated product is subtracting it); rolling x by half a head swaps its halves,
+    so the step runs 6 ops a layer instead of 11."""
+    xf = x.float()
+    return (xf * cos + xf.roll(x.shape[-1] // 2, dims=-1) * sin).to(x.dtype)
 
 
 class LlamaAttention(nn.Module):

@@ -107,3 +107,16 @@ def test_common_prefix_counts_shared_leading_blocks():
     assert num_common_prefix_blocks([[4, 5, 6, 9], [4, 5, 7, 0], [4, 5, 6, 8]]) == 2
     assert num_common_prefix_blocks([[4, 5, 0], [4, 5, 0]]) == 2, "null-block padding is never a shared prefix"
     assert num_common_prefix_blocks([[4, 5]]) == 0
+
+
+def test_one_request_decode_reads_each_steps_tables():
+    """TorchBackend reads a one-request decode's length and blocks once per step (per pair of tensors): a later
+    step's new tensors must be read afresh, as a fresh backend reads them."""
+    gen = torch.Generator().manual_seed(0)
+    k_cache, v_cache = torch.randn(8, 4, 2, 8, generator=gen), torch.randn(8, 4, 2, 8, generator=gen)
+    q = torch.randn(1, 4, 8, generator=gen)
+    be = TorchBackend()
+    for table, n in [([3, 5, 0], 6), ([3, 5, 0], 7), ([6, 2, 1], 12)]:
+        args = (torch.tensor([table], dtype=torch.int32), torch.tensor([n], dtype=torch.int32))
+        expected = TorchBackend().decode(q, k_cache, v_cache, *args, 0.3)
+        assert torch.equal(be.decode(q, k_cache, v_cache, *args, 0.3), expected)
