@@ -5,6 +5,8 @@ engine.)"""
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -29,6 +31,16 @@ def _add_sampling(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=None)
 
 
+def _leave_on_ctrl_c(signum: int, frame: object) -> None:
+    """Ctrl-C during generate or chat: one line and the shell's status for SIGINT (130), at once. These commands own
+    nothing that outlives the process, and a KeyboardInterrupt raised wherever the signal lands can go wrong: inside
+    torch (loading the weights, a step) it may come out as another exception, and it may leave the engine's execute
+    thread for the interpreter's shutdown to wait on. So the process leaves without unwinding (and writes its line
+    unbuffered: the signal may land inside a print to stderr)."""
+    os.write(sys.stderr.fileno(), b"interrupted\n")
+    os._exit(130)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m nanoengine", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -47,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return serve_cli(lambda: LLM(args.model, device=args.device), args)
 
+    previous = signal.signal(signal.SIGINT, _leave_on_ctrl_c)
     try:
         from nanoengine.entrypoints.llm import LLM
         from nanoengine.sampling_params import SamplingParams
@@ -64,9 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     except NanoEngineError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:  # Ctrl-C: one line and the shell's status for SIGINT, not a traceback
-        print("interrupted", file=sys.stderr)
-        return 130
+    finally:
+        signal.signal(signal.SIGINT, previous)
     print(out.text)
     print(
         f"\n[{len(out.prompt_token_ids)} prompt tokens, {len(out.token_ids)} generated ({out.finish_reason}) | "
