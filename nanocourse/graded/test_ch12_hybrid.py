@@ -109,8 +109,8 @@ def check_removal(impl, window):
             one.allocate_new_computed_blocks(request_id, [], 0)
             new_blocks = list(one.allocate_new_blocks(request_id, 48))
             tables.append([b.block_id for b in new_blocks])
-            for i, block in enumerate(new_blocks):
-                if hashed:
+            if hashed:
+                for i, block in enumerate(new_blocks):
                     block.block_hash = make_block_hash_with_group_id(HASHES[i], 0)
             one.remove_skipped_blocks(request_id, 40)
         end, ids = ("tail", slice(-6, None)) if hashed else ("head", slice(None, 6))

@@ -51,6 +51,14 @@ def test_bad_input_exits_2_with_a_message():
     assert "max_tokens must be an integer >= 1" in r.stderr
 
 
+def _reap(proc: subprocess.Popen) -> None:
+    """Kill a CLI process that outlived its Ctrl-C: left behind, it would go on generating or serving and slow
+    every test after this one."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.communicate()
+
+
 @pytest.mark.parametrize("after_s", [1, 4])
 def test_ctrl_c_exits_130_with_one_line(after_s):
     """Ctrl-C while torch loads (1 s) or the model generates (4 s): a line on stderr and the shell's status for
@@ -63,10 +71,8 @@ def test_ctrl_c_exits_130_with_one_line(after_s):
         time.sleep(after_s)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
-    finally:  # a process that outlived its Ctrl-C would go on generating, and slow every test after this one
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+    finally:
+        _reap(proc)
     assert proc.returncode == 130, err
     assert err.strip().splitlines()[-1] == "interrupted" and "Traceback" not in err, err
 
@@ -102,10 +108,8 @@ def test_serve_answers_over_http_then_stops_on_ctrl_c():
         proc.send_signal(signal.SIGINT)
         try:
             out, err = proc.communicate(timeout=30)
-        finally:  # never leave a server behind
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
+        finally:
+            _reap(proc)
     assert proc.returncode == 0, err
     assert f"Uvicorn running on http://127.0.0.1:{port}" in err  # the loopback address, not 0.0.0.0
     assert f"http://127.0.0.1:{port}/live" in out.splitlines()[0]  # the first line names the live page
