@@ -148,27 +148,43 @@ class TorchBackend:
     """The reference: gather each request's blocks into a contiguous tensor, then SDPA.
 
     Runs on any device and is easy to trust, but the gather copies the whole context every step,
-    which is exactly the cost a paged kernel avoids.
+    which is exactly the cost a paged kernel avoids. One exception serves a CPU decoding for one user: a request
+    that decodes alone keeps its gathered context from step to step (_Layer), each step adding its new token.
 
-    Invariant: block_tables and seq_lens passed to decode are not edited in place afterwards (the runner builds
-    new ones every step), so a one-request decode reads its context length and block index once per step.
+    Invariants: the caches are written only through store_kvcache; slot_mapping, block_tables and seq_lens are
+    not edited in place once passed (the runner builds new ones every step), so a step reads its padding, its
+    one request's context length and its block index once, not once a layer.
     """
 
     name = "torch"
     supports_cuda_graphs = False  # the gather's shapes follow each step's seq_lens
+    MIN_CONTEXT = 256  # tokens: the least a kept context holds, so a short request's decode reallocates it never
 
     def __init__(self):
-        # (block_tables, seq_lens, seq_len, blocks [1, N] int64) of the last one-request decode: every layer of a
-        # step passes the same two tensors, so the step reads them once, not once a layer (~0.4 ms of a 30 ms token).
-        self._one_decode: tuple[torch.Tensor, torch.Tensor, int, torch.Tensor] | None = None
+        self._slots: tuple[torch.Tensor, bool, int | None] | None = None  # this step's (slot_mapping, padded, slot)
+        self._one: _OneDecode | None = None  # the last step that decoded one request alone
+        self._layers: dict[int, _Layer] = {}  # id(k_cache) -> what this backend keeps of that layer
+
+    def _layer(self, k_cache: torch.Tensor, v_cache: torch.Tensor) -> _Layer:
+        layer = self._layers.get(id(k_cache))
+        if layer is None or layer.k_cache is not k_cache:
+            layer = self._layers[id(k_cache)] = _Layer(k_cache, v_cache)
+        return layer
 
     def store_kvcache(self, k, v, k_cache, v_cache, slot_mapping):
-        if bool((slot_mapping < 0).any()):  # padding (a CUDA graph's), never written
+        if self._slots is None or self._slots[0] is not slot_mapping:
+            one_slot = int(slot_mapping[0]) if slot_mapping.shape[0] == 1 else None
+            self._slots = (slot_mapping, bool((slot_mapping < 0).any()), one_slot)
+        _, padded, one_slot = self._slots
+        if padded:  # padding (a CUDA graph's), never written
             valid = slot_mapping >= 0
             slot_mapping, k, v = slot_mapping[valid], k[valid], v[valid]
+        layer = self._layer(k_cache, v_cache)
+        k, v = _as(k, k_cache.dtype), _as(v, v_cache.dtype)
         # index_copy_ writes the rows in place; a masked index_put costs a mask and a nonzero per tensor.
-        k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, slot_mapping, k.to(k_cache.dtype))
-        v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slot_mapping, v.to(v_cache.dtype))
+        layer.k_flat.index_copy_(0, slot_mapping, k)
+        layer.v_flat.index_copy_(0, slot_mapping, v)
+        layer.stored(one_slot if not padded else None, k, v)
 
     def decode(
         self, q, k_cache, v_cache, block_tables, seq_lens, scale, num_common_prefix_blocks=0, sliding_window=None
@@ -178,10 +194,12 @@ class TorchBackend:
         if sliding_window is None and q.shape[0] == 1:
             # One request sees all its keys: no padding, so no mask, and no zeroing of a padded copy. Same
             # numbers as the padded path (its all-true mask adds zeros), at about half the time on 2 cores.
-            n, blocks = self._one_decode_index(block_tables, seq_lens, k_cache.shape[1])
-            keys, values = (_gather_blocks(c, blocks)[0, :n].transpose(0, 1)[None] for c in (k_cache, v_cache))
+            one = self._one
+            if one is None or one.block_tables is not block_tables or one.seq_lens is not seq_lens:
+                one = self._one = _OneDecode.next(one, block_tables, seq_lens, k_cache.shape[1])
+            keys, values = self._layer(k_cache, v_cache).context(one, self.MIN_CONTEXT)
             out = torch.nn.functional.scaled_dot_product_attention(
-                q.unsqueeze(2), keys.to(q.dtype), values.to(q.dtype), scale=scale, enable_gqa=True
+                q.unsqueeze(2), _as(keys, q.dtype), _as(values, q.dtype), scale=scale, enable_gqa=True
             )
             return out.squeeze(2)
         keys, values, mask = gather_padded(k_cache, v_cache, block_tables, seq_lens)
@@ -190,16 +208,6 @@ class TorchBackend:
             mask &= positions[None, :] >= (seq_lens[:, None] - sliding_window)
         out = _sdpa(q.unsqueeze(2), keys.transpose(1, 2), values.transpose(1, 2), mask[:, None, None, :], scale)
         return out.squeeze(2)
-
-    def _one_decode_index(
-        self, block_tables: torch.Tensor, seq_lens: torch.Tensor, block_size: int
-    ) -> tuple[int, torch.Tensor]:
-        """The one request's context length and its blocks ([1, N] int64, for _gather_blocks), as of this step."""
-        memo = self._one_decode
-        if memo is None or memo[0] is not block_tables or memo[1] is not seq_lens:
-            n = int(seq_lens[0])
-            memo = self._one_decode = (block_tables, seq_lens, n, block_tables[:1, : -(-n // block_size)].long())
-        return memo[2], memo[3]
 
     def _cascade_decode(self, q, k_cache, v_cache, block_tables, seq_lens, scale, num_prefix_blocks):
         """Cascade attention (the name vLLM used until 0.33 removed it): the shared prefix is gathered and
@@ -239,6 +247,78 @@ class TorchBackend:
             o = _sdpa(q[lo:hi].transpose(0, 1)[None], keys[None], values[None], mask, scale)
             out[lo:hi] = o[0].transpose(0, 1)
         return out
+
+
+def _as(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """x in dtype; x itself where it is already (a no-op .to() still costs a dispatch, 60 a token)."""
+    return x if x.dtype == dtype else x.to(dtype)
+
+
+@dataclass(slots=True, eq=False)
+class _OneDecode:
+    """A step that decodes one request alone: its context length n, its blocks, the slot its new token went to,
+    and its run, an identity it shares with the last such step exactly when that step's blocks begin this one's
+    (the same request, most likely: a running request's blocks, and the tokens in them, never change under it)."""
+
+    block_tables: torch.Tensor
+    seq_lens: torch.Tensor
+    n: int
+    blocks: list[int]
+    slot: int
+    position: torch.Tensor  # [n - 1], where the new token goes in a context
+    run: object
+
+    @classmethod
+    def next(cls, last: _OneDecode | None, block_tables, seq_lens, block_size: int) -> _OneDecode:
+        n = int(seq_lens[0])
+        blocks = block_tables[0, : -(-n // block_size)].tolist()
+        kept = -(-(n - 1) // block_size)
+        same = last is not None and last.blocks[:kept] == blocks[:kept]
+        slot = blocks[-1] * block_size + (n - 1) % block_size
+        position = torch.tensor([n - 1], device=block_tables.device)
+        return cls(block_tables, seq_lens, n, blocks, slot, position, last.run if same else object())
+
+
+_OTHER = object()  # _Layer.new after any store but one token's between two one-request decodes
+
+
+class _Layer:
+    """What TorchBackend keeps of one layer: flat [slots, Hkv, D] views of its caches, and the context of the
+    request last decoding alone, keys and values [1, Hkv, capacity, D] whose first n positions hold its first n
+    tokens as of a step of run `run`. new: what store_kvcache wrote since (None, the one token's (slot, k, v), or
+    _OTHER). The context grows by doubling: at most twice one request's K and V, made on its first such step."""
+
+    __slots__ = ("k_cache", "k_flat", "keys", "n", "new", "run", "v_cache", "v_flat", "values")
+
+    def __init__(self, k_cache: torch.Tensor, v_cache: torch.Tensor):
+        self.k_cache, self.v_cache = k_cache, v_cache
+        self.k_flat, self.v_flat = (c.view(-1, *c.shape[2:]) for c in (k_cache, v_cache))
+        self.keys = self.values = k_cache.new_empty((1, k_cache.shape[2], 0, k_cache.shape[3]))
+        self.n, self.run, self.new = 0, None, None
+
+    def stored(self, slot: int | None, k: torch.Tensor, v: torch.Tensor) -> None:
+        self.new = (slot, k, v) if slot is not None and self.new is None else _OTHER
+
+    def context(self, one: _OneDecode, min_capacity: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The request's keys and values, [1, Hkv, n, D] each: the last step's plus the new token when this layer
+        saw nothing else since, gathered from the blocks otherwise."""
+        n, new = one.n, self.new
+        self.new = None
+        if n > self.keys.shape[2]:
+            capacity = max(n, 2 * self.keys.shape[2], min_capacity)
+            self.keys, self.values = (
+                x.new_empty((*x.shape[:2], capacity, x.shape[3])) for x in (self.keys, self.values)
+            )
+            self.run = None
+        if self.run is one.run and self.n == n - 1 and new is not None and new is not _OTHER and new[0] == one.slot:
+            self.keys.index_copy_(2, one.position, new[1].unsqueeze(2))
+            self.values.index_copy_(2, one.position, new[2].unsqueeze(2))
+        else:
+            blocks = torch.tensor(one.blocks, device=self.keys.device)
+            for cache, rows in ((self.k_cache, self.keys), (self.v_cache, self.values)):
+                rows[0, :, :n] = cache.index_select(0, blocks).flatten(0, 1)[:n].transpose(0, 1)
+        self.n, self.run = n, one.run
+        return self.keys[:, :, :n], self.values[:, :, :n]
 
 
 def causal_mask(n: int, seq_len: int, sliding_window: int | None, device) -> torch.Tensor | None:

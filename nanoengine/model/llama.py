@@ -163,8 +163,10 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # Normalize in fp32 even when the model runs in bf16: the mean of squares loses too much otherwise.
-        return self.weight * F.rms_norm(x.float(), x.shape[-1:], eps=self.eps).to(x.dtype)
+        # F.rms_norm normalizes a bf16 x in fp32 (the mean of squares loses too much otherwise) and rounds the
+        # result to bf16 before the weight multiplies it, as Hugging Face's LlamaRMSNorm does. Given the weight, it
+        # would multiply in fp32 first, one rounding fewer than Hugging Face.
+        return self.weight * F.rms_norm(x, x.shape[-1:], eps=self.eps)
 
 
 class RotaryEmbedding(nn.Module):
@@ -194,9 +196,9 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
 
     With x = (x1, x2) in halves this is (x1 * cos - x2 * sin, x2 * cos + x1 * sin), Hugging Face's rotate-half,
     to the bit in fp32 (adding a negated product is subtracting it); rolling x by half a head swaps its halves,
-    so the step runs 6 ops a layer instead of 11."""
-    xf = x.float()
-    return (xf * cos + xf.roll(x.shape[-1] // 2, dims=-1) * sin).to(x.dtype)
+    so the step runs 5 ops a layer instead of 11. A bf16 x multiplies into fp32 by type promotion: no cast first."""
+    out = x * cos + x.roll(x.shape[-1] // 2, dims=-1) * sin
+    return out if out.dtype == x.dtype else out.to(x.dtype)
 
 
 class LlamaAttention(nn.Module):

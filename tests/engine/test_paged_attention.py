@@ -2,6 +2,8 @@
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nanoengine.attention import ContiguousKVCache, TorchBackend
 from nanoengine.attention.backend import AttentionMetadata
@@ -120,3 +122,83 @@ def test_one_request_decode_reads_each_steps_tables():
         args = (torch.tensor([table], dtype=torch.int32), torch.tensor([n], dtype=torch.int32))
         expected = TorchBackend().decode(q, k_cache, v_cache, *args, 0.3)
         assert torch.equal(be.decode(q, k_cache, v_cache, *args, 0.3), expected)
+
+
+def _decode_inputs(table: list[int], n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.tensor([table], dtype=torch.int32), torch.tensor([n], dtype=torch.int32)
+
+
+def test_a_request_decoding_alone_extends_its_gathered_context():
+    """The engine's pattern (store the new token at position n - 1, then decode n tokens) extends the context the
+    last step gathered instead of gathering it again: a value changed behind the backend's back, which the
+    invariant forbids, shows it; the next step of another request gathers afresh."""
+    gen = torch.Generator().manual_seed(1)
+    k_cache, v_cache = torch.randn(8, 4, 2, 8, generator=gen), torch.randn(8, 4, 2, 8, generator=gen)
+    q = torch.randn(1, 4, 8, generator=gen)
+    be, table = TorchBackend(), [3, 5, 6]
+    for n in (6, 7, 8):
+        slot = table[(n - 1) // 4] * 4 + (n - 1) % 4
+        k, v = torch.randn(1, 2, 8, generator=gen), torch.randn(1, 2, 8, generator=gen)
+        be.store_kvcache(k, v, k_cache, v_cache, torch.tensor([slot]))
+        out = be.decode(q, k_cache, v_cache, *_decode_inputs(table, n), 0.3)
+        assert torch.equal(out, TorchBackend().decode(q, k_cache, v_cache, *_decode_inputs(table, n), 0.3))
+    k_cache[3, 0] = 0.0  # behind the backend's back
+    slot = table[8 // 4] * 4 + 8 % 4
+    be.store_kvcache(torch.ones(1, 2, 8), torch.ones(1, 2, 8), k_cache, v_cache, torch.tensor([slot]))
+    kept = be.decode(q, k_cache, v_cache, *_decode_inputs(table, 9), 0.3)
+    assert not torch.equal(kept, TorchBackend().decode(q, k_cache, v_cache, *_decode_inputs(table, 9), 0.3))
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.data())
+def test_one_request_decodes_equal_a_fresh_backends_under_any_interleaving(data):
+    """Differential: whatever a backend has stored and decoded before (one request's steps, another's, stores of
+    one or more tokens anywhere, a step cut short after its first layer, a context length that jumps), its
+    one-request decode equals a fresh backend's, which has no gathered context to reuse. Two layers."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(TorchBackend, "MIN_CONTEXT", 2)  # so contexts outgrow their storage too
+        _interleave(data)
+
+
+def _interleave(data) -> None:
+    gen = torch.Generator().manual_seed(data.draw(st.integers(0, 2**16)))
+    bs = 4
+    layers = [tuple(torch.randn(12, bs, 2, 8, generator=gen) for _ in range(2)) for _ in range(2)]
+    be = TorchBackend()
+    tables = [[1, 2, 3, 4], [5, 6, 7, 8], [1, 2, 9, 10]]  # the third shares two blocks with the first
+    lengths = [5, 3, 9]
+
+    def slot(r: int, position: int) -> int:
+        return tables[r][position // bs] * bs + position % bs
+
+    def decode(r: int, caches) -> None:
+        q = torch.randn(1, 4, 8, generator=gen)
+        args = _decode_inputs(tables[r], lengths[r])
+        expected = TorchBackend().decode(q, *caches, *args, 0.3)
+        assert torch.equal(be.decode(q, *caches, *args, 0.3), expected), (r, lengths[r])
+
+    for _ in range(data.draw(st.integers(1, 30))):
+        kind = data.draw(st.sampled_from(["step", "step", "step", "store", "misstep", "cut", "many", "jump"]))
+        r = data.draw(st.sampled_from([0, 0, 0, 1, 2]))
+        if kind == "store":  # tokens written into a context, as another request's prefill or a stray write would
+            positions = data.draw(st.lists(st.integers(0, 15), min_size=1, max_size=3, unique=True))
+            k, v = (torch.randn(len(positions), 2, 8, generator=gen) for _ in range(2))
+            for caches in layers:
+                be.store_kvcache(k, v, *caches, torch.tensor([slot(r, p) for p in positions]))
+        elif kind == "many":  # a step that decodes two requests
+            q = torch.randn(2, 4, 8, generator=gen)
+            args = (torch.tensor(tables[:2], dtype=torch.int32), torch.tensor(lengths[:2], dtype=torch.int32))
+            for caches in layers:
+                expected = TorchBackend().decode(q, *caches, *args, 0.3)
+                assert torch.equal(be.decode(q, *caches, *args, 0.3), expected)
+        elif kind == "jump":
+            lengths[r] = data.draw(st.integers(1, 16))
+            for caches in layers:
+                decode(r, caches)
+        else:  # one token stored where the next position goes (a misstep: anywhere in the context), then decoded
+            lengths[r] = min(lengths[r] + 1, 16)
+            written = data.draw(st.integers(0, 15)) if kind == "misstep" else lengths[r] - 1
+            for caches in layers[:1] if kind == "cut" else layers:
+                k, v = (torch.randn(1, 2, 8, generator=gen) for _ in range(2))
+                be.store_kvcache(k, v, *caches, torch.tensor([slot(r, written)]))
+                decode(r, caches)
