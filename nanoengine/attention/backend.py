@@ -274,7 +274,7 @@ class _OneDecode:
         blocks = block_tables[0, : -(-n // block_size)].tolist()
         kept = -(-(n - 1) // block_size)
         same = last is not None and last.blocks[:kept] == blocks[:kept]
-        slot = blocks[-1] * block_size + (n - 1) % block_size
+        slot = blocks[-1] * block_size + (n - 1) % block_size if n else -1  # an empty context (a test's) has none
         position = torch.tensor([n - 1], device=block_tables.device)
         return cls(block_tables, seq_lens, n, blocks, slot, position, last.run if same else object())
 
@@ -314,7 +314,7 @@ class _Layer:
             self.keys.index_copy_(2, one.position, new[1].unsqueeze(2))
             self.values.index_copy_(2, one.position, new[2].unsqueeze(2))
         else:
-            blocks = torch.tensor(one.blocks, device=self.keys.device)
+            blocks = torch.tensor(one.blocks, dtype=torch.long, device=self.keys.device)
             for cache, rows in ((self.k_cache, self.keys), (self.v_cache, self.values)):
                 rows[0, :, :n] = cache.index_select(0, blocks).flatten(0, 1)[:n].transpose(0, 1)
         self.n, self.run = n, one.run
