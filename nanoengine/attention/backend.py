@@ -314,9 +314,8 @@ class _Layer:
             self.keys.index_copy_(2, one.position, new[1].unsqueeze(2))
             self.values.index_copy_(2, one.position, new[2].unsqueeze(2))
         else:
-            blocks = torch.tensor(one.blocks, dtype=torch.long, device=self.keys.device)
             for cache, rows in ((self.k_cache, self.keys), (self.v_cache, self.values)):
-                rows[0, :, :n] = cache.index_select(0, blocks).flatten(0, 1)[:n].transpose(0, 1)
+                rows[0, :, :n] = gather_kv(cache, one.block_tables[0], n).transpose(0, 1)
         self.n, self.run = n, one.run
         return self.keys[:, :, :n], self.values[:, :, :n]
 
