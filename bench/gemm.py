@@ -11,7 +11,9 @@ Both are fp32 and agree to summation order; the table also prints their largest 
 Times are medians of 30 runs after 5 warm-ups, in the same process, with torch's default threads.
 
 --int4 times instead, in bf16, each projection of a layer with Q4_1-form weights at 1 to 32 rows: the dense
-Linear against torch's 4-bit kernel (Q4GroupLinear's two paths), which sets Q4GroupLinear.MAX_ROWS.
+Linear (bf16, or fp32 above one row where the CPU has no native bf16: llama.CPU_BF16) against torch's 4-bit kernel
+(Q4GroupLinear's two paths). Alone, from a hot cache; Q4GroupLinear.MAX_ROWS also weighs a step's, where a dense fp32
+weight is read from memory (see its comment).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 from tqdm import tqdm
 
 from bench.machine import machine_info
-from nanoengine.model.llama import ONEDNN_LINEAR, Linear, Q4GroupLinear, q4_groups
+from nanoengine.model.llama import CPU_BF16, ONEDNN_LINEAR, Linear, Q4GroupLinear, q4_groups
 
 RESULTS = ROOT / "bench" / "results" / "gemm_cpu.json"
 INT4_RESULTS = ROOT / "bench" / "results" / "gemm_int4_cpu.json"
@@ -83,19 +85,20 @@ def main_int4() -> dict:
                 x = torch.randn(m, k, generator=gen).to(torch.bfloat16)
                 dense = median_us(functools.partial(layer.dense, x))
                 int4 = median_us(functools.partial(layer.forward_4bit, x))
-                rows.append({"name": name, "m": m, "n": n, "k": k, "dense_bf16_us": dense, "int4_us": int4})
+                rows.append({"name": name, "m": m, "n": n, "k": k, "dense_us": dense, "int4_us": int4})
                 rows[-1]["int4_speedup"] = dense / int4
                 bar.update(1)
     report = {
         "machine": {**machine_info(), "torch": torch.__version__, "threads": torch.get_num_threads()},
+        "dense": "bf16" if CPU_BF16 else "fp32 above one row (no native bf16)",
         "rows": rows,
         "max_rows_int4_faster_everywhere": max(
             (m for m in INT4_BATCHES if all(r["int4_speedup"] > 1 for r in rows if r["m"] <= m)), default=0
         ),
     }
-    print(f"\n{'projection':14}{'tokens':>7}{'dense bf16':>12}{'4-bit':>9}{'speed-up':>10}")
+    print(f"\n{'projection':14}{'tokens':>7}{'dense':>12}{'4-bit':>9}{'speed-up':>10}   (dense: {report['dense']})")
     for r in rows:
-        print(f"{r['name']:14}{r['m']:>7}{r['dense_bf16_us']:>10.0f}us{r['int4_us']:>7.0f}us{r['int4_speedup']:>9.2f}x")
+        print(f"{r['name']:14}{r['m']:>7}{r['dense_us']:>10.0f}us{r['int4_us']:>7.0f}us{r['int4_speedup']:>9.2f}x")
     print(f"4-bit faster for every projection up to {report['max_rows_int4_faster_everywhere']} rows")
     INT4_RESULTS.write_text(json.dumps(report, indent=2))
     print(f"wrote {INT4_RESULTS.relative_to(ROOT)}")
@@ -150,5 +153,5 @@ def main() -> dict:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(prog="python bench/gemm.py", description=__doc__.split("\n")[0])
-    parser.add_argument("--int4", action="store_true", help="bf16 dense against the 4-bit kernel (Q4GroupLinear)")
+    parser.add_argument("--int4", action="store_true", help="the dense Linear against the 4-bit kernel (Q4GroupLinear)")
     main_int4() if parser.parse_args().int4 else main()

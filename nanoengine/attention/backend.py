@@ -150,6 +150,9 @@ class TorchBackend:
     Runs on any device and is easy to trust, but the gather copies the whole context every step,
     which is exactly the cost a paged kernel avoids. One exception serves a CPU decoding for one user: a request
     that decodes alone keeps its gathered context from step to step (_Layer), each step adding its new token.
+    A decode attends in fp32 whatever the caches' dtype, as the cascade path's softmax does: one query a request is
+    too little work to gain from bf16, and torch's CPU SDPA takes 6x longer in bf16 than in fp32 where the CPU has
+    no native bf16 (avx512_bf16 or AMX), converting its operands on every call. Prefill attends in the query's dtype.
 
     Invariants: the caches are written only through store_kvcache; slot_mapping, block_tables and seq_lens are
     not edited in place once passed (the runner builds new ones every step), so a step reads its padding, its
@@ -199,15 +202,17 @@ class TorchBackend:
                 one = self._one = _OneDecode.next(one, block_tables, seq_lens, k_cache.shape[1])
             keys, values = self._layer(k_cache, v_cache).context(one, self.MIN_CONTEXT)
             out = torch.nn.functional.scaled_dot_product_attention(
-                q.unsqueeze(2), _as(keys, q.dtype), _as(values, q.dtype), scale=scale, enable_gqa=True
+                _as(q, torch.float32).unsqueeze(2), keys, values, scale=scale, enable_gqa=True
             )
-            return out.squeeze(2)
+            return _as(out.squeeze(2), q.dtype)
         keys, values, mask = gather_padded(k_cache, v_cache, block_tables, seq_lens)
         if sliding_window is not None:
             positions = torch.arange(mask.shape[1], device=mask.device)
             mask &= positions[None, :] >= (seq_lens[:, None] - sliding_window)
-        out = _sdpa(q.unsqueeze(2), keys.transpose(1, 2), values.transpose(1, 2), mask[:, None, None, :], scale)
-        return out.squeeze(2)
+        q32, keys, values = (
+            _as(x, torch.float32) for x in (q.unsqueeze(2), keys.transpose(1, 2), values.transpose(1, 2))
+        )
+        return _as(_sdpa(q32, keys, values, mask[:, None, None, :], scale).squeeze(2), q.dtype)
 
     def _cascade_decode(self, q, k_cache, v_cache, block_tables, seq_lens, scale, num_prefix_blocks):
         """Cascade attention (the name vLLM used until 0.33 removed it): the shared prefix is gathered and
@@ -265,7 +270,6 @@ class _OneDecode:
     n: int
     blocks: list[int]
     slot: int
-    position: torch.Tensor  # [n - 1], where the new token goes in a context
     run: object
 
     @classmethod
@@ -275,8 +279,7 @@ class _OneDecode:
         kept = -(-(n - 1) // block_size)
         same = last is not None and last.blocks[:kept] == blocks[:kept]
         slot = blocks[-1] * block_size + (n - 1) % block_size if n else -1  # an empty context (a test's) has none
-        position = torch.tensor([n - 1], device=block_tables.device)
-        return cls(block_tables, seq_lens, n, blocks, slot, position, last.run if same else object())
+        return cls(block_tables, seq_lens, n, blocks, slot, last.run if same else object())
 
 
 _OTHER = object()  # _Layer.new after any store but one token's between two one-request decodes
@@ -284,7 +287,7 @@ _OTHER = object()  # _Layer.new after any store but one token's between two one-
 
 class _Layer:
     """What TorchBackend keeps of one layer: flat [slots, Hkv, D] views of its caches, and the context of the
-    request last decoding alone, keys and values [1, Hkv, capacity, D] whose first n positions hold its first n
+    request last decoding alone, keys and values [1, Hkv, capacity, D] in fp32 whose first n positions hold its first n
     tokens as of a step of run `run`. new: what store_kvcache wrote since (None, the one token's (slot, k, v), or
     _OTHER). The context grows by doubling: at most twice one request's K and V, made on its first such step."""
 
@@ -293,7 +296,7 @@ class _Layer:
     def __init__(self, k_cache: torch.Tensor, v_cache: torch.Tensor):
         self.k_cache, self.v_cache = k_cache, v_cache
         self.k_flat, self.v_flat = (c.view(-1, *c.shape[2:]) for c in (k_cache, v_cache))
-        self.keys = self.values = k_cache.new_empty((1, k_cache.shape[2], 0, k_cache.shape[3]))
+        self.keys = self.values = k_cache.new_empty((1, k_cache.shape[2], 0, k_cache.shape[3]), dtype=torch.float32)
         self.n, self.run, self.new = 0, None, None
 
     def stored(self, slot: int | None, k: torch.Tensor, v: torch.Tensor) -> None:
@@ -311,8 +314,8 @@ class _Layer:
             )
             self.run = None
         if self.run is one.run and self.n == n - 1 and new is not None and new is not _OTHER and new[0] == one.slot:
-            self.keys.index_copy_(2, one.position, new[1].unsqueeze(2))
-            self.values.index_copy_(2, one.position, new[2].unsqueeze(2))
+            self.keys.select(2, n - 1).copy_(new[1])
+            self.values.select(2, n - 1).copy_(new[2])
         else:
             for cache, rows in ((self.k_cache, self.keys), (self.v_cache, self.values)):
                 rows[0, :, :n] = gather_kv(cache, one.block_tables[0], n).transpose(0, 1)

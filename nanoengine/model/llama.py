@@ -28,24 +28,25 @@ ONEDNN_LINEAR = (
 )
 
 
-# oneDNN runs bf16 GEMMs natively only where the CPU has AVX512-BF16 or AMX; elsewhere F.linear's bf16 path serves.
-ONEDNN_DTYPES = (
-    (torch.float32, torch.bfloat16)
-    if ONEDNN_LINEAR and torch.ops.mkldnn._is_mkldnn_bf16_supported()
-    else (torch.float32,)
-)
+# Whether the CPU computes bf16 natively (AVX512-BF16 or AMX). oneDNN (torch.ops.mkldnn._is_mkldnn_bf16_supported)
+# also takes bf16 on a plain AVX-512 CPU, converting every operand in its kernel: there a layer's four bf16 GEMMs of
+# 32 rows took 4.1 ms against 1.2 ms in fp32 (2 Xeon cores with AVX-512 and VNNI only), while one row, which reading
+# the weight bounds, was still faster in bf16, from half the bytes.
+CPU_BF16 = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
 
 
 class Linear(nn.Linear):
-    """nn.Linear that runs fp32 (and, where the CPU computes it natively, bf16) CPU inference through oneDNN with a
-    pre-packed weight.
+    """nn.Linear that runs fp32 and bf16 CPU inference through oneDNN with a pre-packed weight.
 
-    Same math as F.linear in the same dtype; only the summation order differs. The packed copy is keyed on the
-    weight's storage and version counter, so loading new weights or editing them in place repacks.
-    It is made on the first CPU call and holds as many bytes as the weight itself.
+    Same math as F.linear in the same dtype; only the summation order differs. Where the CPU has no native bf16
+    (CPU_BF16), a bf16 weight multiplies more than one row in fp32: the weight widened exactly, the product rounded
+    to bf16 once, as a bf16 GEMM (which accumulates in fp32) rounds it.
+    Packed copies are keyed on the weight's storage and version counter, so loading new weights or editing them in
+    place repacks. Each is made on the first CPU call that needs it and holds as many bytes as the weight in its
+    compute dtype.
     """
 
-    packed: tuple | None = None  # (key, packed weight)
+    packed: dict | None = None  # compute dtype -> (key, packed weight)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w = self.weight
@@ -53,16 +54,27 @@ class Linear(nn.Linear):
             ONEDNN_LINEAR
             and x.device.type == "cpu"
             and x.dtype == w.dtype
-            and w.dtype in ONEDNN_DTYPES
+            and w.dtype in (torch.float32, torch.bfloat16)
             and not w.requires_grad
         ):
             return F.linear(x, w, self.bias)
+        if w.dtype is torch.bfloat16 and not CPU_BF16 and x.numel() > x.shape[-1]:
+            bias = None if self.bias is None else self.bias.float()
+            out = torch.ops.mkldnn._linear_pointwise(x.float(), self._packed(torch.float32), bias, "none", [], "")
+            return out.to(x.dtype)
+        return torch.ops.mkldnn._linear_pointwise(x, self._packed(w.dtype), self.bias, "none", [], "")
+
+    def _packed(self, dtype: torch.dtype) -> torch.Tensor:
+        w = self.weight
         # Tensors made under inference_mode have no version counter; only a new storage repacks those.
         key = (w.data_ptr(), None if w.is_inference() else w._version)
-        if self.packed is None or self.packed[0] != key:
+        if self.packed is None:
+            self.packed = {}
+        entry = self.packed.get(dtype)
+        if entry is None or entry[0] != key:
             # 32 is the batch size oneDNN tunes the layout for; any batch size still works.
-            self.packed = (key, torch.ops.mkldnn._reorder_linear_weight(w, 32))
-        return torch.ops.mkldnn._linear_pointwise(x, self.packed[1], self.bias, "none", [], "")
+            entry = self.packed[dtype] = (key, torch.ops.mkldnn._reorder_linear_weight(w.to(dtype), 32))
+        return entry[1]
 
 
 class Int8WeightOnlyLinear(nn.Module):
@@ -123,7 +135,11 @@ class Q4GroupLinear(nn.Module):
     """
 
     GROUP = 32
-    MAX_ROWS = 4  # the most rows the 4-bit kernel serves (python bench/gemm.py --int4)
+    # The most rows the 4-bit kernel serves; the dense GEMM is faster beyond them. Where the CPU has native bf16, from
+    # 8 rows (python bench/gemm.py --int4). Where it has not, the dense GEMM runs in fp32: alone, from a hot cache,
+    # it leads from 16 rows, but inside a step it reads its 4-byte weights from memory, and 16 requests at once
+    # decoded 112-116 tokens/s with 16 to 64 rows here against 97 with 8 (bench/llama_cpp.py's workload).
+    MAX_ROWS = 4 if CPU_BF16 else 32
 
     def __init__(self, linear: nn.Linear, q: torch.Tensor, step: torch.Tensor, low: torch.Tensor):
         super().__init__()
@@ -140,12 +156,16 @@ class Q4GroupLinear(nn.Module):
 
 def quantize_q4_1_(model: nn.Module, dtype: torch.dtype) -> nn.Module:
     """Keep every projection whose fp32 weight has Q4_1's form (q4_groups; every 4-bit projection of a GGUF, which
-    the loader dequantized exactly) in 4 bits too, in place, and return model in dtype. Weights of another form
-    (the embedding, a tied lm_head, Q8_0 or F16 tensors) stay dense."""
+    the loader dequantized exactly) in 4 bits too, in place, and return model in dtype. The lm_head, which a decode
+    step reads whole for every token, gets an int8 copy with one scale per row (Int8WeightOnlyLinear): a GGUF holds
+    it in Q8_0, 8 bits with a scale per 32, for which torch has no kernel, so this rounds it once more (perplexity
+    in bench/quality.py). Other weights (the embedding, Q8_0 or F16 projections) stay dense."""
     for parent in list(model.modules()):
         for name, child in parent.named_children():
             if isinstance(child, nn.Linear) and (groups := q4_groups(child.weight)) is not None:
                 setattr(parent, name, Q4GroupLinear(child, *groups))
+    if isinstance(getattr(model, "lm_head", None), nn.Linear):
+        model.lm_head = Int8WeightOnlyLinear(model.lm_head)
     return model.to(dtype)
 
 

@@ -5,7 +5,7 @@ import torch
 
 from nanoengine.attention import ContiguousKVCache
 from nanoengine.config import LlamaConfig
-from nanoengine.model import LlamaForCausalLM
+from nanoengine.model import LlamaForCausalLM, llama
 from nanoengine.model.llama import ONEDNN_LINEAR, Linear
 from nanoengine.sampling_params import SamplingParams
 
@@ -64,6 +64,23 @@ def test_linear_matches_f_linear_and_repacks_after_an_in_place_edit(shape):
         assert (layer.packed is not None) == ONEDNN_LINEAR  # on x86 the oneDNN path really ran
         layer.weight.mul_(-3)  # a stale packed copy would still give the old product
         torch.testing.assert_close(layer(x), torch.nn.functional.linear(x, layer.weight), rtol=0, atol=1e-5)
+
+
+@pytest.mark.skipif(not ONEDNN_LINEAR, reason="Linear calls oneDNN on an x86 CPU only; elsewhere it is F.linear")
+@pytest.mark.parametrize("native_bf16", [True, False])
+def test_a_bf16_linear_multiplies_rows_in_fp32_where_the_cpu_has_no_native_bf16(monkeypatch, native_bf16):
+    """Without avx512_bf16 or AMX, oneDNN's bf16 GEMM converts its operands in the kernel, 3-4x slower than fp32
+    from a few rows on: there a bf16 weight multiplies more than one row widened to fp32, one row still in bf16."""
+    monkeypatch.setattr(llama, "CPU_BF16", native_bf16)
+    layer = Linear(48, 80, bias=False).requires_grad_(False).to(torch.bfloat16)
+    gen = torch.Generator().manual_seed(0)
+    for rows, dtype in [(5, torch.bfloat16 if native_bf16 else torch.float32), (1, torch.bfloat16)]:
+        x = torch.randn(rows, 48, generator=gen).bfloat16()
+        out, exact = layer(x).float(), torch.nn.functional.linear(x.float(), layer.weight.float())
+        assert dtype in layer.packed, (rows, list(layer.packed))
+        if dtype is torch.float32:  # the fp32 product rounded once: within half a bf16 step of the exact one
+            assert ((out - exact).abs() <= exact.abs() * 2**-8 + 1e-6).all()
+        torch.testing.assert_close(out, exact, rtol=2**-7, atol=1e-5)
 
 
 def test_linear_with_trainable_weight_keeps_autograd():

@@ -124,6 +124,26 @@ def test_one_request_decode_reads_each_steps_tables():
         assert torch.equal(be.decode(q, k_cache, v_cache, *args, 0.3), expected)
 
 
+@pytest.mark.parametrize("tables, lens", [([[3, 5, 6]], [10]), ([[3, 5, 6], [1, 2, 0]], [10, 7])])
+def test_a_decode_attends_in_fp32_over_bf16_caches(tables, lens):
+    """One request (its kept context) or several (the padded gather): bf16 queries and caches give SDPA's fp32
+    output over the widened values, rounded to bf16 once. SDPA in bf16, as prefill computes, rounds its softmax
+    weights to bf16 first."""
+    gen = torch.Generator().manual_seed(3)
+    k_cache, v_cache = (torch.randn(8, 4, 2, 8, generator=gen).bfloat16() for _ in range(2))
+    q = torch.randn(len(lens), 4, 8, generator=gen).bfloat16()
+    table_t = torch.tensor(tables, dtype=torch.int32)
+    out = TorchBackend().decode(q, k_cache, v_cache, table_t, torch.tensor(lens, dtype=torch.int32), 0.3)
+    for b, n in enumerate(lens):
+        k, v = (
+            c.index_select(0, table_t[b].long()).flatten(0, 1)[:n].transpose(0, 1)[None] for c in (k_cache, v_cache)
+        )
+        expected = torch.nn.functional.scaled_dot_product_attention(
+            q[b : b + 1, :, None].float(), k.float(), v.float(), scale=0.3, enable_gqa=True
+        )
+        assert torch.equal(out[b], expected[0, :, 0].bfloat16()), (b, n)
+
+
 def _decode_inputs(table: list[int], n: int) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.tensor([table], dtype=torch.int32), torch.tensor([n], dtype=torch.int32)
 
@@ -162,8 +182,13 @@ def test_one_request_decodes_equal_a_fresh_backends_under_any_interleaving(data)
 
 def _interleave(data) -> None:
     gen = torch.Generator().manual_seed(data.draw(st.integers(0, 2**16)))
+    dtype = data.draw(st.sampled_from([torch.float32, torch.bfloat16]))  # a kept context is fp32 over either
+
+    def randn(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen).to(dtype)
+
     bs = 4
-    layers = [tuple(torch.randn(12, bs, 2, 8, generator=gen) for _ in range(2)) for _ in range(2)]
+    layers = [tuple(randn(12, bs, 2, 8) for _ in range(2)) for _ in range(2)]
     be = TorchBackend()
     tables = [[1, 2, 3, 4], [5, 6, 7, 8], [1, 2, 9, 10]]  # the third shares two blocks with the first
     lengths = [5, 3, 9]
@@ -172,7 +197,7 @@ def _interleave(data) -> None:
         return tables[r][position // bs] * bs + position % bs
 
     def decode(r: int, caches) -> None:
-        q = torch.randn(1, 4, 8, generator=gen)
+        q = randn(1, 4, 8)
         args = _decode_inputs(tables[r], lengths[r])
         expected = TorchBackend().decode(q, *caches, *args, 0.3)
         assert torch.equal(be.decode(q, *caches, *args, 0.3), expected), (r, lengths[r])
@@ -182,11 +207,11 @@ def _interleave(data) -> None:
         r = data.draw(st.sampled_from([0, 0, 0, 1, 2]))
         if kind == "store":  # tokens written into a context, as another request's prefill or a stray write would
             positions = data.draw(st.lists(st.integers(0, 15), min_size=1, max_size=3, unique=True))
-            k, v = (torch.randn(len(positions), 2, 8, generator=gen) for _ in range(2))
+            k, v = (randn(len(positions), 2, 8) for _ in range(2))
             for caches in layers:
                 be.store_kvcache(k, v, *caches, torch.tensor([slot(r, p) for p in positions]))
         elif kind == "many":  # a step that decodes two requests
-            q = torch.randn(2, 4, 8, generator=gen)
+            q = randn(2, 4, 8)
             args = (torch.tensor(tables[:2], dtype=torch.int32), torch.tensor(lengths[:2], dtype=torch.int32))
             for caches in layers:
                 expected = TorchBackend().decode(q, *caches, *args, 0.3)
@@ -199,6 +224,6 @@ def _interleave(data) -> None:
             lengths[r] = min(lengths[r] + 1, 16)
             written = data.draw(st.integers(0, 15)) if kind == "misstep" else lengths[r] - 1
             for caches in layers[:1] if kind == "cut" else layers:
-                k, v = (torch.randn(1, 2, 8, generator=gen) for _ in range(2))
+                k, v = (randn(1, 2, 8) for _ in range(2))
                 be.store_kvcache(k, v, *caches, torch.tensor([slot(r, written)]))
                 decode(r, caches)
