@@ -13,6 +13,7 @@ from nanoengine.entrypoints.llm import LLM
 from nanoengine.errors import InvalidEngineArgumentError
 from nanoengine.model import LlamaForCausalLM
 from nanoengine.model.llama import (
+    Int8RowLinear,
     Int8WeightOnlyLinear,
     Linear,
     Q4GroupLinear,
@@ -123,7 +124,7 @@ def test_both_paths_of_a_q4_linear_compute_the_gguf_weights(rows):
 
 def test_an_engine_with_q4_1_keeps_the_ggufs_4bit_projections_and_stays_close(tmp_path, monkeypatch):
     """hidden 64, so every projection has groups of 32 along its inputs; lm_head (the embedding's) is not Q4_1 and
-    gets an int8 copy with a scale a row, the embedding staying dense."""
+    gets int8 with a scale a row, one row through the int8 kernel and more through a dense copy of the same weights."""
     monkeypatch.setenv("NANOENGINE_CACHE", str(tmp_path / "cache"))
     config = LlamaConfig.tiny(
         vocab_size=len(tiny_vocab()), hidden_size=64, intermediate_size=128, num_attention_heads=8
@@ -137,8 +138,14 @@ def test_an_engine_with_q4_1_keeps_the_ggufs_4bit_projections_and_stays_close(tm
     llm = LLM(model=path, device="cpu", dtype="bfloat16", quantization="q4_1", progress=False)
     kept = [name for name, m in llm.model.named_modules() if isinstance(m, Q4GroupLinear)]
     assert len(kept) == 4 * config.num_hidden_layers and "lm_head" not in kept, kept
-    assert isinstance(llm.model.lm_head, Int8WeightOnlyLinear)
-    assert llm.model.model.embed_tokens.weight.dtype is torch.bfloat16
+    lm_head, embedding = llm.model.lm_head, llm.model.model.embed_tokens.weight
+    assert isinstance(lm_head, Int8RowLinear) and embedding.dtype is torch.bfloat16
+    dequantized = lm_head.weight_int8.float() * lm_head.scales.float()[:, None]
+    # Two bf16 roundings apart at most: the int8 kernel's scale, and the dense copy's products.
+    torch.testing.assert_close(lm_head.dense.weight.float(), dequantized, rtol=2**-7, atol=0)
+    hidden = torch.randn(3, 64).bfloat16()
+    for rows in (hidden[:1], hidden):  # one row through the int8 kernel, more through the dense copy
+        torch.testing.assert_close(lm_head(rows).float(), rows.float() @ dequantized.T, rtol=0.02, atol=0.02)
     ids = llm.tokenizer.encode("the cat sat on the mat")
     for rows in (ids[:1], ids):  # one row through the 4-bit kernel, the prompt through the dense path
         torch.testing.assert_close(
