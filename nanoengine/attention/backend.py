@@ -262,8 +262,10 @@ def _as(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 @dataclass(slots=True, eq=False)
 class _OneDecode:
     """A step that decodes one request alone: its context length n, its blocks, the slot its new token went to,
-    and its run, an identity it shares with the last such step exactly when that step's blocks begin this one's
-    (the same request, most likely: a running request's blocks, and the tokens in them, never change under it)."""
+    and its run, an identity it shares with the last such step exactly when all that step's blocks begin this one's
+    (the same request, most likely: a running request's blocks, and the tokens in them, never change under it).
+    All, not only the blocks of this step's first n - 1 tokens: a run must be transitive, since a layer a step
+    skipped (an exception after the first layer) still holds a context from an earlier step of the run."""
 
     block_tables: torch.Tensor
     seq_lens: torch.Tensor
@@ -276,8 +278,7 @@ class _OneDecode:
     def next(cls, last: _OneDecode | None, block_tables, seq_lens, block_size: int) -> _OneDecode:
         n = int(seq_lens[0])
         blocks = block_tables[0, : -(-n // block_size)].tolist()
-        kept = -(-(n - 1) // block_size)
-        same = last is not None and last.blocks[:kept] == blocks[:kept]
+        same = last is not None and blocks[: len(last.blocks)] == last.blocks
         slot = blocks[-1] * block_size + (n - 1) % block_size if n else -1  # an empty context (a test's) has none
         return cls(block_tables, seq_lens, n, blocks, slot, last.run if same else object())
 
