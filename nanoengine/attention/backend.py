@@ -18,6 +18,7 @@ states the full signature, which KernelBackend meets with **window (refusing a w
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -215,25 +216,34 @@ class TorchBackend:
         return _as(_sdpa(q32, keys, values, mask[:, None, None, :], scale).squeeze(2), q.dtype)
 
     def _cascade_decode(self, q, k_cache, v_cache, block_tables, seq_lens, scale, num_prefix_blocks):
-        """Cascade attention (the name vLLM used until 0.33 removed it): the shared prefix is gathered and
-        attended ONCE for all B queries, each request's own suffix separately, and the two partial softmaxes are
-        merged by their log-sum-exp. With 16 requests behind one system prompt this reads the prefix once, not
-        16 times. Invariant: every request has at least one token past the prefix (its newest token)."""
+        """Cascade attention (the name vLLM used until 0.33 removed it): the shared prefix is gathered once, and
+        all B requests' queries meet its keys in ONE matmul; each request's own suffix is scored apart. With 16
+        requests behind one system prompt this reads the prefix once, not 16 times. vLLM's kernels then merged the
+        two partial softmaxes by their log-sum-exp (split-K's merge); here the two sets of scores are joined and one
+        softmax runs over them: the same numbers in fewer ops (16 requests behind 576 shared tokens, bf16 caches, 2
+        cores: 0.72 against 1.07 ms a layer for the merge). In fp32, as every decode.
+        Invariant: every request has at least one token past the prefix (its newest)."""
         b, hq, d = q.shape
-        hkv = k_cache.shape[2]
+        block_size, hkv = k_cache.shape[1], k_cache.shape[2]
+        # Transposed and widened in one pass (a cache already in fp32 stays a transposed view).
+        f32 = {"dtype": torch.float32, "memory_format": torch.contiguous_format}
         prefix = block_tables[0, :num_prefix_blocks].long()
-        pk, pv = (_gather_blocks(c, prefix[None])[0].transpose(0, 1) for c in (k_cache, v_cache))  # [Hkv, P, D]
-        # All B*G queries of one KV head against its prefix keys in one matmul.
-        qg = q.view(b, hkv, hq // hkv, d)
-        o1, lse1 = _attend(qg.transpose(0, 1).reshape(hkv, -1, d), pk, pv, None, scale)
-        o1 = o1.view(hkv, b, -1, d).transpose(0, 1)
-        lse1 = lse1.view(hkv, b, -1).transpose(0, 1)
-        prefix_len = num_prefix_blocks * k_cache.shape[1]
-        sk, sv, mask = gather_padded(k_cache, v_cache, block_tables[:, num_prefix_blocks:], seq_lens - prefix_len)
-        o2, lse2 = _attend(qg, sk.transpose(1, 2), sv.transpose(1, 2), mask[:, None, None, :], scale)
-        lse = torch.logaddexp(lse1, lse2)
-        out = o1 * (lse1 - lse).exp()[..., None] + o2 * (lse2 - lse).exp()[..., None]
-        return out.reshape(b, hq, d).to(q.dtype)
+        pk, pv = (c.index_select(0, prefix).flatten(0, 1).transpose(0, 1).to(**f32) for c in (k_cache, v_cache))
+        p_len = pk.shape[1]
+        suffix_lens = seq_lens - p_len
+        width = int(suffix_lens.max())
+        tables = block_tables[:, num_prefix_blocks : num_prefix_blocks - (-width // block_size)].long()
+        sk, sv = (_gather_blocks(c, tables)[:, :width].transpose(1, 2).to(**f32) for c in (k_cache, v_cache))
+        pad = torch.arange(width, device=seq_lens.device)[None, :] >= suffix_lens[:, None]
+        # Padding may hold stale or NaN values: zeroed in V; a padded key's score is overwritten whatever it is.
+        sv.masked_fill_(pad[:, None, :, None], 0.0)
+        qg = q.view(b, hkv, hq // hkv, d).transpose(0, 1).to(**f32)  # [Hkv, B, G, D]: a KV head's queries together
+        prefix_scores = torch.matmul(qg.reshape(hkv, -1, d), pk.transpose(1, 2)).view(*qg.shape[:3], p_len)
+        suffix_scores = torch.matmul(qg.transpose(0, 1), sk.transpose(2, 3)).masked_fill_(pad[:, None, None], -math.inf)
+        weights = torch.cat((prefix_scores, suffix_scores.transpose(0, 1)), dim=-1).mul_(scale).softmax(-1)
+        out = torch.matmul(weights[..., p_len:].transpose(0, 1), sv)  # [B, Hkv, G, D]
+        prefix_out = torch.matmul(weights[..., :p_len].reshape(hkv, -1, p_len), pv).view(qg.shape)
+        return out.add_(prefix_out.transpose(0, 1)).view(b, hq, d).to(q.dtype)
 
     def prefill(
         self, q, k_cache, v_cache, block_tables, query_start_loc, seq_lens, max_query_len, scale, sliding_window=None
@@ -356,16 +366,6 @@ def _gather_blocks(cache: torch.Tensor, tables: torch.Tensor) -> torch.Tensor:
     """cache's blocks at tables [B, N] (int64) as [B, N * block_size, Hkv, D], one index_select for all rows."""
     # index_select copies whole blocks; indexing with cache[...] goes element by element, 2-3x slower on CPU.
     return cache.index_select(0, tables.flatten()).view(*tables.shape, *cache.shape[1:]).flatten(1, 2)
-
-
-def _attend(q, k, v, mask, scale):
-    """Softmax attention in fp32 that also returns the log-sum-exp, so partial results can be merged.
-    q [..., M, D], k/v [..., S, D] (same leading dims), mask [..., M or 1, S] or None."""
-    scores = torch.matmul(q.float(), k.float().transpose(-1, -2)) * scale
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    lse = scores.logsumexp(-1)
-    return torch.matmul((scores - lse[..., None]).exp(), v.float()), lse
 
 
 def _sdpa(q, k, v, mask, scale):
