@@ -6,7 +6,8 @@ token ids (bench/engine.py's prompts: system prompt + one user turn each), greed
 round runs nanoengine then llama.cpp:
   - cold TTFT: the first prompt with nothing cached;
   - cached TTFT p50: each prompt one at a time, the system prompt cached (llama.cpp reuses the longest common
-    prefix of its previous request, nanoengine its prefix cache);
+    prefix of its previous request token by token, nanoengine its prefix cache in whole blocks of --block-size
+    tokens, so it recomputes the shared prefix's partial last block too);
   - one request at a time: output tokens / seconds over the prompts, one after another;
   - 16 at once (nanoengine only; llama.cpp's Llama serves one sequence): every prompt submitted together.
 Ratios compare the medians over rounds. Without llama_cpp it prints why and writes nothing.
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import statistics
 import sys
 import time
@@ -114,6 +116,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--dtype", default="auto", help="nanoengine's dtype (LLM(dtype=...))")
     parser.add_argument("--quantization", default=None, help="nanoengine's quantization (LLM(quantization=...))")
+    parser.add_argument(
+        "--block-size",
+        type=int,
+        default=16,
+        help="nanoengine's KV block size (LLM(block_size=...)); a cached prompt's partial last block is recomputed",
+    )
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "llama_cpp_cpu.json"))
     args = parser.parse_args(argv)
     if args.llama_cpp_site is not None:
@@ -125,7 +133,9 @@ def main(argv: list[str] | None = None) -> dict:
 
     torch.set_num_threads(args.threads)
     gguf = embedded_gguf_path()
-    llm = LLM(device="cpu", dtype=args.dtype, quantization=args.quantization, progress=False)
+    llm = LLM(
+        device="cpu", dtype=args.dtype, quantization=args.quantization, block_size=args.block_size, progress=False
+    )
     tok = llm.tokenizer
     prompts = [
         tok.encode(
@@ -149,10 +159,12 @@ def main(argv: list[str] | None = None) -> dict:
             "prompts": len(prompts),
             "prompt_tokens": [len(p) for p in prompts],
             "system_prompt_tokens": len(tok.encode(SYSTEM_PROMPT)),
+            # What llama.cpp reuses of a cached prompt, token by token; nanoengine reuses whole blocks of it.
+            "common_prefix_tokens": len(os.path.commonprefix(prompts)),
             "max_tokens": args.max_tokens,
             "threads": args.threads,
             "gguf": gguf.name,
-            "nanoengine": {"dtype": str(llm.dtype), "quantization": args.quantization},
+            "nanoengine": {"dtype": str(llm.dtype), "quantization": args.quantization, "block_size": args.block_size},
             "llama_cpp_python": llama_cpp.__version__,
         },
         "machine": machine_info() | {"torch": torch.__version__, "loadavg_after": load},

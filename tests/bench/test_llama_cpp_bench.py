@@ -1,10 +1,15 @@
-"""bench/llama_cpp.py without llama_cpp: it says why and writes nothing; and the ratios it reports."""
+"""bench/llama_cpp.py without llama_cpp: it says why and writes nothing; the ratios it reports; the README quotes the
+committed runs."""
 
 import importlib.util
+import json
+from pathlib import Path
 
 import pytest
 
 from bench import llama_cpp as bench
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_without_llama_cpp_it_skips_with_the_reason_and_writes_nothing(tmp_path, monkeypatch):
@@ -27,3 +32,23 @@ def test_summary_takes_medians_and_gives_nanoengine_over_llama_cpp():
     assert ratios["cached_ttft_p50"] == pytest.approx(2.0)
     assert ratios["one_request_tok_s"] == pytest.approx(35 / 20)
     assert ratios["all_at_once_vs_llama_cpp_one_request"] == pytest.approx(80 / 20)
+
+
+def test_the_readme_quotes_every_committed_run():
+    """The README's table must be re-copied whenever a bench/results/llama_cpp_cpu*.json is re-run: its row (the
+    one naming the file) quotes the run's four ratios."""
+    results = sorted((ROOT / "bench" / "results").glob("llama_cpp_cpu*.json"))
+    assert results, "no committed llama.cpp run"
+    rows = {line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("|")}
+    for path in results:
+        row = next((r for r in rows if f"`{path.name}`" in r), None)
+        assert row is not None, f"README's table has no row for {path.name}"
+        r = json.loads(path.read_text())["nanoengine_vs_llama_cpp"]
+        quoted = (
+            f"{r['cold_ttft']:.1f}×",
+            f"{r['cached_ttft_p50']:.2f}×",
+            f"{r['one_request_tok_s']:.2f}×",
+            f"{r['all_at_once_vs_llama_cpp_one_request']:.2f}×",
+        )
+        missing = [q for q in quoted if q not in row]
+        assert not missing, f"README's row for {path.name} lacks {missing}; copy them from the file"
