@@ -227,8 +227,8 @@ class TorchBackend:
         block_size, hkv = k_cache.shape[1], k_cache.shape[2]
         # Transposed and widened in one pass (a cache already in fp32 stays a transposed view).
         f32 = {"dtype": torch.float32, "memory_format": torch.contiguous_format}
-        prefix = block_tables[0, :num_prefix_blocks].long()
-        pk, pv = (c.index_select(0, prefix).flatten(0, 1).transpose(0, 1).to(**f32) for c in (k_cache, v_cache))
+        prefix = block_tables[:1, :num_prefix_blocks].long()
+        pk, pv = (_gather_blocks(c, prefix)[0].transpose(0, 1).to(**f32) for c in (k_cache, v_cache))  # [Hkv, P, D]
         p_len = pk.shape[1]
         suffix_lens = seq_lens - p_len
         width = int(suffix_lens.max())
