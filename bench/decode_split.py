@@ -10,7 +10,8 @@ others the cache lines it took, so the savings may add up to more than the token
   - projections: each layer's qkv, o, gate_up and down;
   - attention: torch's SDPA on the request's context;
   - lm_head; RMSNorm (every norm, the final one too); rotary.
-Also recorded: the bytes a token reads (weights by the tensors the model holds, the context as the torch backend's
+With --llama-cpp-site DIR (see bench/llama_cpp.py), llama.cpp's decode token on the same GGUF is timed the same way,
+its end-of-sequence token barred, alternating with nanoengine's. Also recorded: the bytes a token reads (weights by the tensors the model holds, the context as the torch backend's
 fp32 copy of one request's keys and values) and this machine's streaming read speed by working-set size, which
 says where its caches end. Results go to bench/results/decode_split_cpu.json with the machine.
 """
@@ -30,10 +31,12 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a script, it still finds the engine's packages
 
+from bench.llama_cpp import skip_reason
 from bench.machine import machine_info
 from nanoengine.benchmarks.datasets import SYSTEM_PROMPT, USER_TURNS
 from nanoengine.entrypoints.llm import LLM
 from nanoengine.model import llama
+from nanoengine.model.loader import embedded_gguf_path
 from nanoengine.sampling_params import SamplingParams
 
 STREAM_MB = (8, 16, 32, 64, 128, 256)
@@ -93,6 +96,17 @@ def decode_ms(llm: LLM, prompt: list[int], tokens: int) -> float:
     return 1000 * (times[1] - times[0]) / tokens
 
 
+def llama_cpp_decode_ms(model, prompt: list[int], tokens: int) -> float:
+    """decode_ms for a llama_cpp.Llama, which reuses the prompt it saw last."""
+    times = []
+    for n in (1, tokens + 1):
+        start = time.perf_counter()
+        out = model.create_completion(prompt, max_tokens=n, temperature=0.0, logit_bias={model.token_eos(): -1e9})
+        times.append(time.perf_counter() - start)
+        assert out["usage"]["completion_tokens"] == n, out["usage"]
+    return 1000 * (times[1] - times[0]) / tokens
+
+
 def bytes_per_token(model: torch.nn.Module, context: int) -> dict[str, int]:
     """What one decode token reads, by part: every tensor the projections and the lm_head hold (a 4-bit module
     keeps a dense copy for many rows, not read by one), and one request's fp32 keys and values."""
@@ -131,6 +145,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--llama-cpp-site", type=Path, default=None, help="a folder holding llama_cpp")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "decode_split_cpu.json"))
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -140,12 +155,28 @@ def main(argv: list[str] | None = None) -> dict:
     chat = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": USER_TURNS[0]}]
     prompt = tok.encode(tok.apply_chat_template(chat))
     decode_ms(llm, prompt, 2)  # warm-up: oneDNN packs weights on first use, and the prompt gets cached
+    peer, peer_report = None, None  # llama_cpp.Llama, and what the JSON says of it
+    if args.llama_cpp_site is not None:
+        sys.path.insert(0, str(args.llama_cpp_site))
+        if reason := skip_reason():
+            print(f"llama.cpp skipped: {reason}")
+            peer_report = {"skipped": reason}
+        else:
+            import llama_cpp as lc
+
+            peer = lc.Llama(str(embedded_gguf_path()), n_ctx=2048, n_threads=args.threads, verbose=False)
+            llama_cpp_decode_ms(peer, prompt, 2)
+            peer_report = {"llama_cpp_python": lc.__version__, "runs_ms": []}
     runs: dict[str, list[float]] = {"step": [], **{name: [] for name in parts(llm.model)}}
     for _ in range(args.rounds):  # alternating, so a drift of the machine's speed touches every part alike
         runs["step"].append(decode_ms(llm, prompt, args.tokens))
         for name, targets in parts(llm.model).items():
             with knocked_out(targets):
                 runs[name].append(decode_ms(llm, prompt, args.tokens))
+        if peer is not None:
+            peer_report["runs_ms"].append(llama_cpp_decode_ms(peer, prompt, args.tokens))
+    if peer is not None:
+        peer_report["decode_token_ms"] = statistics.median(peer_report["runs_ms"])
     step = statistics.median(runs["step"])
     report = {
         "workload": {
@@ -160,6 +191,7 @@ def main(argv: list[str] | None = None) -> dict:
         "decode_token_ms": step,
         "saved_ms_without": {name: step - statistics.median(ms) for name, ms in runs.items() if name != "step"},
         "runs_ms": runs,
+        "llama_cpp": peer_report,
         "bytes_per_token": bytes_per_token(llm.model, len(prompt) + args.tokens // 2),
         "stream_read_gb_s_by_mb": {str(mb): stream_gb_s(mb) for mb in STREAM_MB},
     }
