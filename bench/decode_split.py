@@ -1,19 +1,20 @@
 """Where a token goes when one request decodes alone: each part of the step knocked out in turn.
 
-Run as `python bench/decode_split.py [--dtype D] [--quantization Q] [--tokens N] [--rounds R]`. The request is the
-chatbot's first prompt (system prompt + user turn, greedy, N new tokens). A decode token's time is
+Run as `python bench/decode_split.py [--dtype D] [--quantization Q] [--tokens N] [--rounds R] [--llama-cpp-site DIR]`.
+The request is the chatbot's first prompt (system prompt + user turn, greedy, N new tokens). A decode token's time is
 (a request of N + 1 tokens - a request of 1) / N, the prompt cached. Then each part is made free in turn: it returns
 the output it gave the first time for inputs of that shape (the tokens change, the shapes and the work left do
 not), and what the token saves is that part's cost inside a step. A part costs more there than alone, since a
 token's weights and context stream through caches all the parts share; and knocking one part out also spares the
-others the cache lines it took, so the savings may add up to more than the token.
+others the cache lines it took, so the savings need not add up to the token.
   - projections: each layer's qkv, o, gate_up and down;
   - attention: torch's SDPA on the request's context;
-  - lm_head; RMSNorm (every norm, the final one too); rotary.
-With --llama-cpp-site DIR (see bench/llama_cpp.py), llama.cpp's decode token on the same GGUF is timed the same way,
-its end-of-sequence token barred, alternating with nanoengine's. Also recorded: the bytes a token reads (weights by the tensors the model holds, the context as the torch backend's
-fp32 copy of one request's keys and values) and this machine's streaming read speed by working-set size, which
-says where its caches end. Results go to bench/results/decode_split_cpu.json with the machine.
+  - lm_head; rmsnorm (every norm, the final one too); rotary.
+With --llama-cpp-site DIR (see bench/llama_cpp.py), llama.cpp's decode token on the same GGUF is timed the same
+way, its end-of-sequence token barred, alternating with nanoengine's. Also recorded: the bytes a token reads (the
+weights by the tensors the model holds, the context as the torch backend's fp32 copy of one request's keys and
+values) and this machine's streaming read speed by working-set size, which says where its caches end. Results go to
+bench/results/decode_split_cpu.json with the machine.
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ def knocked_out(targets: list[tuple[object, str]]):
 
 
 def parts(model: torch.nn.Module) -> dict[str, list[tuple[object, str]]]:
+    """By part, the (owner, attribute) functions knocked_out makes free."""
     layers = model.model.layers
     projections = [m for layer in layers for m in (layer.self_attn.qkv_proj, layer.self_attn.o_proj)]
     projections += [m for layer in layers for m in (layer.mlp.gate_up_proj, layer.mlp.down_proj)]
