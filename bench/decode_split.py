@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))  # run as a script, it still finds the engine's pa
 
 from bench.llama_cpp import skip_reason
 from bench.machine import machine_info
-from nanoengine.benchmarks.datasets import SYSTEM_PROMPT, USER_TURNS
+from nanoengine.benchmarks.datasets import chat_prompts
 from nanoengine.entrypoints.llm import LLM
 from nanoengine.model import llama
 from nanoengine.model.loader import embedded_gguf_path
@@ -87,26 +87,34 @@ def parts(model: torch.nn.Module) -> dict[str, list[tuple[object, str]]]:
     }
 
 
-def decode_ms(llm: LLM, prompt: list[int], tokens: int) -> float:
-    """One decode token's milliseconds, the prompt cached (see the module's docstring)."""
+def token_ms(generate, tokens: int) -> float:
+    """One decode token's milliseconds: (a request of tokens + 1 - a request of 1) / tokens, generate(n) running a
+    request of n tokens on a cached prompt."""
     times = []
     for n in (1, tokens + 1):
         start = time.perf_counter()
-        params = SamplingParams(temperature=0, max_tokens=n, ignore_eos=True)
-        llm.generate(prompt_token_ids=prompt, sampling_params=params)
+        generate(n)
         times.append(time.perf_counter() - start)
     return 1000 * (times[1] - times[0]) / tokens
+
+
+def decode_ms(llm: LLM, prompt: list[int], tokens: int) -> float:
+    def generate(n: int) -> None:
+        llm.generate(
+            prompt_token_ids=prompt, sampling_params=SamplingParams(temperature=0, max_tokens=n, ignore_eos=True)
+        )
+
+    return token_ms(generate, tokens)
 
 
 def llama_cpp_decode_ms(model, prompt: list[int], tokens: int) -> float:
-    """decode_ms for a llama_cpp.Llama, which reuses the prompt it saw last."""
-    times = []
-    for n in (1, tokens + 1):
-        start = time.perf_counter()
+    """decode_ms for a llama_cpp.Llama (which reuses the prompt it saw last), its end-of-sequence token barred."""
+
+    def generate(n: int) -> None:
         out = model.create_completion(prompt, max_tokens=n, temperature=0.0, logit_bias={model.token_eos(): -1e9})
-        times.append(time.perf_counter() - start)
         assert out["usage"]["completion_tokens"] == n, out["usage"]
-    return 1000 * (times[1] - times[0]) / tokens
+
+    return token_ms(generate, tokens)
 
 
 def bytes_per_token(model: torch.nn.Module, context: int) -> dict[str, int]:
@@ -153,9 +161,7 @@ def main(argv: list[str] | None = None) -> dict:
     torch.set_num_threads(args.threads)
     quantization = None if args.quantization == "none" else args.quantization
     llm = LLM(device="cpu", dtype=args.dtype, quantization=quantization, progress=False)
-    tok = llm.tokenizer
-    chat = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": USER_TURNS[0]}]
-    prompt = tok.encode(tok.apply_chat_template(chat))
+    prompt = chat_prompts(llm.tokenizer, 1)[0]
     decode_ms(llm, prompt, 2)  # warm-up: oneDNN packs weights on first use, and the prompt gets cached
     peer, peer_report = None, None  # llama_cpp.Llama, and what the JSON says of it
     if args.llama_cpp_site is not None:

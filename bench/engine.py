@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))  # run as a script, it still finds the engine's pa
 
 from bench.hf_reference import hf_model
 from bench.machine import machine_info
-from nanoengine.benchmarks.datasets import SYSTEM_PROMPT, USER_TURNS
+from nanoengine.benchmarks.datasets import SYSTEM_PROMPT, USER_TURNS, chat_prompts
 from nanoengine.config import LlamaConfig
 from nanoengine.engine.arg_utils import default_dtype, resolve_device
 from nanoengine.entrypoints.llm import LLM
@@ -244,12 +244,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     device = resolve_device(args.device)
     llm_tok = Tokenizer(args.tokenizer or unpacked_folder(None)[1])
-    prompts = [
-        llm_tok.encode(
-            llm_tok.apply_chat_template([{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": u}])
-        )
-        for u in USER_TURNS[: args.users]
-    ]
+    prompts = chat_prompts(llm_tok, args.users)
     system_tokens = len(llm_tok.encode(SYSTEM_PROMPT))
     params = SamplingParams(temperature=0, max_tokens=args.max_tokens)
     dtype = getattr(torch, args.dtype) if args.dtype != "auto" else default_dtype(device)

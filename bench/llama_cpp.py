@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a script, it still finds the engine's packages
 
 from bench.machine import machine_info
-from nanoengine.benchmarks.datasets import SYSTEM_PROMPT, USER_TURNS
+from nanoengine.benchmarks.datasets import SYSTEM_PROMPT, chat_prompts
 from nanoengine.entrypoints.llm import LLM
 from nanoengine.model.loader import embedded_gguf_path
 from nanoengine.sampling_params import SamplingParams
@@ -137,12 +137,7 @@ def main(argv: list[str] | None = None) -> dict:
         device="cpu", dtype=args.dtype, quantization=args.quantization, block_size=args.block_size, progress=False
     )
     tok = llm.tokenizer
-    prompts = [
-        tok.encode(
-            tok.apply_chat_template([{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": u}])
-        )
-        for u in USER_TURNS
-    ]
+    prompts = chat_prompts(tok)
     llama = llama_cpp.Llama(
         str(gguf), n_ctx=2048, n_batch=512, n_threads=args.threads, n_threads_batch=args.threads, verbose=False
     )

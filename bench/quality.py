@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT))  # run as a script, it still finds the engine's pa
 
 from bench.machine import machine_info
 from nanoengine.attention import ContiguousKVCache
-from nanoengine.benchmarks.datasets import SYSTEM_PROMPT, USER_TURNS
+from nanoengine.benchmarks.datasets import SYSTEM_PROMPT, USER_TURNS, chat_prompts
 from nanoengine.entrypoints.llm import LLM
 from nanoengine.sampling_params import SamplingParams
 
@@ -68,12 +68,7 @@ def main(argv: list[str] | None = None) -> dict:
     for name, kwargs in VARIANTS.items():
         llm = LLM(device="cpu", progress=False, **kwargs)
         tok = llm.tokenizer
-        prompts = [
-            tok.encode(
-                tok.apply_chat_template([{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": u}])
-            )
-            for u in USER_TURNS
-        ]
+        prompts = chat_prompts(tok)
         outputs = [o.token_ids for o in llm.generate(prompt_token_ids=prompts, sampling_params=params)]
         reference = reference or outputs
         results[name] = {"kwargs": kwargs, "perplexity": perplexity(llm, tok.encode(SYSTEM_PROMPT))} | agreement(

@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a script, it still finds the engine's packages
 
 from bench.machine import machine_info
-from nanoengine.benchmarks.datasets import SYSTEM_PROMPT, USER_TURNS, prose
+from nanoengine.benchmarks.datasets import USER_TURNS, chat_prompts, prose
 from nanoengine.entrypoints.llm import LLM
 from nanoengine.entrypoints.openai.api_server import serve_in_thread
 
@@ -203,12 +203,7 @@ def workloads(llm: LLM, num_prompts: int, random_input_len: int, seed: int) -> d
     tok, rng = llm.tokenizer, random.Random(seed)
     if tok is None:
         raise ValueError("llm has no tokenizer, which the workloads need: serve a model loaded with one")
-    chat = [
-        tok.encode(
-            tok.apply_chat_template([{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": u}])
-        )
-        for u in USER_TURNS[:num_prompts]
-    ]
+    chat = chat_prompts(tok, num_prompts)
     rand = [tok.encode(prose(tok, rng, random_input_len))[:random_input_len] for _ in range(num_prompts)]
     return {"shared_prefix": chat, "random": rand}
 

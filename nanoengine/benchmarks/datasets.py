@@ -227,6 +227,12 @@ def _chat(tok, system: str | None, user: str) -> tuple[int, ...]:
     return tuple(tok.encode(tok.apply_chat_template(messages)))
 
 
+def chat_prompts(tok, n: int = len(USER_TURNS)) -> list[list[int]]:
+    """The benchmark's chat requests as token ids: the whole SYSTEM_PROMPT, then each of the first n USER_TURNS, in
+    the model's chat template."""
+    return [list(_chat(tok, SYSTEM_PROMPT, u)) for u in USER_TURNS[:n]]
+
+
 # ---- the six workloads ----------------------------------------------------------------------------
 # Each generator takes the tokenizer, the number of requests n (at most 16, the benchmark's questions where
 # it uses them), sizes in tokens, and a seed (unused where nothing is drawn). Defaults: the "small" scale.
